@@ -1,0 +1,175 @@
+"""Where the suite finds a broker: a real RabbitMQ given by URL, or Warren started here.
+
+Theory of operation:
+1. With `WARREN_TEST_URL` set (an AMQP URL), every test talks to that broker, which is taken
+   to be a real RabbitMQ: `broker.is_rabbitmq` is True and tests marked `warren_only` are
+   skipped. This is how the behaviour tests are checked against the reference.
+2. Without it, the session starts one Warren node as a subprocess on free local ports and
+   stops it at the end (SIGTERM, then SIGKILL after a grace period). `server_factory` starts
+   extra private nodes for tests that kill or restart a server.
+3. Tests share one broker, so every name a test creates starts with `unique` and the test
+   deletes what it creates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+TEST_URL_ENV = "WARREN_TEST_URL"
+START_TIMEOUT_S = 15.0
+STOP_GRACE_S = 5.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Client libraries' own deprecations are not ours to fix; keep them from failing tests.
+    for ignore in (
+        # celery 5.x on the client side warns about a setting that only matters to workers.
+        "ignore:.*broker_connection_retry.*:celery.exceptions.CPendingDeprecationWarning",
+    ):
+        config.addinivalue_line("filterwarnings", ignore)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get(TEST_URL_ENV):
+        return
+    skip = pytest.mark.skip(reason=f"Warren-only behaviour; {TEST_URL_ENV} points at RabbitMQ")
+    for item in items:
+        if item.get_closest_marker("warren_only"):
+            item.add_marker(skip)
+
+
+@dataclasses.dataclass(frozen=True)
+class Broker:
+    """An AMQP endpoint the tests can reach."""
+
+    url: str
+    host: str
+    port: int
+    is_rabbitmq: bool
+
+
+@dataclasses.dataclass
+class WarrenServer:
+    """One Warren node running as a subprocess of the test session."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    management_port: int
+    data_dir: Path
+    log_path: Path
+
+    @property
+    def broker(self) -> Broker:
+        url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        return Broker(url=url, host="127.0.0.1", port=self.port, is_rabbitmq=False)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if the node is still running after the grace period."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=STOP_GRACE_S)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _accepts_tcp(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def start_warren(data_dir: Path) -> WarrenServer:
+    """Start a node and return once its AMQP port accepts connections; fail with its log."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port, management_port = free_port(), free_port()
+    log_path = data_dir.parent / f"{data_dir.name}.{port}.log"
+    command = [sys.executable, "-m", "warren", "--port", str(port)]
+    command += ["--management-port", str(management_port), "--data-dir", str(data_dir)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = WarrenServer(process, port, management_port, data_dir, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _accepts_tcp(port):
+        if process.poll() is not None:
+            pytest.fail(f"warren exited with {process.returncode}:\n{server.log()}")
+        if time.monotonic() > deadline:
+            server.stop()
+            pytest.fail(f"warren did not listen within {START_TIMEOUT_S} s:\n{server.log()}")
+        time.sleep(0.05)
+    return server
+
+
+def _broker_from_url(url: str) -> Broker:
+    parts = urlsplit(url)
+    return Broker(
+        url=url, host=parts.hostname or "127.0.0.1", port=parts.port or 5672, is_rabbitmq=True
+    )
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    url = os.environ.get(TEST_URL_ENV)
+    if url:
+        yield _broker_from_url(url)
+        return
+    server = start_warren(tmp_path_factory.mktemp("warren") / "data")
+    try:
+        yield server.broker
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., WarrenServer]]:
+    """Start private Warren nodes (`factory(data_dir=None)`); all are stopped afterwards."""
+    if os.environ.get(TEST_URL_ENV):
+        pytest.skip(f"needs a private Warren node; {TEST_URL_ENV} points at a shared broker")
+    servers: list[WarrenServer] = []
+
+    def factory(data_dir: Path | None = None) -> WarrenServer:
+        server = start_warren(data_dir or tmp_path / f"node{len(servers)}")
+        servers.append(server)
+        return server
+
+    yield factory
+    for server in servers:
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> str:
+    """A short prefix no other test (or run) uses: `t.<test name>.<random hex>`."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name).strip("-")[:40]
+    return f"t.{name}.{secrets.token_hex(4)}"
