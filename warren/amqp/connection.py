@@ -1,0 +1,331 @@
+"""The server side of one AMQP 0-9-1 connection, without I/O.
+
+Theory of operation (after h11: bytes in, events out, bytes out):
+1. `receive_data(bytes)` buffers what the socket read; `next_event()` returns the next
+   `Event` or `NEED_DATA`. Every protocol violation raises `HardError` with the reply code
+   RabbitMQ uses; the caller sends `connection.close` and stops reading.
+2. Handshake order is a table: the protocol header, then ``connection.start-ok``,
+   ``connection.tune-ok``, ``connection.open``, each only in its state; nothing else is
+   accepted before the connection is open.
+3. Channels: a method on a channel that is not open is 504 CHANNEL_ERROR, except
+   ``channel.open``. After the server closes a channel (`close_channel`) every frame on it
+   is dropped until the client's ``channel.close-ok`` (or ``channel.close``) arrives,
+   as the spec requires (section 2.3.7).
+4. Content assembly: a method that carries content (``basic.publish``) is followed by one
+   content header and body frames up to the header's body size; anything else on that
+   channel in between is 505 UNEXPECTED_FRAME. A whole message is one `Content` event.
+5. Frame sizes: frames are limited by frame_max as advertised, then as negotiated.
+
+It never touches sockets, clocks or the broker: the runtime decides what a method means.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+from warren.amqp.content import BASIC_CLASS_ID, parse_content_header
+from warren.amqp.frames import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_MIN_SIZE,
+    NEED_DATA,
+    FrameDecoder,
+    NeedData,
+    ProtocolHeader,
+)
+from warren.amqp.methods import (
+    BasicPublish,
+    ChannelClose,
+    ChannelCloseOk,
+    ChannelOpen,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionOpen,
+    ConnectionStartOk,
+    ConnectionTuneOk,
+    Method,
+    decode_method,
+)
+from warren.errors import (
+    channel_error,
+    command_invalid,
+    frame_error,
+    not_allowed,
+    syntax_error,
+    unexpected_frame,
+)
+
+DEFAULT_FRAME_MAX: Final = 131072
+DEFAULT_CHANNEL_MAX: Final = 2047
+_PUBLISH_ID: Final = b"\x00\x3c\x00\x28"
+
+
+class State(enum.Enum):
+    AWAITING_HEADER = "awaiting protocol header"
+    AWAITING_START_OK = "awaiting connection.start-ok"
+    AWAITING_TUNE_OK = "awaiting connection.tune-ok"
+    AWAITING_OPEN = "awaiting connection.open"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_HANDSHAKE: Final[dict[State, tuple[type[Method], State]]] = {
+    State.AWAITING_START_OK: (ConnectionStartOk, State.AWAITING_TUNE_OK),
+    State.AWAITING_TUNE_OK: (ConnectionTuneOk, State.AWAITING_OPEN),
+    State.AWAITING_OPEN: (ConnectionOpen, State.OPEN),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolHeaderReceived:
+    """The first eight bytes arrived; `ok` is False for a protocol we do not speak."""
+
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MethodReceived:
+    channel: int
+    method: Method
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """A whole published message: its method, raw properties and body."""
+
+    channel: int
+    method: BasicPublish
+    properties_raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    pass
+
+
+Event = ProtocolHeaderReceived | MethodReceived | Content | Heartbeat
+HEARTBEAT: Final = Heartbeat()
+
+
+class _Assembly:
+    """A message whose header or body frames are still arriving."""
+
+    __slots__ = ("body_size", "chunks", "method", "properties_raw", "received")
+
+    def __init__(self, method: BasicPublish) -> None:
+        self.method = method
+        self.body_size = -1
+        self.properties_raw = b""
+        self.chunks: list[bytes] = []
+        self.received = 0
+
+
+class ServerConnection:
+    """Protocol state of one client connection, seen from the broker."""
+
+    def __init__(
+        self, frame_max: int = DEFAULT_FRAME_MAX, channel_max: int = DEFAULT_CHANNEL_MAX
+    ) -> None:
+        self.state = State.AWAITING_HEADER
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self._decoder = FrameDecoder(frame_max)
+        self.open_channels: set[int] = set()
+        self._closing_channels: set[int] = set()
+        self._assembling: dict[int, _Assembly] = {}
+
+    # --- input ---------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        self._decoder.feed(data)
+
+    def next_event(self) -> Event | NeedData:
+        while True:
+            if self.state is State.AWAITING_HEADER:
+                header = self._decoder.read_protocol_header()
+                if header is ProtocolHeader.INCOMPLETE:
+                    return NEED_DATA
+                ok = header is ProtocolHeader.OK
+                self.state = State.AWAITING_START_OK if ok else State.CLOSED
+                return ProtocolHeaderReceived(ok)
+            if self.state is State.CLOSED:
+                return NEED_DATA
+            frame = self._decoder.next_frame()
+            if frame is NEED_DATA:
+                self._decoder.compact()
+                return NEED_DATA
+            event = self._on_frame(*frame)
+            if event is not None:
+                return event
+
+    def _on_frame(self, frame_type: int, channel: int, payload: bytes) -> Event | None:
+        if frame_type == FRAME_HEARTBEAT:
+            if channel != 0:
+                raise frame_error(f"heartbeat frame on non-zero channel {channel}")
+            return HEARTBEAT
+        if channel in self._closing_channels:
+            return self._on_closing_channel(frame_type, channel, payload)
+        assembly = self._assembling.get(channel)
+        if assembly is not None:
+            return self._on_content_frame(frame_type, channel, payload, assembly)
+        if frame_type != FRAME_METHOD:
+            raise unexpected_frame(
+                f"expected method frame, got non method frame instead (channel {channel})"
+            )
+        if payload[:4] == _PUBLISH_ID and channel in self.open_channels:
+            self._assembling[channel] = _Assembly(_decode_publish(payload))
+            return None
+        method = decode_method(payload)
+        if self.state is not State.OPEN:
+            return self._on_handshake_method(channel, method)
+        return self._on_method(channel, method)
+
+    def _on_handshake_method(self, channel: int, method: Method) -> Event:
+        if isinstance(method, ConnectionClose | ConnectionCloseOk) and channel == 0:
+            self.state = State.CLOSED
+            return MethodReceived(channel, method)
+        if self.state is State.CLOSING:
+            return MethodReceived(channel, method) if channel == 0 else HEARTBEAT
+        expected, next_state = _HANDSHAKE[self.state]
+        if channel != 0 or not isinstance(method, expected):
+            raise command_invalid(
+                f"expected '{expected.NAME.replace('-', '_')}', got '{method.NAME}'"
+            ).at(method.CLASS_ID, method.METHOD_ID)
+        self.state = next_state
+        return MethodReceived(channel, method)
+
+    def _on_method(self, channel: int, method: Method) -> Event:
+        if channel == 0:
+            if method.CLASS_ID != 10:
+                raise command_invalid(
+                    f"unexpected method '{method.NAME}' on channel 0"
+                ).at(method.CLASS_ID, method.METHOD_ID)
+            if isinstance(method, ConnectionClose | ConnectionCloseOk):
+                self.state = State.CLOSED
+            return MethodReceived(channel, method)
+        if method.CLASS_ID == 10:
+            raise command_invalid(
+                f"connection method '{method.NAME}' on channel {channel}"
+            ).at(method.CLASS_ID, method.METHOD_ID)
+        if isinstance(method, ChannelOpen):
+            self._open_channel(channel, method)
+        elif channel not in self.open_channels:
+            raise channel_error(f"expected 'channel.open' on channel {channel}").at(
+                method.CLASS_ID, method.METHOD_ID
+            )
+        elif isinstance(method, ChannelClose):
+            self.open_channels.discard(channel)
+        elif method.HAS_CONTENT:
+            raise unexpected_frame(f"method '{method.NAME}' carries content only from server")
+        return MethodReceived(channel, method)
+
+    def _open_channel(self, channel: int, method: ChannelOpen) -> None:
+        if channel in self.open_channels:
+            raise channel_error(f"second 'channel.open' seen on channel {channel}").at(20, 10)
+        if channel > self.channel_max:
+            raise not_allowed(
+                f"channel {channel} exceeds the negotiated channel_max {self.channel_max}"
+            ).at(20, 10)
+        self.open_channels.add(channel)
+
+    def _on_closing_channel(self, frame_type: int, channel: int, payload: bytes) -> Event | None:
+        if frame_type != FRAME_METHOD:
+            return None
+        if payload[:4] in (b"\x00\x14\x00\x29", b"\x00\x14\x00\x28"):
+            method = decode_method(payload)
+            self._closing_channels.discard(channel)
+            if isinstance(method, ChannelClose):
+                # Both sides closed at once: answer it, and the channel is gone.
+                return MethodReceived(channel, method)
+            assert isinstance(method, ChannelCloseOk)
+            return MethodReceived(channel, method)
+        return None
+
+    def _on_content_frame(
+        self, frame_type: int, channel: int, payload: bytes, assembly: _Assembly
+    ) -> Event | None:
+        if assembly.body_size < 0:
+            if frame_type != FRAME_HEADER:
+                raise unexpected_frame(
+                    "expected content header for class 60, got non content header frame instead"
+                )
+            class_id, body_size, properties_raw = parse_content_header(payload)
+            if class_id != BASIC_CLASS_ID:
+                raise frame_error(f"content header for class {class_id}, expected 60")
+            assembly.body_size = body_size
+            assembly.properties_raw = properties_raw
+        elif frame_type != FRAME_BODY:
+            raise unexpected_frame(
+                "expected content body, got non content body frame instead"
+            )
+        else:
+            assembly.chunks.append(payload)
+            assembly.received += len(payload)
+            if assembly.received > assembly.body_size:
+                raise frame_error(
+                    f"content body larger than declared: {assembly.received} > "
+                    f"{assembly.body_size}"
+                )
+        if assembly.received < assembly.body_size:
+            return None
+        del self._assembling[channel]
+        chunks = assembly.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return Content(channel, assembly.method, assembly.properties_raw, body)
+
+    # --- the server's side of the conversation -----------------------------------------
+
+    def tune(self, frame_max: int, channel_max: int) -> None:
+        """Apply the limits the client agreed to in ``connection.tune-ok``."""
+        if frame_max and frame_max < FRAME_MIN_SIZE:
+            raise not_allowed(
+                f"frame_max={frame_max} < {FRAME_MIN_SIZE} min_size"
+            ).at(10, 31)
+        if frame_max > self.frame_max:
+            raise not_allowed(
+                f"frame_max={frame_max} > {self.frame_max} max_size"
+            ).at(10, 31)
+        if channel_max > self.channel_max:
+            raise not_allowed(
+                f"channel_max={channel_max} > {self.channel_max} max_channels"
+            ).at(10, 31)
+        if frame_max:
+            self.frame_max = frame_max
+            self._decoder.frame_max = frame_max
+        if channel_max:
+            self.channel_max = channel_max
+
+    def close_channel(self, channel: int) -> None:
+        """The server sent ``channel.close``: drop frames on it until the client answers."""
+        self.open_channels.discard(channel)
+        self._assembling.pop(channel, None)
+        self._closing_channels.add(channel)
+
+    def forget_channel(self, channel: int) -> None:
+        """The client closed the channel and we answered ``close-ok``."""
+        self.open_channels.discard(channel)
+        self._assembling.pop(channel, None)
+
+    def close(self) -> None:
+        """The server sent ``connection.close``: only close/close-ok are read from now on."""
+        self.state = State.CLOSING
+        self._assembling.clear()
+
+
+def _decode_publish(payload: bytes) -> BasicPublish:
+    """basic.publish, unrolled: it is the method of nearly every frame a broker reads."""
+    try:
+        offset = 7 + payload[6]
+        exchange = payload[7:offset].decode("utf-8", "surrogateescape")
+        end = offset + 1 + payload[offset]
+        routing_key = payload[offset + 1 : end].decode("utf-8", "surrogateescape")
+        bits = payload[end]
+    except IndexError as error:
+        raise syntax_error("malformed basic.publish").at(60, 40) from error
+    return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2))

@@ -1,0 +1,173 @@
+"""Message content: basic properties, the content header frame, and frames out.
+
+Theory of operation (spec section 4.2.6, "Content Framing"):
+1. A message with content travels as one method frame, one content header frame
+   (``class_id weight body_size property_flags property_list``) and zero or more body
+   frames, each at most frame_max - 8 bytes of body.
+2. Properties stay as the raw bytes the publisher sent (``flags + list``) until someone
+   needs a field: a message is delivered with exactly the bytes it was published with
+   unless the broker changed a property (CC/BCC, x-death). `decode_properties` reads them
+   into `BasicProperties`; `encode_properties` writes them back.
+3. Builders here return ready-to-write bytes; the hot builders live in `warren.amqp.fast`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+from typing import Final
+
+from warren.amqp.frames import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, build_frame
+from warren.amqp.methods import Method, encode_method
+from warren.amqp.table import FieldTable, TableError, encode_table, read_table
+from warren.errors import syntax_error
+
+BASIC_CLASS_ID: Final = 60
+_HEADER_PREFIX = struct.Struct(">HHQ")
+_SHORT = struct.Struct(">H")
+_LONGLONG = struct.Struct(">Q")
+_FRAME_START = struct.Struct(">BHI")
+
+
+@dataclass(slots=True)
+class BasicProperties:
+    """The fourteen basic properties, in spec order; None means absent."""
+
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: FieldTable | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: int | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
+
+
+_KINDS: Final = (
+    "shortstr",
+    "shortstr",
+    "table",
+    "octet",
+    "octet",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+    "longlong",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+)
+_NAMES: Final = tuple(f.name for f in fields(BasicProperties))
+HEADERS_FLAG: Final = 1 << 13
+EXPIRATION_FLAG: Final = 1 << 7
+DELIVERY_MODE_FLAG: Final = 1 << 12
+PRIORITY_FLAG: Final = 1 << 11
+USER_ID_FLAG: Final = 1 << 3
+EMPTY_PROPERTIES: Final = b"\x00\x00"
+
+
+def parse_content_header(payload: bytes) -> tuple[int, int, bytes]:
+    """Return ``(class_id, body_size, properties_raw)`` of a content header frame."""
+    if len(payload) < 14:
+        raise syntax_error("content header frame too short")
+    class_id, _weight, body_size = _HEADER_PREFIX.unpack_from(payload)
+    return class_id, body_size, payload[12:]
+
+
+def decode_properties(raw: bytes) -> BasicProperties:
+    try:
+        return _decode_properties(raw)
+    except (struct.error, IndexError, TableError) as error:
+        raise syntax_error(f"malformed content header properties: {error}") from error
+
+
+def _decode_properties(raw: bytes) -> BasicProperties:
+    (flags,) = _SHORT.unpack_from(raw, 0)
+    offset = 2
+    values: list[object] = []
+    view = memoryview(raw)
+    for index, kind in enumerate(_KINDS):
+        if not flags & (1 << (15 - index)):
+            values.append(None)
+            continue
+        if kind == "shortstr":
+            size = raw[offset]
+            end = offset + 1 + size
+            if end > len(raw):
+                raise IndexError("short string beyond header")
+            values.append(raw[offset + 1 : end].decode("utf-8", "surrogateescape"))
+            offset = end
+        elif kind == "octet":
+            values.append(raw[offset])
+            offset += 1
+        elif kind == "longlong":
+            values.append(_LONGLONG.unpack_from(raw, offset)[0])
+            offset += 8
+        else:
+            table, offset = read_table(view, offset)
+            values.append(table)
+    return BasicProperties(*values)  # type: ignore[arg-type]
+
+
+def encode_properties(properties: BasicProperties) -> bytes:
+    flags = 0
+    parts: list[bytes] = []
+    for index, (name, kind) in enumerate(zip(_NAMES, _KINDS, strict=True)):
+        value = getattr(properties, name)
+        if value is None:
+            continue
+        flags |= 1 << (15 - index)
+        if kind == "shortstr":
+            data = value.encode("utf-8", "surrogateescape")
+            parts.append(bytes((len(data),)) + data)
+        elif kind == "octet":
+            parts.append(bytes((value,)))
+        elif kind == "longlong":
+            parts.append(_LONGLONG.pack(value))
+        else:
+            parts.append(encode_table(value))
+    return _SHORT.pack(flags) + b"".join(parts)
+
+
+def property_flags(raw: bytes) -> int:
+    return int(_SHORT.unpack_from(raw)[0])
+
+
+def method_frame(channel: int, method: Method) -> bytes:
+    return build_frame(FRAME_METHOD, channel, encode_method(method))
+
+
+def content_frames(
+    channel: int, method_payload: bytes, properties_raw: bytes, body: bytes, frame_max: int
+) -> bytes:
+    """Method, content header and body frames of one message, as one bytes object."""
+    header = _HEADER_PREFIX.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw
+    parts = [
+        _FRAME_START.pack(FRAME_METHOD, channel, len(method_payload)),
+        method_payload,
+        FRAME_END_BYTE,
+        _FRAME_START.pack(FRAME_HEADER, channel, len(header)),
+        header,
+        FRAME_END_BYTE,
+    ]
+    chunk = frame_max - 8
+    if len(body) <= chunk:
+        if body:
+            parts += (_FRAME_START.pack(FRAME_BODY, channel, len(body)), body, FRAME_END_BYTE)
+    else:
+        for start in range(0, len(body), chunk):
+            piece = body[start : start + chunk]
+            parts += (_FRAME_START.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
+    return b"".join(parts)
+
+
+def body_frame(channel: int, body: bytes) -> bytes:
+    return build_frame(FRAME_BODY, channel, body)

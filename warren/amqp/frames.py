@@ -1,0 +1,123 @@
+"""AMQP 0-9-1 frames: split a byte stream into frames, and build frames.
+
+Theory of operation (spec section 4.2.3, "General Frame Format"):
+1. A frame is ``type:octet channel:short size:long payload frame-end`` where frame-end is
+   0xCE. `FrameDecoder.feed` takes whatever bytes arrived; `next_frame` returns one frame
+   as ``(type, channel, payload)`` or `NEED_DATA` when the buffer holds no whole frame.
+2. Every frame's end octet is checked, heartbeats included. A bad end octet, an unknown
+   frame type or a frame larger than the negotiated frame_max raises `HardError` 501
+   FRAME_ERROR: the connection cannot be resynchronised after that.
+3. The decoder never blocks and never raises on partial input.
+4. Before the handshake the peer must send the protocol header; `read_protocol_header`
+   consumes it and reports whether it is the one we speak.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final
+
+from warren.errors import HardError, frame_error
+
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_END_BYTE: Final = b"\xce"
+FRAME_OVERHEAD: Final = 8  # 7 bytes of header, 1 of frame-end
+FRAME_MIN_SIZE: Final = 4096  # spec: frame_max may never be negotiated below this
+
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_KNOWN_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+
+
+class NeedData(enum.Enum):
+    """Sentinel: the buffer holds no whole frame yet."""
+
+    NEED_DATA = "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData.NEED_DATA
+
+Frame = tuple[int, int, bytes]
+
+
+class ProtocolHeader(enum.Enum):
+    """What the first eight bytes of a connection were."""
+
+    INCOMPLETE = "incomplete"
+    OK = "ok"
+    WRONG = "wrong"
+
+
+class FrameDecoder:
+    """Incremental frame splitter over a growing buffer."""
+
+    __slots__ = ("_buffer", "_offset", "frame_max")
+
+    def __init__(self, frame_max: int) -> None:
+        self._buffer = bytearray()
+        self._offset = 0
+        self.frame_max = frame_max
+
+    def feed(self, data: bytes) -> None:
+        if self._offset and self._offset == len(self._buffer):
+            self._buffer.clear()
+            self._offset = 0
+        self._buffer += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer) - self._offset
+
+    def read_protocol_header(self) -> ProtocolHeader:
+        if self.buffered < len(PROTOCOL_HEADER):
+            return ProtocolHeader.INCOMPLETE
+        start = self._offset
+        header = bytes(self._buffer[start : start + len(PROTOCOL_HEADER)])
+        self._offset += len(PROTOCOL_HEADER)
+        return ProtocolHeader.OK if header == PROTOCOL_HEADER else ProtocolHeader.WRONG
+
+    def next_frame(self) -> Frame | NeedData:
+        buffer = self._buffer
+        start = self._offset
+        if len(buffer) - start < 7:
+            return NEED_DATA
+        frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, start)
+        if frame_type not in _KNOWN_TYPES:
+            raise frame_error(f"unknown frame type {frame_type}")
+        if size + FRAME_OVERHEAD > self.frame_max:
+            raise _too_large(size, self.frame_max)
+        end = start + 7 + size
+        if len(buffer) <= end:
+            return NEED_DATA
+        if buffer[end] != FRAME_END:
+            raise frame_error(f"invalid frame end octet {buffer[end]:#04x}, expected 0xce")
+        self._offset = end + 1
+        if self._offset == len(buffer):
+            payload = bytes(buffer[start + 7 : end])
+            buffer.clear()
+            self._offset = 0
+            return frame_type, channel, payload
+        return frame_type, channel, bytes(buffer[start + 7 : end])
+
+    def compact(self) -> None:
+        """Drop consumed bytes; call once per read, not per frame."""
+        if self._offset:
+            del self._buffer[: self._offset]
+            self._offset = 0
+
+
+def _too_large(size: int, frame_max: int) -> HardError:
+    return frame_error(
+        f"frame size {size + FRAME_OVERHEAD} larger than negotiated maximum {frame_max}"
+    )
+
+
+def build_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME_HEADER.pack(frame_type, channel, len(payload)) + payload + FRAME_END_BYTE

@@ -1,0 +1,687 @@
+"""The AMQP 0-9-1 method table: one frozen dataclass per method, encoded from its spec types.
+
+Theory of operation:
+1. Each method class names its spec field types in `SPEC` (``"short shortstr bit bit"``)
+   in the order of its dataclass fields; `@method(class_id, method_id, spec)` registers
+   it in `METHODS` by ``(class_id, method_id)``. Field names are the spec's names.
+2. `decode_method(payload)` reads a method frame's payload into an instance;
+   `encode_method(m)` writes one back. Consecutive ``bit`` fields share an octet, as the
+   spec's packing rule says (section 4.2.5.2).
+3. Truncated or malformed payloads raise `HardError` 502 SYNTAX_ERROR; an unknown
+   class/method pair raises 540 NOT_IMPLEMENTED as RabbitMQ does.
+4. The hottest methods (basic.publish in, basic.deliver and basic.ack out) have
+   hand-unrolled codecs in `warren.amqp.fast`; this table is the reference they match.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+from warren.amqp.table import FieldTable, TableError, encode_table, read_table
+from warren.errors import HardError, ReplyCode, syntax_error
+
+_SHORT = struct.Struct(">H")
+_LONG = struct.Struct(">I")
+_LONGLONG = struct.Struct(">Q")
+_METHOD_ID = struct.Struct(">HH")
+
+
+class Method:
+    """Base of every method; subclasses are dataclasses registered with `@method`."""
+
+    __slots__ = ()
+    CLASS_ID: ClassVar[int]
+    METHOD_ID: ClassVar[int]
+    SPEC: ClassVar[tuple[str, ...]]
+    NAME: ClassVar[str]
+    HAS_CONTENT: ClassVar[bool] = False
+
+
+METHODS: dict[tuple[int, int], type[Method]] = {}
+M = TypeVar("M", bound=type[Method])
+
+
+def method(class_id: int, method_id: int, spec: str, *, content: bool = False) -> Callable[[M], M]:
+    def register(cls: M) -> M:
+        cls.CLASS_ID, cls.METHOD_ID = class_id, method_id
+        cls.SPEC = tuple(spec.split())
+        cls.HAS_CONTENT = content
+        cls.NAME = _spec_name(cls.__name__)
+        assert len(cls.SPEC) == len(fields(cls)), cls  # type: ignore[arg-type]
+        METHODS[class_id, method_id] = cls
+        return cls
+
+    return register
+
+
+def _spec_name(class_name: str) -> str:
+    """``BasicConsumeOk`` → ``basic.consume-ok`` (for error texts)."""
+    words: list[str] = []
+    for char in class_name:
+        if char.isupper():
+            words.append(char.lower())
+        else:
+            words[-1] += char
+    return words[0] + "." + "-".join(words[1:])
+
+
+# --- connection (class 10) -------------------------------------------------------------
+
+
+@method(10, 10, "octet octet table longstr longstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionStart(Method):
+    version_major: int = 0
+    version_minor: int = 9
+    server_properties: FieldTable | bytes = field(default_factory=dict)
+    mechanisms: bytes = b"PLAIN AMQPLAIN"
+    locales: bytes = b"en_US"
+
+
+@method(10, 11, "table shortstr longstr shortstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionStartOk(Method):
+    client_properties: bytes = b"\x00\x00\x00\x00"
+    mechanism: str = "PLAIN"
+    response: bytes = b""
+    locale: str = "en_US"
+
+
+@method(10, 20, "longstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionSecure(Method):
+    challenge: bytes = b""
+
+
+@method(10, 21, "longstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionSecureOk(Method):
+    response: bytes = b""
+
+
+@method(10, 30, "short long short")
+@dataclass(frozen=True, slots=True)
+class ConnectionTune(Method):
+    channel_max: int = 0
+    frame_max: int = 0
+    heartbeat: int = 0
+
+
+@method(10, 31, "short long short")
+@dataclass(frozen=True, slots=True)
+class ConnectionTuneOk(Method):
+    channel_max: int = 0
+    frame_max: int = 0
+    heartbeat: int = 0
+
+
+@method(10, 40, "shortstr shortstr bit")
+@dataclass(frozen=True, slots=True)
+class ConnectionOpen(Method):
+    virtual_host: str = "/"
+    capabilities: str = ""
+    insist: bool = False
+
+
+@method(10, 41, "shortstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionOpenOk(Method):
+    known_hosts: str = ""
+
+
+@method(10, 50, "short shortstr short short")
+@dataclass(frozen=True, slots=True)
+class ConnectionClose(Method):
+    reply_code: int = 200
+    reply_text: str = ""
+    class_id: int = 0
+    method_id: int = 0
+
+
+@method(10, 51, "")
+@dataclass(frozen=True, slots=True)
+class ConnectionCloseOk(Method):
+    pass
+
+
+@method(10, 60, "shortstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionBlocked(Method):
+    reason: str = ""
+
+
+@method(10, 61, "")
+@dataclass(frozen=True, slots=True)
+class ConnectionUnblocked(Method):
+    pass
+
+
+@method(10, 70, "longstr shortstr")
+@dataclass(frozen=True, slots=True)
+class ConnectionUpdateSecret(Method):
+    new_secret: bytes = b""
+    reason: str = ""
+
+
+@method(10, 71, "")
+@dataclass(frozen=True, slots=True)
+class ConnectionUpdateSecretOk(Method):
+    pass
+
+
+# --- channel (class 20) ----------------------------------------------------------------
+
+
+@method(20, 10, "shortstr")
+@dataclass(frozen=True, slots=True)
+class ChannelOpen(Method):
+    out_of_band: str = ""
+
+
+@method(20, 11, "longstr")
+@dataclass(frozen=True, slots=True)
+class ChannelOpenOk(Method):
+    channel_id: bytes = b""
+
+
+@method(20, 20, "bit")
+@dataclass(frozen=True, slots=True)
+class ChannelFlow(Method):
+    active: bool = True
+
+
+@method(20, 21, "bit")
+@dataclass(frozen=True, slots=True)
+class ChannelFlowOk(Method):
+    active: bool = True
+
+
+@method(20, 40, "short shortstr short short")
+@dataclass(frozen=True, slots=True)
+class ChannelClose(Method):
+    reply_code: int = 200
+    reply_text: str = ""
+    class_id: int = 0
+    method_id: int = 0
+
+
+@method(20, 41, "")
+@dataclass(frozen=True, slots=True)
+class ChannelCloseOk(Method):
+    pass
+
+
+# --- exchange (class 40) ---------------------------------------------------------------
+
+
+@method(40, 10, "short shortstr shortstr bit bit bit bit bit table")
+@dataclass(frozen=True, slots=True)
+class ExchangeDeclare(Method):
+    ticket: int = 0
+    exchange: str = ""
+    type: str = "direct"
+    passive: bool = False
+    durable: bool = False
+    auto_delete: bool = False
+    internal: bool = False
+    nowait: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(40, 11, "")
+@dataclass(frozen=True, slots=True)
+class ExchangeDeclareOk(Method):
+    pass
+
+
+@method(40, 20, "short shortstr bit bit")
+@dataclass(frozen=True, slots=True)
+class ExchangeDelete(Method):
+    ticket: int = 0
+    exchange: str = ""
+    if_unused: bool = False
+    nowait: bool = False
+
+
+@method(40, 21, "")
+@dataclass(frozen=True, slots=True)
+class ExchangeDeleteOk(Method):
+    pass
+
+
+@method(40, 30, "short shortstr shortstr shortstr bit table")
+@dataclass(frozen=True, slots=True)
+class ExchangeBind(Method):
+    ticket: int = 0
+    destination: str = ""
+    source: str = ""
+    routing_key: str = ""
+    nowait: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(40, 31, "")
+@dataclass(frozen=True, slots=True)
+class ExchangeBindOk(Method):
+    pass
+
+
+@method(40, 40, "short shortstr shortstr shortstr bit table")
+@dataclass(frozen=True, slots=True)
+class ExchangeUnbind(Method):
+    ticket: int = 0
+    destination: str = ""
+    source: str = ""
+    routing_key: str = ""
+    nowait: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(40, 51, "")
+@dataclass(frozen=True, slots=True)
+class ExchangeUnbindOk(Method):
+    pass
+
+
+# --- queue (class 50) ------------------------------------------------------------------
+
+
+@method(50, 10, "short shortstr bit bit bit bit bit table")
+@dataclass(frozen=True, slots=True)
+class QueueDeclare(Method):
+    ticket: int = 0
+    queue: str = ""
+    passive: bool = False
+    durable: bool = False
+    exclusive: bool = False
+    auto_delete: bool = False
+    nowait: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(50, 11, "shortstr long long")
+@dataclass(frozen=True, slots=True)
+class QueueDeclareOk(Method):
+    queue: str = ""
+    message_count: int = 0
+    consumer_count: int = 0
+
+
+@method(50, 20, "short shortstr shortstr shortstr bit table")
+@dataclass(frozen=True, slots=True)
+class QueueBind(Method):
+    ticket: int = 0
+    queue: str = ""
+    exchange: str = ""
+    routing_key: str = ""
+    nowait: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(50, 21, "")
+@dataclass(frozen=True, slots=True)
+class QueueBindOk(Method):
+    pass
+
+
+@method(50, 30, "short shortstr bit")
+@dataclass(frozen=True, slots=True)
+class QueuePurge(Method):
+    ticket: int = 0
+    queue: str = ""
+    nowait: bool = False
+
+
+@method(50, 31, "long")
+@dataclass(frozen=True, slots=True)
+class QueuePurgeOk(Method):
+    message_count: int = 0
+
+
+@method(50, 40, "short shortstr bit bit bit")
+@dataclass(frozen=True, slots=True)
+class QueueDelete(Method):
+    ticket: int = 0
+    queue: str = ""
+    if_unused: bool = False
+    if_empty: bool = False
+    nowait: bool = False
+
+
+@method(50, 41, "long")
+@dataclass(frozen=True, slots=True)
+class QueueDeleteOk(Method):
+    message_count: int = 0
+
+
+@method(50, 50, "short shortstr shortstr shortstr table")
+@dataclass(frozen=True, slots=True)
+class QueueUnbind(Method):
+    ticket: int = 0
+    queue: str = ""
+    exchange: str = ""
+    routing_key: str = ""
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(50, 51, "")
+@dataclass(frozen=True, slots=True)
+class QueueUnbindOk(Method):
+    pass
+
+
+# --- basic (class 60) ------------------------------------------------------------------
+
+
+@method(60, 10, "long short bit")
+@dataclass(frozen=True, slots=True)
+class BasicQos(Method):
+    prefetch_size: int = 0
+    prefetch_count: int = 0
+    global_: bool = False
+
+
+@method(60, 11, "")
+@dataclass(frozen=True, slots=True)
+class BasicQosOk(Method):
+    pass
+
+
+@method(60, 20, "short shortstr shortstr bit bit bit bit table")
+@dataclass(frozen=True, slots=True)
+class BasicConsume(Method):
+    ticket: int = 0
+    queue: str = ""
+    consumer_tag: str = ""
+    no_local: bool = False
+    no_ack: bool = False
+    exclusive: bool = False
+    nowait: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@method(60, 21, "shortstr")
+@dataclass(frozen=True, slots=True)
+class BasicConsumeOk(Method):
+    consumer_tag: str = ""
+
+
+@method(60, 30, "shortstr bit")
+@dataclass(frozen=True, slots=True)
+class BasicCancel(Method):
+    consumer_tag: str = ""
+    nowait: bool = False
+
+
+@method(60, 31, "shortstr")
+@dataclass(frozen=True, slots=True)
+class BasicCancelOk(Method):
+    consumer_tag: str = ""
+
+
+@method(60, 40, "short shortstr shortstr bit bit", content=True)
+@dataclass(frozen=True, slots=True)
+class BasicPublish(Method):
+    ticket: int = 0
+    exchange: str = ""
+    routing_key: str = ""
+    mandatory: bool = False
+    immediate: bool = False
+
+
+@method(60, 50, "short shortstr shortstr shortstr", content=True)
+@dataclass(frozen=True, slots=True)
+class BasicReturn(Method):
+    reply_code: int = 0
+    reply_text: str = ""
+    exchange: str = ""
+    routing_key: str = ""
+
+
+@method(60, 60, "shortstr longlong bit shortstr shortstr", content=True)
+@dataclass(frozen=True, slots=True)
+class BasicDeliver(Method):
+    consumer_tag: str = ""
+    delivery_tag: int = 0
+    redelivered: bool = False
+    exchange: str = ""
+    routing_key: str = ""
+
+
+@method(60, 70, "short shortstr bit")
+@dataclass(frozen=True, slots=True)
+class BasicGet(Method):
+    ticket: int = 0
+    queue: str = ""
+    no_ack: bool = False
+
+
+@method(60, 71, "longlong bit shortstr shortstr long", content=True)
+@dataclass(frozen=True, slots=True)
+class BasicGetOk(Method):
+    delivery_tag: int = 0
+    redelivered: bool = False
+    exchange: str = ""
+    routing_key: str = ""
+    message_count: int = 0
+
+
+@method(60, 72, "shortstr")
+@dataclass(frozen=True, slots=True)
+class BasicGetEmpty(Method):
+    cluster_id: str = ""
+
+
+@method(60, 80, "longlong bit")
+@dataclass(frozen=True, slots=True)
+class BasicAck(Method):
+    delivery_tag: int = 0
+    multiple: bool = False
+
+
+@method(60, 90, "longlong bit")
+@dataclass(frozen=True, slots=True)
+class BasicReject(Method):
+    delivery_tag: int = 0
+    requeue: bool = True
+
+
+@method(60, 100, "bit")
+@dataclass(frozen=True, slots=True)
+class BasicRecoverAsync(Method):
+    requeue: bool = False
+
+
+@method(60, 110, "bit")
+@dataclass(frozen=True, slots=True)
+class BasicRecover(Method):
+    requeue: bool = False
+
+
+@method(60, 111, "")
+@dataclass(frozen=True, slots=True)
+class BasicRecoverOk(Method):
+    pass
+
+
+@method(60, 120, "longlong bit bit")
+@dataclass(frozen=True, slots=True)
+class BasicNack(Method):
+    delivery_tag: int = 0
+    multiple: bool = False
+    requeue: bool = True
+
+
+# --- tx (class 90) and confirm (class 85) ----------------------------------------------
+
+
+@method(90, 10, "")
+@dataclass(frozen=True, slots=True)
+class TxSelect(Method):
+    pass
+
+
+@method(90, 11, "")
+@dataclass(frozen=True, slots=True)
+class TxSelectOk(Method):
+    pass
+
+
+@method(90, 20, "")
+@dataclass(frozen=True, slots=True)
+class TxCommit(Method):
+    pass
+
+
+@method(90, 21, "")
+@dataclass(frozen=True, slots=True)
+class TxCommitOk(Method):
+    pass
+
+
+@method(90, 30, "")
+@dataclass(frozen=True, slots=True)
+class TxRollback(Method):
+    pass
+
+
+@method(90, 31, "")
+@dataclass(frozen=True, slots=True)
+class TxRollbackOk(Method):
+    pass
+
+
+@method(85, 10, "bit")
+@dataclass(frozen=True, slots=True)
+class ConfirmSelect(Method):
+    nowait: bool = False
+
+
+@method(85, 11, "")
+@dataclass(frozen=True, slots=True)
+class ConfirmSelectOk(Method):
+    pass
+
+
+# --- the codec -------------------------------------------------------------------------
+
+
+def decode_method(payload: bytes) -> Method:
+    """Decode a method frame's payload: class id, method id, then the fields."""
+    if len(payload) < 4:
+        raise syntax_error("method frame too short")
+    class_id, method_id = _METHOD_ID.unpack_from(payload)
+    cls = METHODS.get((class_id, method_id))
+    if cls is None:
+        raise HardError(
+            ReplyCode.NOT_IMPLEMENTED, f"unknown method ({class_id}, {method_id})"
+        ).at(class_id, method_id)
+    try:
+        values, end = _decode_fields(cls.SPEC, payload, 4)
+    except (struct.error, IndexError, TableError, UnicodeDecodeError) as error:
+        raise syntax_error(f"malformed {cls.NAME}: {error}").at(class_id, method_id) from error
+    if end > len(payload):
+        raise syntax_error(f"truncated {cls.NAME}").at(class_id, method_id)
+    return cls(*values)
+
+
+def _decode_fields(spec: tuple[str, ...], payload: bytes, offset: int) -> tuple[list[Any], int]:
+    values: list[Any] = []
+    bit = 8
+    bits = 0
+    view = memoryview(payload)
+    for kind in spec:
+        if kind == "bit":
+            if bit == 8:
+                bits, bit, offset = payload[offset], 0, offset + 1
+            values.append(bool(bits & (1 << bit)))
+            bit += 1
+            continue
+        bit = 8
+        if kind == "shortstr":
+            size = payload[offset]
+            end = offset + 1 + size
+            if end > len(payload):
+                raise IndexError("short string beyond frame")
+            values.append(payload[offset + 1 : end].decode("utf-8", "surrogateescape"))
+            offset = end
+        elif kind == "longstr":
+            (size,) = _LONG.unpack_from(payload, offset)
+            end = offset + 4 + size
+            if end > len(payload):
+                raise IndexError("long string beyond frame")
+            values.append(payload[offset + 4 : end])
+            offset = end
+        elif kind == "octet":
+            values.append(payload[offset])
+            offset += 1
+        elif kind == "short":
+            values.append(_SHORT.unpack_from(payload, offset)[0])
+            offset += 2
+        elif kind == "long":
+            values.append(_LONG.unpack_from(payload, offset)[0])
+            offset += 4
+        elif kind == "longlong":
+            values.append(_LONGLONG.unpack_from(payload, offset)[0])
+            offset += 8
+        elif kind == "table":
+            start = offset
+            _, offset = read_table(view, offset)
+            values.append(bytes(payload[start:offset]))
+        else:  # pragma: no cover - the table above is fixed
+            raise AssertionError(kind)
+    return values, offset
+
+
+def encode_method(m: Method) -> bytes:
+    """Encode a method as a method frame payload."""
+    parts = [_METHOD_ID.pack(m.CLASS_ID, m.METHOD_ID)]
+    bits = 0
+    bit = -1
+    for kind, value in zip(m.SPEC, _values(m), strict=True):
+        if kind == "bit":
+            if bit == -1:
+                bits, bit = 0, 0
+            elif bit == 8:
+                parts.append(bytes((bits,)))
+                bits, bit = 0, 0
+            if value:
+                bits |= 1 << bit
+            bit += 1
+            continue
+        if bit != -1:
+            parts.append(bytes((bits,)))
+            bit = -1
+        parts.append(_encode_field(kind, value))
+    if bit != -1:
+        parts.append(bytes((bits,)))
+    return b"".join(parts)
+
+
+def _values(m: Method) -> list[Any]:
+    return [getattr(m, f.name) for f in fields(m)]  # type: ignore[arg-type]
+
+
+def _encode_field(kind: str, value: Any) -> bytes:
+    if kind == "shortstr":
+        raw: bytes = value.encode("utf-8", "surrogateescape")
+        if len(raw) > 255:
+            raise ValueError(f"short string longer than 255 bytes: {value[:32]!r}")
+        return bytes((len(raw),)) + raw
+    if kind == "longstr":
+        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return _LONG.pack(len(raw)) + raw
+    if kind == "octet":
+        return bytes((value,))
+    if kind == "short":
+        return _SHORT.pack(value)
+    if kind == "long":
+        return _LONG.pack(value)
+    if kind == "longlong":
+        return _LONGLONG.pack(value)
+    if kind == "table":
+        return bytes(value) if isinstance(value, bytes | bytearray) else encode_table(value)
+    raise AssertionError(kind)  # pragma: no cover
