@@ -1,0 +1,147 @@
+"""Measurements for the load generator: latency histograms and /proc process accounting.
+
+Owns `LatencyHistogram` (log-linear buckets of microseconds, ~0.2 % precision, mergeable
+across consumer processes) and the Linux /proc readers for CPU time (utime + stime) and
+resident memory (VmRSS) of a process and its descendants.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_SUB_BITS = 10
+_SUB = 1 << _SUB_BITS  # values below this many microseconds get an exact bucket
+_HALF = _SUB >> 1
+_MAX_US = (1 << 40) - 1  # clamp: 12.7 days
+_BUCKETS = _SUB + (40 - _SUB_BITS) * _HALF
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _bucket(us: int) -> int:
+    if us < _SUB:
+        return us
+    shift = us.bit_length() - _SUB_BITS
+    return _SUB + (shift - 1) * _HALF + (us >> shift) - _HALF
+
+
+def _bucket_value(index: int) -> float:
+    """Midpoint of a bucket, in microseconds."""
+    if index < _SUB:
+        return float(index)
+    shift, mantissa = divmod(index - _SUB, _HALF)
+    shift += 1
+    return float(((mantissa + _HALF) << shift) + (1 << (shift - 1)))
+
+
+class LatencyHistogram:
+    """Counts of latencies in log-linear microsecond buckets."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * _BUCKETS
+        self.total_us = 0
+
+    def record_ns(self, nanoseconds: int) -> None:
+        us = nanoseconds // 1000
+        if us < 0:
+            us = 0
+        elif us > _MAX_US:
+            us = _MAX_US
+        self.counts[us if us < _SUB else _bucket(us)] += 1
+        self.total_us += us
+
+    def to_sparse(self) -> dict[int, int]:
+        return {i: n for i, n in enumerate(self.counts) if n}
+
+    def merge_sparse(self, sparse: dict[int, int], total_us: int) -> None:
+        for index, count in sparse.items():
+            self.counts[index] += count
+        self.total_us += total_us
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def percentile(self, fraction: float) -> float | None:
+        """Latency in microseconds at `fraction` (0..1) of the samples, or None when empty."""
+        total = self.count
+        if not total:
+            return None
+        rank = max(1, round(fraction * total))
+        seen = 0
+        for index, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                return _bucket_value(index)
+        return None
+
+    def summary_ms(self) -> dict[str, float | int | None]:
+        """p50/p99/p99.9/max and mean in milliseconds, plus the sample count."""
+        total = self.count
+
+        def ms(us: float | None) -> float | None:
+            return None if us is None else round(us / 1000, 3)
+
+        return {
+            "latency_samples": total,
+            "latency_mean_ms": ms(self.total_us / total) if total else None,
+            "latency_p50_ms": ms(self.percentile(0.50)),
+            "latency_p99_ms": ms(self.percentile(0.99)),
+            "latency_p999_ms": ms(self.percentile(0.999)),
+            "latency_max_ms": ms(self.percentile(1.0)),
+        }
+
+
+# ---------------------------------------------------------------------------- /proc
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (after the parenthesised command name)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds (0 when it is gone)."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and all its live descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    return sum(cpu_seconds(p) for p in process_tree(pid))
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of one process in bytes (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss_bytes(pid: int) -> int:
+    return sum(rss_bytes(p) for p in process_tree(pid))

@@ -1,0 +1,292 @@
+"""The producer and consumer processes of the load generator.
+
+Owns what runs inside one worker OS process: its spec, the live counters it shares with the
+coordinator (a small shared-memory array per worker plus one shared phase word), the
+publish loop (pre-encoded batches, timestamp patching, drain, confirm window, optional fixed
+rate or message count) and the consuming side (deliver parsing, multiple-acks, latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import struct
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from bench.stats import LatencyHistogram
+from bench.wire import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    U64,
+    Connection,
+    PublishTemplate,
+    ack_frame,
+    connect,
+    publish_template,
+)
+
+# Phases of a run, written by the coordinator into the shared phase word.
+WAIT, RUN, MEASURE, STOP = 0, 1, 2, 3
+# Worker statuses and the layout of each worker's shared counter array.
+STARTING, READY, DONE, FAILED = 0, 1, 2, 3
+STATUS, PUBLISHED, CONFIRMED, NACKED, CONSUMED = range(5)
+COUNTER_FIELDS = 5
+POLL_S = 0.01
+MIN_SLEEP_S = 0.001  # shorter sleeps round to zero in the event loop and would spin
+_ACK_ARGS = struct.Struct("!QB")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    role: str  # "producer" | "consumer"
+    index: int
+    url: str
+    queue: str
+    size: int = 128
+    persistent: bool = False
+    confirm: int = 0  # max unconfirmed publishes; 0 = no publisher confirms
+    rate: float = 0.0  # msgs/s for this producer; 0 = as fast as possible
+    count: int = 0  # messages for this producer to publish; 0 = until told to stop
+    batch: int = 500  # messages per socket write
+    manual_ack: bool = False
+    prefetch: int = 1000
+
+
+# ---------------------------------------------------------------------------- producer
+
+
+class ProducerConnection(Connection):
+    """Counts publisher confirms (basic.ack / basic.nack, honouring `multiple`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.confirmed = 0
+        self.nacked = 0
+        self.window_open = asyncio.Event()
+        self._floor = 0  # every tag <= floor is settled
+        self._singles: set[int] = set()  # settled tags above the floor
+        self.fast_methods = {BASIC_ACK: self._on_ack, BASIC_NACK: self._on_nack}
+
+    def settled(self) -> int:
+        return self.confirmed + self.nacked
+
+    def _on_ack(self, buf: bytearray, start: int, end: int) -> None:
+        tag, flags = _ACK_ARGS.unpack_from(buf, start)
+        self.confirmed += self._settle(tag, bool(flags & 1))
+        self.window_open.set()
+
+    def _on_nack(self, buf: bytearray, start: int, end: int) -> None:
+        tag, flags = _ACK_ARGS.unpack_from(buf, start)
+        self.nacked += self._settle(tag, bool(flags & 1))
+        self.window_open.set()
+
+    def _settle(self, tag: int, multiple: bool) -> int:
+        """How many publishes this confirm settles that were not settled before."""
+        if tag <= self._floor or tag in self._singles:
+            return 0
+        if multiple:
+            below = {t for t in self._singles if t <= tag}
+            self._singles -= below
+            settled = tag - self._floor - len(below)
+            self._floor = tag
+            return settled
+        self._singles.add(tag)
+        while self._floor + 1 in self._singles:
+            self._floor += 1
+            self._singles.remove(self._floor)
+        return 1
+
+    def on_fail(self) -> None:
+        self.window_open.set()
+
+
+class Batch:
+    """`size` copies of the publish template in one buffer; stamping patches 8 bytes each."""
+
+    def __init__(self, template: PublishTemplate, size: int) -> None:
+        self.message_bytes = len(template.frames)
+        self.buffer = bytearray(template.frames * size)
+        self.offsets = [i * self.message_bytes + template.stamp_offset for i in range(size)]
+
+    def stamped(self, count: int) -> bytes:
+        """The first `count` messages with the current time as their send timestamp."""
+        now, buf, pack = time.monotonic_ns(), self.buffer, U64.pack_into
+        for i in range(count):
+            pack(buf, self.offsets[i], now)
+        return bytes(memoryview(buf)[: count * self.message_bytes])
+
+
+class Pacer:
+    """Hands out messages at a fixed rate (unlimited when rate is 0)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.sent = 0
+        self.start = time.monotonic()
+
+    async def take(self, wanted: int) -> int:
+        if not self.rate:
+            return wanted
+        while True:
+            due = int((time.monotonic() - self.start) * self.rate) - self.sent
+            if due > 0:
+                granted = min(wanted, due)
+                self.sent += granted
+                return granted
+            next_at = self.start + (self.sent + 1) / self.rate
+            await asyncio.sleep(max(MIN_SLEEP_S, next_at - time.monotonic()))
+
+
+async def _open_window(conn: ProducerConnection, spec: WorkerSpec, published: int) -> int:
+    """How many more publishes the confirm window allows; waits briefly when it is full."""
+    if not spec.confirm:
+        return spec.batch
+    room = spec.confirm - (published - conn.settled())
+    if room <= 0:
+        await _next_confirm(conn)
+    return min(room, spec.batch)
+
+
+async def _next_confirm(conn: ProducerConnection) -> None:
+    """Wait until a confirm arrives (or 0.1 s pass, so the caller can re-check the phase)."""
+    conn.window_open.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(conn.window_open.wait(), 0.1)
+    conn.check()
+
+
+async def _publish(conn: ProducerConnection, spec: WorkerSpec, counters: Any, phase: Any) -> None:
+    template = publish_template(spec.queue, spec.size, spec.persistent, conn.frame_max)
+    batch = Batch(template, spec.batch)
+    assert conn.transport is not None
+    conn.transport.set_write_buffer_limits(high=max(4 * len(batch.buffer), 1 << 20))
+    pacer, published = Pacer(spec.rate), 0
+    while phase.value < STOP and not (spec.count and published >= spec.count):
+        wanted = await _open_window(conn, spec, published)
+        if spec.count:
+            wanted = min(wanted, spec.count - published)
+        if wanted <= 0:
+            continue
+        count = await pacer.take(wanted)
+        conn.send(batch.stamped(count))
+        published += count
+        counters[PUBLISHED] = published
+        await conn.drain()
+        await asyncio.sleep(0)
+    while spec.confirm and conn.settled() < published and phase.value < STOP:
+        await _next_confirm(conn)
+        counters[CONFIRMED], counters[NACKED] = conn.confirmed, conn.nacked
+
+
+async def _report_confirms(conn: ProducerConnection, counters: Any, phase: Any) -> None:
+    while phase.value < STOP:
+        counters[CONFIRMED], counters[NACKED] = conn.confirmed, conn.nacked
+        await asyncio.sleep(POLL_S)
+
+
+async def run_producer(spec: WorkerSpec, counters: Any, phase: Any) -> dict[str, Any]:
+    conn = await connect(spec.url, ProducerConnection)
+    if spec.confirm:
+        await conn.confirm_select()
+    counters[STATUS] = READY
+    await _wait_phase(phase, RUN)
+    reporter = asyncio.ensure_future(_report_confirms(conn, counters, phase))
+    await _publish(conn, spec, counters, phase)
+    counters[CONFIRMED], counters[NACKED] = conn.confirmed, conn.nacked
+    counters[STATUS] = DONE
+    await _wait_phase(phase, STOP)
+    await reporter
+    await conn.close()
+    return {}
+
+
+# ---------------------------------------------------------------------------- consumer
+
+
+class ConsumerConnection(Connection):
+    """Counts deliveries, acks with multiple=true every `ack_every`, measures latency."""
+
+    def __init__(self, counters: Any, ack_every: int) -> None:
+        super().__init__()
+        self.delivered = 0
+        self.ack_every = ack_every  # 0 = auto-ack (no-ack consumer)
+        self.measuring = False
+        self.histogram = LatencyHistogram()
+        self.counters = counters
+        self._last_tag = 0
+        self._acked_tag = 0
+        self._acked_count = 0
+        self._stamp_next = False
+        self.fast_methods = {BASIC_DELIVER: self._on_deliver}
+
+    def _on_deliver(self, buf: bytearray, start: int, end: int) -> None:
+        self._last_tag = U64.unpack_from(buf, start + 1 + buf[start])[0]
+        self.delivered += 1
+        self._stamp_next = True
+
+    def on_body(self, buf: bytearray, start: int, end: int) -> None:
+        if self._stamp_next:
+            self._stamp_next = False
+            if self.measuring:
+                self.histogram.record_ns(time.monotonic_ns() - U64.unpack_from(buf, start)[0])
+
+    def on_chunk_end(self) -> None:
+        if self.ack_every and self.delivered - self._acked_count >= self.ack_every:
+            self.flush_acks()
+        self.counters[CONSUMED] = self.delivered
+
+    def flush_acks(self) -> None:
+        if self.ack_every and self._last_tag > self._acked_tag:
+            self.send(ack_frame(self._last_tag, True))
+            self._acked_tag, self._acked_count = self._last_tag, self.delivered
+
+
+async def run_consumer(spec: WorkerSpec, counters: Any, phase: Any) -> dict[str, Any]:
+    ack_every = max(1, spec.prefetch // 2) if spec.manual_ack else 0
+    conn = await connect(spec.url, functools.partial(ConsumerConnection, counters, ack_every))
+    await conn.qos(spec.prefetch)
+    await conn.consume(spec.queue, no_ack=not spec.manual_ack)
+    counters[STATUS] = READY
+    while phase.value < STOP:
+        conn.check()
+        conn.measuring = phase.value == MEASURE
+        conn.flush_acks()
+        await asyncio.sleep(POLL_S)
+    conn.measuring = False
+    conn.flush_acks()
+    await conn.close()
+    return {"latency": conn.histogram.to_sparse(), "latency_total_us": conn.histogram.total_us}
+
+
+# ---------------------------------------------------------------------------- process entry
+
+
+async def _wait_phase(phase: Any, wanted: int) -> None:
+    while phase.value < wanted:
+        await asyncio.sleep(POLL_S)
+
+
+def _event_loop_runner() -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
+def worker_main(spec: WorkerSpec, counters: Any, phase: Any, results: Any) -> None:
+    """Process target: run one producer or consumer, then post its result dict."""
+    role = run_producer if spec.role == "producer" else run_consumer
+    result: dict[str, Any] = {"role": spec.role, "index": spec.index}
+    try:
+        result.update(_event_loop_runner()(role(spec, counters, phase)))
+    except Exception as exc:  # reported to the coordinator, which fails the run
+        counters[STATUS] = FAILED
+        result["error"] = f"{spec.role} {spec.index}: {type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()
+    results.put(result)
