@@ -10,17 +10,24 @@ Theory of operation:
    what it saw with what RabbitMQ 3.10.8 was recorded doing.
 3. Waiting is always bounded: `amqp.pump(connection, until)` drives pika's I/O until a
    condition holds or `WAIT_S` passes, and then fails.
+4. `raw_amqp()` is a client on a plain socket that builds every frame by hand (AMQP 0-9-1
+   section 4.2.3 general frame format: type, channel, size, payload, frame-end 0xCE), for
+   sending what no client library would: broken frames, unknown methods, wrong headers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import unquote, urlsplit
 
 import pika
 import pika.exceptions
@@ -229,3 +236,182 @@ def golden() -> Callable[[str], Observation]:
         return observed
 
     return load
+
+
+# -- raw frames ------------------------------------------------------------------------------
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
+FRAME_END = 0xCE
+FRAME_OVERHEAD_BYTES = 8  # 7 octets of frame header and the frame-end octet
+CONNECTION_CLOSE, CONNECTION_CLOSE_OK = (10, 50), (10, 51)
+CHANNEL_CLOSE = (20, 40)
+
+
+def shortstr(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">B", len(data)) + data
+
+
+def longstr(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def method_payload(class_id: int, method_id: int, arguments: bytes = b"") -> bytes:
+    return struct.pack(">HH", class_id, method_id) + arguments
+
+
+def frame_bytes(frame_type: int, channel: int, payload: bytes, frame_end: int = FRAME_END) -> bytes:
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + bytes([frame_end])
+
+
+def publish_frames(channel: int, exchange: str, routing_key: str, body: bytes) -> bytes:
+    """basic.publish, a content header without properties, and one body frame."""
+    arguments = struct.pack(">H", 0) + shortstr(exchange) + shortstr(routing_key) + b"\x00"
+    header = struct.pack(">HHQH", 60, 0, len(body), 0)
+    return (
+        frame_bytes(FRAME_METHOD, channel, method_payload(60, 40, arguments))
+        + frame_bytes(FRAME_HEADER, channel, header)
+        + frame_bytes(FRAME_BODY, channel, body)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    frame_type: int
+    channel: int
+    payload: bytes
+
+    @property
+    def method(self) -> tuple[int, int]:
+        class_id, method_id = struct.unpack(">HH", self.payload[:4])
+        return class_id, method_id
+
+
+class Close(NamedTuple):
+    """The arguments of a connection.close or channel.close; compares equal to a tuple."""
+
+    code: int
+    text: str
+    class_id: int
+    method_id: int
+
+    @classmethod
+    def parse(cls, payload: bytes) -> Close:
+        (code,) = struct.unpack(">H", payload[4:6])
+        text_end = 7 + payload[6]
+        class_id, method_id = struct.unpack(">HH", payload[text_end : text_end + 4])
+        return cls(code, payload[7:text_end].decode(), class_id, method_id)
+
+
+class RawAmqp:
+    """One AMQP connection on a plain socket; every read waits at most `WAIT_S`."""
+
+    # Frame builders, for tests that assemble frames themselves.
+    shortstr = staticmethod(shortstr)
+    publish_frames = staticmethod(publish_frames)
+
+    def __init__(self, url: str) -> None:
+        self.url = urlsplit(url)
+        address = (self.url.hostname or "127.0.0.1", self.url.port or 5672)
+        self.sock = socket.create_connection(address, timeout=WAIT_S)
+        self.frame_max = 0
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(
+        self, frame_type: int, channel: int, payload: bytes, frame_end: int = FRAME_END
+    ) -> None:
+        self.send(frame_bytes(frame_type, channel, payload, frame_end))
+
+    def send_method(
+        self, channel: int, class_id: int, method_id: int, arguments: bytes = b""
+    ) -> None:
+        self.send_frame(FRAME_METHOD, channel, method_payload(class_id, method_id, arguments))
+
+    def publish(self, channel: int, routing_key: str, body: bytes, exchange: str = "") -> None:
+        self.send(publish_frames(channel, exchange, routing_key, body))
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise EOFError(f"connection closed after {data!r}")
+            data += chunk
+        return data
+
+    def read_frame(self) -> Frame:
+        frame_type, channel, size = struct.unpack(">BHI", self._read_exactly(7))
+        payload = self._read_exactly(size)
+        assert self._read_exactly(1) == bytes([FRAME_END])
+        return Frame(frame_type, channel, payload)
+
+    def expect_method(self, channel: int, method: tuple[int, int]) -> Frame:
+        frame = self.read_frame()
+        assert (frame.frame_type, frame.channel, frame.method) == (FRAME_METHOD, channel, method)
+        return frame
+
+    def handshake(self) -> None:
+        """Protocol header, start-ok (PLAIN), tune-ok (no heartbeats), connection.open."""
+        self.send(PROTOCOL_HEADER)
+        self.expect_method(0, (10, 10))
+        user, password = unquote(self.url.username or ""), unquote(self.url.password or "")
+        response = f"\x00{user}\x00{password}".encode()
+        empty_table = struct.pack(">I", 0)
+        start_ok = empty_table + shortstr("PLAIN") + longstr(response) + shortstr("en_US")
+        self.send_method(0, 10, 11, start_ok)
+        tune = self.expect_method(0, (10, 30)).payload
+        channel_max, self.frame_max, _heartbeat = struct.unpack(">HIH", tune[4:12])
+        self.send_method(0, 10, 31, struct.pack(">HIH", channel_max, self.frame_max, 0))
+        vhost = unquote(self.url.path[1:]) or "/"
+        self.send_method(0, 10, 40, shortstr(vhost) + shortstr("") + b"\x00")
+        self.expect_method(0, (10, 41))
+
+    def open_channel(self, channel: int) -> None:
+        self.send_method(channel, 20, 10, shortstr(""))
+        self.expect_method(channel, (20, 11))
+
+    def read_connection_close(self) -> Close:
+        """The next frame must be connection.close; answer it with close-ok."""
+        frame = self.expect_method(0, CONNECTION_CLOSE)
+        with contextlib.suppress(OSError):
+            self.send_method(0, *CONNECTION_CLOSE_OK)
+        return Close.parse(frame.payload)
+
+    def read_until_closed(self) -> bytes:
+        """Everything the server sends until it closes the socket (EOF or reset)."""
+        data = b""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                return data
+            except TimeoutError:
+                break
+            if not chunk:
+                return data
+            data += chunk
+        raise AssertionError(f"server kept the connection open; it sent {data!r}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_amqp(broker: Any) -> Iterator[Callable[..., RawAmqp]]:
+    """`raw_amqp(handshake=True)`: a raw connection, by default already open."""
+    connections: list[RawAmqp] = []
+
+    def connect(handshake: bool = True) -> RawAmqp:
+        raw = RawAmqp(broker.url)
+        connections.append(raw)
+        if handshake:
+            raw.handshake()
+        return raw
+
+    yield connect
+    for raw in connections:
+        raw.close()

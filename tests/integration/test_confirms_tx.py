@@ -7,6 +7,8 @@ first. `outcome` turns that into the golden files' `"ack"` / `"nack"` / `"return
 
 from __future__ import annotations
 
+import struct
+
 import pika.exceptions
 import pytest
 
@@ -165,6 +167,30 @@ def test_unroutable_no_confirm_return(amqp, golden):
     amqp.settle(connection, 0.2)
     scenario = "confirms.unroutable_no_confirm_return"
     assert amqp.normalise({"returns": returns}, scenario) == golden(scenario)
+
+
+def test_acks_with_multiple_cover_every_publish_once(amqp, raw_amqp):
+    # On a raw socket the acks' `multiple` flags are visible. RabbitMQ confirms a burst of
+    # publishes with some basic.ack(multiple=True); every tag is confirmed exactly once.
+    queue = amqp.queue("q")
+    raw = raw_amqp()
+    raw.open_channel(1)
+    raw.send_method(1, 85, 10, b"\x00")  # confirm.select, nowait=false
+    raw.expect_method(1, (85, 11))
+    count = 200
+    raw.send(b"".join(raw.publish_frames(1, "", queue, b"m") for _ in range(count)))
+    confirmed: list[int] = []
+    multiple_acks = 0
+    while len(confirmed) < count:
+        frame = raw.expect_method(1, (60, 80))  # basic.ack, never a nack
+        tag, multiple = struct.unpack(">Q?", frame.payload[4:13])
+        newly = list(range(len(confirmed) + 1, tag + 1)) if multiple else [tag]
+        assert newly and newly[0] == len(confirmed) + 1, (tag, multiple, len(confirmed))
+        confirmed += newly
+        multiple_acks += multiple
+    assert confirmed == list(range(1, count + 1))
+    assert multiple_acks > 0
+    assert amqp.passive_count(amqp.channel(), queue) == (count, 0)
 
 
 # -- transactions ----------------------------------------------------------------------------
