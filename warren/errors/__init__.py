@@ -151,3 +151,53 @@ def unexpected_frame(detail: str) -> HardError:
 
 def not_implemented(detail: str) -> HardError:
     return HardError(ReplyCode.NOT_IMPLEMENTED, detail)
+
+
+# --- Texts of the model layer: declares, deletes, bindings and publishing (rabbit_channel,
+# rabbit_amqqueue, rabbit_exchange and rabbit_queue_type_util in RabbitMQ 3.10). ---
+
+
+def reserved_name_prefix(kind: str, name: str) -> SoftError:
+    """403 for creating a queue or exchange whose name starts with ``amq.``."""
+    return access_refused(f"{kind} name '{name}' contains reserved prefix 'amq.*'")
+
+
+def default_exchange_refused() -> SoftError:
+    """403 for declaring, deleting or binding to or from the default exchange."""
+    return access_refused("operation not permitted on the default exchange")
+
+
+def system_exchange_deletion(name: str, vhost: str) -> SoftError:
+    return access_refused(f"deletion of system {describe_exchange(name, vhost)} not allowed")
+
+
+def internal_exchange_publish(name: str, vhost: str) -> SoftError:
+    return access_refused(f"cannot publish to internal {describe_exchange(name, vhost)}")
+
+
+def exchange_in_use(name: str, vhost: str) -> SoftError:
+    return precondition_failed(f"{describe_exchange(name, vhost)} in use")
+
+
+def invalid_exchange_type(type_name: str) -> HardError:
+    return command_invalid(f"invalid exchange type '{type_name}'")
+
+
+def invalid_arg_type(type_name: str, arg: str, resource: str) -> SoftError:
+    """406 for a name-valued argument of the wrong type; `resource` is ``queue 'q' in …``."""
+    return precondition_failed(f"invalid type '{type_name}' for arg '{arg}' in {resource}")
+
+
+def invalid_queue_arg(arg: str, name: str, vhost: str, reason: str) -> SoftError:
+    """406 for a queue argument with a bad value; `reason` is already printed like Erlang."""
+    return precondition_failed(f"invalid arg '{arg}' for {describe_queue(name, vhost)}: {reason}")
+
+
+def queue_arg_not_for_type(arg: str, name: str, vhost: str, type_module: str) -> SoftError:
+    return precondition_failed(
+        f"invalid arg '{arg}' for {describe_queue(name, vhost)} of queue type {type_module}"
+    )
+
+
+def invalid_queue_property(prop: str, name: str, vhost: str) -> SoftError:
+    return precondition_failed(f"invalid property '{prop}' for {describe_queue(name, vhost)}")

@@ -1,0 +1,142 @@
+"""Exchanges: their declared properties and the bindings they are the source of.
+
+Theory of operation:
+1. An exchange's name, type, flags and arguments never change after it is declared (a
+   redeclare must be equivalent, see `warren.model.equivalence`); so the alternate exchange
+   is read from the ``alternate-exchange`` argument once.
+2. The exchange owns its bindings as a source, grouped by destination in insertion order,
+   and keeps its type's router (`warren.model.routers`) in step with them: a binding is added
+   to the router exactly when it is new here, and removed exactly when it was here.
+3. The exchange knows nothing of other exchanges or queues: what happens to a destination
+   that disappears, or to an auto-delete exchange that loses its last binding, is the
+   vhost's business (`warren.model.vhost`).
+
+Source: rabbit_exchange.erl, rabbit_binding.erl; AMQP 0-9-1 section 3.1.3.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from warren.amqp.table import Typed
+from warren.model.binding import Binding, Destination
+from warren.model.routers import DirectRouter, FanoutRouter, HeadersRouter, Router, TopicRouter
+
+ALTERNATE_EXCHANGE = "alternate-exchange"
+
+
+class ExchangeType(enum.Enum):
+    DIRECT = "direct"
+    FANOUT = "fanout"
+    TOPIC = "topic"
+    HEADERS = "headers"
+
+
+_ROUTERS: Mapping[ExchangeType, Callable[[], Router]] = {
+    ExchangeType.DIRECT: DirectRouter,
+    ExchangeType.FANOUT: FanoutRouter,
+    ExchangeType.TOPIC: TopicRouter,
+    ExchangeType.HEADERS: HeadersRouter,
+}
+
+
+class Exchange:
+    """One exchange of a vhost."""
+
+    __slots__ = (
+        "_alternate_exchange",
+        "_by_destination",
+        "_router",
+        "arguments",
+        "auto_delete",
+        "durable",
+        "internal",
+        "name",
+        "type",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        type: ExchangeType,
+        *,
+        durable: bool,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Typed] | None = None,
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments: dict[str, Typed] = dict(arguments or {})
+        self._alternate_exchange = _alternate_exchange(self.arguments)
+        self._router = _ROUTERS[type]()
+        self._by_destination: dict[Destination, list[Binding]] = {}
+
+    def __repr__(self) -> str:
+        return f"Exchange({self.name!r}, {self.type.value})"
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        """The exchange that takes messages this one routes nowhere, if declared."""
+        return self._alternate_exchange
+
+    @property
+    def bindings(self) -> list[Binding]:
+        """Bindings this exchange is the source of, grouped by destination."""
+        return [binding for group in self._by_destination.values() for binding in group]
+
+    @property
+    def has_bindings(self) -> bool:
+        return bool(self._by_destination)
+
+    def destinations(self) -> list[Destination]:
+        return list(self._by_destination)
+
+    def bindings_to(self, destination: Destination) -> list[Binding]:
+        return list(self._by_destination.get(destination, ()))
+
+    def has_binding(self, binding: Binding) -> bool:
+        return binding in self._by_destination.get(binding.target, ())
+
+    def add_binding(self, binding: Binding) -> bool:
+        """Add `binding` (its source must be this exchange); False if it was already here."""
+        group = self._by_destination.setdefault(binding.target, [])
+        if binding in group:
+            return False
+        group.append(binding)
+        self._router.add(binding)
+        return True
+
+    def remove_binding(self, binding: Binding) -> bool:
+        """Remove `binding`; False if it was not here."""
+        group = self._by_destination.get(binding.target)
+        if group is None or binding not in group:
+            return False
+        group.remove(binding)
+        if not group:
+            del self._by_destination[binding.target]
+        self._router.remove(binding)
+        return True
+
+    def remove_bindings_to(self, destination: Destination) -> list[Binding]:
+        removed = self._by_destination.pop(destination, [])
+        for binding in removed:
+            self._router.remove(binding)
+        return removed
+
+    def match(
+        self, routing_keys: Sequence[str], headers: Mapping[str, object] | None
+    ) -> Iterable[Destination]:
+        """Destinations of this exchange's own bindings, without the alternate exchange."""
+        return self._router.match(routing_keys, headers)
+
+
+def _alternate_exchange(arguments: Mapping[str, Typed]) -> str | None:
+    value = arguments.get(ALTERNATE_EXCHANGE)
+    if value is None or value.tag != "S" or not isinstance(value.value, str):
+        return None
+    return value.value
