@@ -24,7 +24,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
@@ -159,14 +159,19 @@ class Amqp:
 
     @staticmethod
     def pump(
-        connection: BlockingConnection, until: Callable[[], bool], timeout_s: float = WAIT_S
+        connections: BlockingConnection | Sequence[BlockingConnection],
+        until: Callable[[], bool],
+        timeout_s: float = WAIT_S,
     ) -> None:
-        """Process I/O until `until()` is true; fail after `timeout_s`."""
+        """Process I/O on one or more connections until `until()`; fail after `timeout_s`."""
+        if isinstance(connections, BlockingConnection):
+            connections = [connections]
         deadline = time.monotonic() + timeout_s
         while not until():
             if time.monotonic() > deadline:
                 raise AssertionError(f"condition not met within {timeout_s} s")
-            connection.process_data_events(time_limit=0.02)
+            for connection in connections:
+                connection.process_data_events(time_limit=0.01)
 
     @staticmethod
     def settle(connection: BlockingConnection, duration_s: float = 0.2) -> None:
