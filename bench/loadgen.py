@@ -231,6 +231,7 @@ class Snapshot:
     worker_cpu: dict[int, float]
     own_cpu: float
     broker_cpu: float
+    machine_cpu: float
 
     @classmethod
     def take(cls, fleet: Fleet, broker_pid: int) -> Snapshot:
@@ -242,6 +243,7 @@ class Snapshot:
             worker_cpu={w.process.pid: stats.cpu_seconds(w.process.pid) for w in fleet.workers},
             own_cpu=stats.cpu_seconds(os.getpid()),
             broker_cpu=stats.tree_cpu_seconds(broker_pid) if broker_pid else 0.0,
+            machine_cpu=stats.machine_busy_seconds(),
         )
 
 
@@ -256,9 +258,12 @@ def window_results(a: Snapshot, b: Snapshot, broker_pid: int) -> dict[str, Any]:
     out["loadgen_cpu_s"] = round(loadgen_cpu, 2)
     out["loadgen_cpu_pct"] = round(100 * loadgen_cpu / elapsed, 1)
     out["loadgen_max_process_cpu_pct"] = round(100 * max(per_worker, default=0) / elapsed, 1)
+    broker_cpu = b.broker_cpu - a.broker_cpu
     if broker_pid:
-        out["broker_cpu_s"] = round(b.broker_cpu - a.broker_cpu, 2)
-        out["broker_cpu_pct"] = round(100 * (b.broker_cpu - a.broker_cpu) / elapsed, 1)
+        out["broker_cpu_s"] = round(broker_cpu, 2)
+        out["broker_cpu_pct"] = round(100 * broker_cpu / elapsed, 1)
+    other = b.machine_cpu - a.machine_cpu - loadgen_cpu - broker_cpu
+    out["other_cpu_pct"] = round(max(0.0, 100 * other / elapsed), 1)
     return out
 
 

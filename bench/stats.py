@@ -2,7 +2,8 @@
 
 Owns `LatencyHistogram` (log-linear buckets of microseconds, ~0.2 % precision, mergeable
 across consumer processes) and the Linux /proc readers for CPU time (utime + stime) and
-resident memory (VmRSS) of a process and its descendants.
+resident memory (VmRSS) of a process and its descendants, and the whole machine's busy CPU
+time (to tell when something else was competing for the cores during a measurement).
 """
 
 from __future__ import annotations
@@ -145,3 +146,9 @@ def rss_bytes(pid: int) -> int:
 
 def tree_rss_bytes(pid: int) -> int:
     return sum(rss_bytes(p) for p in process_tree(pid))
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (from /proc/stat, idle and iowait excluded)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
