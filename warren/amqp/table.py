@@ -127,6 +127,10 @@ def _value(view: memoryview, offset: int, tag: str, end: int) -> tuple[FieldValu
         return _value_unchecked(view, offset, tag, end)
     except (struct.error, IndexError) as error:
         raise TableError(f"truncated field value of type {tag!r}") from error
+    except RecursionError as error:
+        # Nested tables and arrays cost five bytes a level: one frame can nest far deeper
+        # than Python's stack, and that must be a syntax error, not a crash.
+        raise TableError("field table nested too deeply") from error
 
 
 def _value_unchecked(view: memoryview, offset: int, tag: str, end: int) -> tuple[FieldValue, int]:
@@ -148,7 +152,10 @@ def _value_unchecked(view: memoryview, offset: int, tag: str, end: int) -> tuple
         return _array(view, offset)
     if tag == "T":
         (seconds,) = _TIMESTAMP.unpack_from(view, offset)
-        return datetime.datetime.fromtimestamp(seconds, datetime.UTC), offset + 8
+        try:
+            return datetime.datetime.fromtimestamp(seconds, datetime.UTC), offset + 8
+        except (OverflowError, OSError, ValueError) as error:
+            raise TableError(f"timestamp {seconds} out of range") from error
     if tag == "d":
         return _DOUBLE.unpack_from(view, offset)[0], offset + 8
     if tag == "f":
@@ -253,6 +260,9 @@ def _encode_as(tag: str, value: FieldValue) -> bytes:
     if tag == "A":
         assert isinstance(value, Sequence)
         return _encode_array(value)
+    if tag == "f":  # encode_value would write a float as an eight-byte double
+        assert isinstance(value, float | int)
+        return _FLOAT.pack(value)
     return encode_value(value)[1:]
 
 
