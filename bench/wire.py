@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -179,6 +180,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.frame_max = DEFAULT_FRAME_MAX
         self.error: AmqpError | None = None
+        self.received_ns = 0
         self.fast_methods: dict[tuple[int, int], FastHandler] = {}
         self._buf = bytearray()
         self._opened = False
@@ -213,6 +215,7 @@ class Connection(asyncio.Protocol):
         self._writable.set()
 
     def data_received(self, data: bytes) -> None:
+        self.received_ns = time.monotonic_ns()  # arrival time of every frame in this chunk
         buf = self._buf
         buf += data
         if not self._opened and buf.startswith(b"AMQP"):

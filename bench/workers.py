@@ -14,6 +14,7 @@ import functools
 import struct
 import time
 import traceback
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,6 +218,7 @@ class ConsumerConnection(Connection):
         self.ack_every = ack_every  # 0 = auto-ack (no-ack consumer)
         self.measuring = False
         self.histogram = LatencyHistogram()
+        self._latencies = array("q")  # ns, folded into the histogram by `fold_latencies`
         self.counters = counters
         self._last_tag = 0
         self._acked_tag = 0
@@ -233,12 +235,16 @@ class ConsumerConnection(Connection):
         if self._stamp_next:
             self._stamp_next = False
             if self.measuring:
-                self.histogram.record_ns(time.monotonic_ns() - U64.unpack_from(buf, start)[0])
+                self._latencies.append(self.received_ns - U64.unpack_from(buf, start)[0])
 
     def on_chunk_end(self) -> None:
         if self.ack_every and self.delivered - self._acked_count >= self.ack_every:
             self.flush_acks()
         self.counters[CONSUMED] = self.delivered
+
+    def fold_latencies(self) -> None:
+        self.histogram.record_many_ns(self._latencies)
+        self._latencies = array("q")
 
     def flush_acks(self) -> None:
         if self.ack_every and self._last_tag > self._acked_tag:
@@ -256,9 +262,11 @@ async def run_consumer(spec: WorkerSpec, counters: Any, phase: Any) -> dict[str,
         conn.check()
         conn.measuring = phase.value == MEASURE
         conn.flush_acks()
+        conn.fold_latencies()
         await asyncio.sleep(POLL_S)
     conn.measuring = False
     conn.flush_acks()
+    conn.fold_latencies()
     await conn.close()
     return {"latency": conn.histogram.to_sparse(), "latency_total_us": conn.histogram.total_us}
 
