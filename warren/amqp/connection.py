@@ -36,6 +36,7 @@ from warren.amqp.frames import (
     FrameDecoder,
     NeedData,
     ProtocolHeader,
+    erlang_binary,
 )
 from warren.amqp.methods import (
     BasicPublish,
@@ -175,9 +176,9 @@ class ServerConnection:
         if assembly is not None:
             return self._on_content_frame(frame_type, channel, payload, assembly)
         if frame_type != FRAME_METHOD:
-            raise unexpected_frame(
-                f"expected method frame, got non method frame instead (channel {channel})"
-            )
+            if channel == 0:
+                raise unexpected_frame(f"type {frame_type}, all octets = {erlang_binary(payload)}")
+            raise unexpected_frame("expected method frame, got non method frame instead")
         if payload[:4] == _PUBLISH_ID and channel in self.open_channels:
             self._assembling[channel] = _Assembly(_decode_publish(payload))
             return None
@@ -203,22 +204,20 @@ class ServerConnection:
     def _on_method(self, channel: int, method: Method) -> Event:
         if channel == 0:
             if method.CLASS_ID != 10:
-                raise command_invalid(
-                    f"unexpected method '{method.NAME}' on channel 0"
-                ).at(method.CLASS_ID, method.METHOD_ID)
+                raise command_invalid(f"unexpected method '{method.NAME}' on channel 0").at(
+                    method.CLASS_ID, method.METHOD_ID
+                )
             if isinstance(method, ConnectionClose | ConnectionCloseOk):
                 self.state = State.CLOSED
             return MethodReceived(channel, method)
         if method.CLASS_ID == 10:
-            raise command_invalid(
-                f"connection method '{method.NAME}' on channel {channel}"
-            ).at(method.CLASS_ID, method.METHOD_ID)
+            raise command_invalid(f"connection method '{method.NAME}' on channel {channel}").at(
+                method.CLASS_ID, method.METHOD_ID
+            )
         if isinstance(method, ChannelOpen):
             self._open_channel(channel, method)
         elif channel not in self.open_channels:
-            raise channel_error(f"expected 'channel.open' on channel {channel}").at(
-                method.CLASS_ID, method.METHOD_ID
-            )
+            raise channel_error("expected 'channel.open'").at(method.CLASS_ID, method.METHOD_ID)
         elif isinstance(method, ChannelClose):
             self.open_channels.discard(channel)
         elif method.HAS_CONTENT:
@@ -261,16 +260,13 @@ class ServerConnection:
             assembly.body_size = body_size
             assembly.properties_raw = properties_raw
         elif frame_type != FRAME_BODY:
-            raise unexpected_frame(
-                "expected content body, got non content body frame instead"
-            )
+            raise unexpected_frame("expected content body, got non content body frame instead")
         else:
             assembly.chunks.append(payload)
             assembly.received += len(payload)
             if assembly.received > assembly.body_size:
                 raise frame_error(
-                    f"content body larger than declared: {assembly.received} > "
-                    f"{assembly.body_size}"
+                    f"content body larger than declared: {assembly.received} > {assembly.body_size}"
                 )
         if assembly.received < assembly.body_size:
             return None
@@ -284,17 +280,13 @@ class ServerConnection:
     def tune(self, frame_max: int, channel_max: int) -> None:
         """Apply the limits the client agreed to in ``connection.tune-ok``."""
         if frame_max and frame_max < FRAME_MIN_SIZE:
-            raise not_allowed(
-                f"frame_max={frame_max} < {FRAME_MIN_SIZE} min_size"
-            ).at(10, 31)
+            raise not_allowed(f"frame_max={frame_max} < {FRAME_MIN_SIZE} min_size").at(10, 31)
         if frame_max > self.frame_max:
-            raise not_allowed(
-                f"frame_max={frame_max} > {self.frame_max} max_size"
-            ).at(10, 31)
+            raise not_allowed(f"frame_max={frame_max} > {self.frame_max} max_size").at(10, 31)
         if channel_max > self.channel_max:
-            raise not_allowed(
-                f"channel_max={channel_max} > {self.channel_max} max_channels"
-            ).at(10, 31)
+            raise not_allowed(f"channel_max={channel_max} > {self.channel_max} max_channels").at(
+                10, 31
+            )
         if frame_max:
             self.frame_max = frame_max
             self._decoder.frame_max = frame_max

@@ -8,7 +8,8 @@ Theory of operation (spec section 4.2.6, "Content Framing"):
    needs a field: a message is delivered with exactly the bytes it was published with
    unless the broker changed a property (CC/BCC, x-death). `decode_properties` reads them
    into `BasicProperties`; `encode_properties` writes them back.
-3. Builders here return ready-to-write bytes; the hot builders live in `warren.amqp.fast`.
+3. Builders here return ready-to-write bytes. `deliver_frames` is the hot one: a
+   message carries its exchange and routing key pre-encoded (`Message.route`).
 """
 
 from __future__ import annotations
@@ -171,3 +172,67 @@ def content_frames(
 
 def body_frame(channel: int, body: bytes) -> bytes:
     return build_frame(FRAME_BODY, channel, body)
+
+
+def shortstr(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogateescape")
+    return bytes((len(raw),)) + raw
+
+
+class Message:
+    """A published message as the broker keeps it: routing data, raw properties, body."""
+
+    __slots__ = ("_properties", "body", "exchange", "properties_raw", "route", "routing_key")
+
+    def __init__(self, exchange: str, routing_key: str, properties_raw: bytes, body: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties_raw = properties_raw
+        self.body = body
+        # exchange and routing key as the two shortstrs that end basic.deliver/get-ok/return
+        self.route = shortstr(exchange) + shortstr(routing_key)
+        self._properties: BasicProperties | None = None
+
+    @property
+    def properties(self) -> BasicProperties:
+        if self._properties is None:
+            self._properties = decode_properties(self.properties_raw)
+        return self._properties
+
+
+_DELIVER_ID: Final = b"\x00\x3c\x00\x3c"
+_GET_OK_ID: Final = b"\x00\x3c\x00\x47"
+_TAG_AND_BIT = struct.Struct(">QB")
+_LONG = struct.Struct(">I")
+
+
+def deliver_frames(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    message: Message,
+    frame_max: int,
+) -> bytes:
+    """basic.deliver with its content; `consumer_tag` is already a shortstr."""
+    payload = (
+        _DELIVER_ID + consumer_tag + _TAG_AND_BIT.pack(delivery_tag, redelivered) + message.route
+    )
+    return content_frames(channel, payload, message.properties_raw, message.body, frame_max)
+
+
+def get_ok_frames(
+    channel: int,
+    delivery_tag: int,
+    redelivered: bool,
+    message: Message,
+    remaining: int,
+    frame_max: int,
+) -> bytes:
+    payload = (
+        _GET_OK_ID
+        + _TAG_AND_BIT.pack(delivery_tag, redelivered)
+        + message.route
+        + _LONG.pack(remaining)
+    )
+    return content_frames(channel, payload, message.properties_raw, message.body, frame_max)

@@ -90,14 +90,18 @@ class FrameDecoder:
             return NEED_DATA
         frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, start)
         if frame_type not in _KNOWN_TYPES:
-            raise frame_error(f"unknown frame type {frame_type}")
-        if size + FRAME_OVERHEAD > self.frame_max:
-            raise _too_large(size, self.frame_max)
+            raise frame_error(f"illegal frame type {frame_type}")
+        if size > self.frame_max:
+            # RabbitMQ allows 8 octets of slack and names frame_max - 8 as the limit.
+            raise framing_error(
+                frame_type, b"", f"{{frame_too_large,{size},{self.frame_max - FRAME_OVERHEAD}}}"
+            )
         end = start + 7 + size
         if len(buffer) <= end:
             return NEED_DATA
         if buffer[end] != FRAME_END:
-            raise frame_error(f"invalid frame end octet {buffer[end]:#04x}, expected 0xce")
+            payload = bytes(buffer[start + 7 : end])
+            raise framing_error(frame_type, payload, f"{{invalid_frame_end_marker,{buffer[end]}}}")
         self._offset = end + 1
         if self._offset == len(buffer):
             payload = bytes(buffer[start + 7 : end])
@@ -113,10 +117,17 @@ class FrameDecoder:
             self._offset = 0
 
 
-def _too_large(size: int, frame_max: int) -> HardError:
-    return frame_error(
-        f"frame size {size + FRAME_OVERHEAD} larger than negotiated maximum {frame_max}"
-    )
+def framing_error(frame_type: int, payload: bytes, reason: str) -> HardError:
+    """501 in RabbitMQ's words: ``type 1, all octets = <<0,20,0,10,0>>: {reason}``."""
+    return frame_error(f"type {frame_type}, all octets = {erlang_binary(payload)}: {reason}")
+
+
+def erlang_binary(data: bytes) -> str:
+    """A binary as Erlang's ``~p`` prints it: ``<<"text">>`` when printable, else octets."""
+    if data and all(32 <= octet < 127 for octet in data):
+        text = data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(octet) for octet in data) + ">>"
 
 
 def build_frame(frame_type: int, channel: int, payload: bytes) -> bytes:

@@ -9,8 +9,8 @@ Theory of operation:
    spec's packing rule says (section 4.2.5.2).
 3. Truncated or malformed payloads raise `HardError` 502 SYNTAX_ERROR; an unknown
    class/method pair raises 540 NOT_IMPLEMENTED as RabbitMQ does.
-4. The hottest methods (basic.publish in, basic.deliver and basic.ack out) have
-   hand-unrolled codecs in `warren.amqp.fast`; this table is the reference they match.
+4. The hottest methods have unrolled codecs next to their users (basic.publish in
+   `connection`, basic.deliver in `content`); this table is the reference they match.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
-from warren.errors import HardError, ReplyCode, syntax_error
+from warren.errors import ReplyCode, SilentHardError, syntax_error
 
 _SHORT = struct.Struct(">H")
 _LONG = struct.Struct(">I")
@@ -576,8 +576,8 @@ def decode_method(payload: bytes) -> Method:
     class_id, method_id = _METHOD_ID.unpack_from(payload)
     cls = METHODS.get((class_id, method_id))
     if cls is None:
-        raise HardError(
-            ReplyCode.NOT_IMPLEMENTED, f"unknown method ({class_id}, {method_id})"
+        raise SilentHardError(
+            ReplyCode.NOT_IMPLEMENTED, f"{{unknown_method_id,{{{class_id},{method_id}}}}}"
         ).at(class_id, method_id)
     try:
         values, end = _decode_fields(cls.SPEC, payload, 4)

@@ -84,6 +84,11 @@ class HardError(AmqpError):
     """Closes the connection."""
 
 
+class SilentHardError(HardError):
+    """Drops the connection without a `connection.close`, as RabbitMQ does for an unknown
+    method id (its reader process exits; the client sees the socket close)."""
+
+
 def describe_queue(name: str, vhost: str) -> str:
     return f"queue '{name}' in vhost '{vhost}'"
 
@@ -117,7 +122,9 @@ def resource_locked_queue(name: str, vhost: str) -> SoftError:
     )
 
 
-def inequivalent_arg(kind: str, name: str, vhost: str, arg: str, received: str, current: str) -> SoftError:
+def inequivalent_arg(
+    kind: str, name: str, vhost: str, arg: str, received: str, current: str
+) -> SoftError:
     """406 for a redeclare whose flag or argument differs; values are already quoted."""
     return precondition_failed(
         f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "

@@ -1,0 +1,684 @@
+"""One AMQP channel: what each method means to the broker.
+
+Theory of operation:
+1. The connection hands each `MethodReceived` and `Content` event of this channel to
+   `handle` / `publish`. A client-caused failure raises `SoftError` (the connection closes
+   the channel) or `HardError` (it closes the connection); this module never writes a
+   close itself.
+2. Delivery tags count up per channel. `unacked` maps a tag to the queue host and the
+   queue's msg_id, in tag order, so `multiple` acks take a prefix of it.
+3. Publisher confirms: every publish in confirm mode gets the next sequence number; acks
+   are merged into one ``basic.ack(multiple)`` when the connection flushes, after any
+   ``basic.return`` of the same message.
+4. Transactions buffer publishes and settlements until ``tx.commit``; a rollback drops the
+   publishes and puts the settled tags back as unacknowledged.
+5. Direct reply-to: a consumer on ``amq.rabbitmq.reply-to`` gets a token; a publish to the
+   default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from warren.amqp import methods as m
+from warren.amqp.connection import Content
+from warren.amqp.content import (
+    HEADERS_FLAG,
+    USER_ID_FLAG,
+    Message,
+    content_frames,
+    deliver_frames,
+    encode_properties,
+    get_ok_frames,
+    shortstr,
+)
+from warren.amqp.methods import encode_method
+from warren.amqp.table import TableError, Typed, decode_table, decode_table_typed
+from warren.errors import (
+    HardError,
+    ReplyCode,
+    SoftError,
+    not_allowed,
+    not_implemented,
+    precondition_failed,
+    queue_not_found,
+)
+from warren.model import DestinationKind
+from warren.queue import Checkout, Discard, Enqueue, Get, Got, Purge, Refused, Return, Settle
+
+if TYPE_CHECKING:
+    from warren.runtime.broker import QueueHost
+    from warren.runtime.connection import AmqpConnection
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+
+
+def _token() -> str:
+    return secrets.token_urlsafe(16)
+
+
+class _Consumer:
+    __slots__ = ("host", "key", "no_ack", "tag", "tag_shortstr")
+
+    def __init__(self, tag: str, host: QueueHost | None, no_ack: bool) -> None:
+        self.tag = tag
+        self.tag_shortstr = shortstr(tag)
+        self.host = host  # None for the direct reply-to pseudo consumer
+        self.no_ack = no_ack
+        self.key: Hashable = object()
+
+
+class _Transaction:
+    __slots__ = ("publishes", "settlements")
+
+    def __init__(self) -> None:
+        self.publishes: list[Content] = []
+        # (command class, taken unacked entries) in the order the client sent them
+        self.settlements: list[tuple[type, list[tuple[int, Any]]]] = []
+
+
+class Channel:
+    """Broker-side state of one open channel."""
+
+    def __init__(self, connection: AmqpConnection, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        self.broker = connection.broker
+        self.next_tag = 1
+        # delivery tag -> (queue host, msg_id, counted against the channel's prefetch)
+        self.unacked: dict[int, tuple[QueueHost, int, bool]] = {}
+        self.counted_unacked = 0
+        self.consumers: dict[str, _Consumer] = {}
+        self.prefetch_count = 0
+        self.global_prefetch = 0
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirmed_upto = 0
+        self.transaction: _Transaction | None = None
+        self.last_queue = ""
+        self.reply_token: str | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            m.ChannelFlow: self._flow,
+            m.ChannelFlowOk: self._ignore,
+            m.ExchangeDeclare: self._exchange_declare,
+            m.ExchangeDelete: self._exchange_delete,
+            m.ExchangeBind: self._exchange_bind,
+            m.ExchangeUnbind: self._exchange_unbind,
+            m.QueueDeclare: self._queue_declare,
+            m.QueueBind: self._queue_bind,
+            m.QueueUnbind: self._queue_unbind,
+            m.QueuePurge: self._queue_purge,
+            m.QueueDelete: self._queue_delete,
+            m.BasicQos: self._basic_qos,
+            m.BasicConsume: self._basic_consume,
+            m.BasicCancel: self._basic_cancel,
+            m.BasicGet: self._basic_get,
+            m.BasicAck: self._basic_ack,
+            m.BasicNack: self._basic_nack,
+            m.BasicReject: self._basic_reject,
+            m.BasicRecover: self._basic_recover,
+            m.BasicRecoverAsync: self._basic_recover,
+            m.ConfirmSelect: self._confirm_select,
+            m.TxSelect: self._tx_select,
+            m.TxCommit: self._tx_commit,
+            m.TxRollback: self._tx_rollback,
+        }
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    @property
+    def vhost(self) -> Any:
+        return self.connection.vhost
+
+    def send(self, method: m.Method) -> None:
+        self.connection.send_method(self.number, method)
+
+    def handle(self, method: m.Method) -> None:
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            raise HardError(
+                ReplyCode.COMMAND_INVALID, f"unexpected method '{method.NAME}' from client"
+            )
+        handler(method)
+
+    def _ignore(self, method: m.Method) -> None:
+        pass
+
+    def _flow(self, method: m.ChannelFlow) -> None:
+        if not method.active:
+            raise not_implemented("active=false")
+        self.send(m.ChannelFlowOk(True))
+
+    # --- exchanges -------------------------------------------------------------------------
+
+    def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
+        self.vhost.declare_exchange(
+            method.exchange,
+            method.type,
+            passive=method.passive,
+            durable=method.durable,
+            auto_delete=method.auto_delete,
+            internal=method.internal,
+            arguments=_typed_arguments(method.arguments),
+        )
+        if not method.nowait:
+            self.send(m.ExchangeDeclareOk())
+
+    def _exchange_delete(self, method: m.ExchangeDelete) -> None:
+        self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
+        if not method.nowait:
+            self.send(m.ExchangeDeleteOk())
+
+    def _exchange_bind(self, method: m.ExchangeBind) -> None:
+        self.vhost.bind(
+            method.destination,
+            DestinationKind.EXCHANGE,
+            method.source,
+            method.routing_key,
+            _plain_arguments(method.arguments),
+        )
+        if not method.nowait:
+            self.send(m.ExchangeBindOk())
+
+    def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
+        self.vhost.unbind(
+            method.destination,
+            DestinationKind.EXCHANGE,
+            method.source,
+            method.routing_key,
+            _plain_arguments(method.arguments),
+        )
+        if not method.nowait:
+            self.send(m.ExchangeUnbindOk())
+
+    # --- queues ----------------------------------------------------------------------------
+
+    def _queue_name(self, name: str) -> str:
+        """An empty queue name means the last queue declared on this channel."""
+        if name:
+            return name
+        if not self.last_queue:
+            raise SoftError(ReplyCode.NOT_FOUND, "no previously declared queue")
+        return self.last_queue
+
+    def _host(self, name: str) -> QueueHost:
+        """The queue's host, after checking it exists and this connection may use it."""
+        record = self.vhost.check_queue_access(name, self.connection)
+        host = self.broker.queue(self.vhost.name, record.name)
+        assert host is not None
+        return host
+
+    def _queue_declare(self, method: m.QueueDeclare) -> None:
+        vhost = self.vhost
+        name = method.queue or (self.last_queue if method.passive else "")
+        if method.passive:
+            if not name:
+                raise queue_not_found(name, vhost.name)
+            host = self._host(name)
+        else:
+            server_named = not name
+            name = name or "amq.gen-" + secrets.token_urlsafe(16)
+            record, created = vhost.declare_queue(
+                name,
+                owner=self.connection,
+                passive=False,
+                durable=method.durable,
+                exclusive=method.exclusive,
+                auto_delete=method.auto_delete,
+                arguments=_typed_arguments(method.arguments),
+                server_named=server_named,
+            )
+            if created:
+                host = self.broker.add_queue(record)
+                if method.exclusive:
+                    self.connection.exclusive_queues.append(name)
+            else:
+                found = self.broker.queue(vhost.name, name)
+                assert found is not None
+                host = found
+        self.last_queue = name
+        if not method.nowait:
+            machine = host.machine
+            self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
+
+    def _queue_bind(self, method: m.QueueBind) -> None:
+        name = self._queue_name(method.queue)
+        self._host(name)
+        self.vhost.bind(
+            name,
+            DestinationKind.QUEUE,
+            method.exchange,
+            method.routing_key,
+            _plain_arguments(method.arguments),
+        )
+        if not method.nowait:
+            self.send(m.QueueBindOk())
+
+    def _queue_unbind(self, method: m.QueueUnbind) -> None:
+        name = self._queue_name(method.queue)
+        self._host(name)
+        self.vhost.unbind(
+            name,
+            DestinationKind.QUEUE,
+            method.exchange,
+            method.routing_key,
+            _plain_arguments(method.arguments),
+        )
+        self.send(m.QueueUnbindOk())
+
+    def _queue_purge(self, method: m.QueuePurge) -> None:
+        host = self._host(self._queue_name(method.queue))
+        count = host.apply(Purge())
+        assert isinstance(count, int)
+        if not method.nowait:
+            self.send(m.QueuePurgeOk(count))
+
+    def _queue_delete(self, method: m.QueueDelete) -> None:
+        name = self._queue_name(method.queue)
+        vhost = self.vhost
+        if name not in vhost.queues:
+            count = 0
+        else:
+            host = self._host(name)
+            where = f"queue '{name}' in vhost '{vhost.name}'"
+            if method.if_unused and host.machine.consumer_count:
+                raise precondition_failed(f"{where} in use")
+            if method.if_empty and host.machine.ready_count:
+                raise precondition_failed(f"{where} not empty")
+            count = self.broker.delete_queue(vhost, name)
+            self.connection.forget_exclusive(name)
+        if not method.nowait:
+            self.send(m.QueueDeleteOk(count))
+
+    # --- consumers -------------------------------------------------------------------------
+
+    def _basic_qos(self, method: m.BasicQos) -> None:
+        if method.prefetch_size:
+            raise not_implemented(f"prefetch_size!=0 ({method.prefetch_size})")
+        if method.global_:
+            self.global_prefetch = method.prefetch_count
+            for consumer in self.consumers.values():
+                if consumer.host is not None:
+                    consumer.host.limit(self)
+            self.send(m.BasicQosOk())
+            self._dispatch_consumers()
+        else:
+            self.prefetch_count = method.prefetch_count
+            self.send(m.BasicQosOk())
+
+    def _basic_consume(self, method: m.BasicConsume) -> None:
+        tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+        if tag in self.consumers:
+            raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        if method.queue == REPLY_TO:
+            self._consume_reply_to(method, tag)
+            return
+        name = self._queue_name(method.queue)
+        host = self._host(name)
+        arguments = _typed_arguments(method.arguments)
+        consumer = _Consumer(tag, host, method.no_ack)
+        command = Checkout(
+            consumer=consumer.key,
+            channel=self,
+            prefetch_count=self.prefetch_count,
+            no_ack=method.no_ack,
+            exclusive=method.exclusive,
+            priority=_priority(arguments),
+        )
+        limited = bool(self.global_prefetch) or self.connection.paused
+        reply, effects = host.subscribe(self, tag, command, limited)
+        if isinstance(reply, Refused):
+            raise reply.error
+        self.consumers[tag] = consumer
+        if not method.nowait:
+            self.send(m.BasicConsumeOk(tag))
+        host.perform(effects)
+
+    def _consume_reply_to(self, method: m.BasicConsume, tag: str) -> None:
+        if not method.no_ack:
+            raise precondition_failed("reply consumer cannot acknowledge")
+        if self.reply_token is not None:
+            raise precondition_failed("reply consumer already set")
+        self.reply_token = _token()
+        self.broker.reply_to[self.reply_token] = self
+        self.consumers[tag] = _Consumer(tag, None, True)
+        if not method.nowait:
+            self.send(m.BasicConsumeOk(tag))
+
+    def _basic_cancel(self, method: m.BasicCancel) -> None:
+        self._cancel_consumer(method.consumer_tag)
+        if not method.nowait:
+            self.send(m.BasicCancelOk(method.consumer_tag))
+
+    def _cancel_consumer(self, tag: str) -> None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is None:
+            return
+        host = consumer.host
+        if host is None:
+            self._drop_reply_to()
+            return
+        host.unsubscribe(consumer.key)
+        record = host.record
+        if record.auto_delete and host.ever_consumed and not host.machine.consumer_count:
+            vhost = self.broker.vhosts[record.vhost]
+            self.broker.delete_queue(vhost, record.name)
+
+    def _drop_reply_to(self) -> None:
+        if self.reply_token is not None:
+            self.broker.reply_to.pop(self.reply_token, None)
+            self.reply_token = None
+
+    def queue_deleted(self, consumer_tag: str) -> None:
+        """The queue went away under a consumer: tell the client (consumer_cancel_notify)."""
+        if self.consumers.pop(consumer_tag, None) is None:
+            return
+        if self.connection.cancel_notify:
+            self.send(m.BasicCancel(consumer_tag, True))
+
+    def credit(self) -> int | None:
+        if self.connection.paused:
+            return 0
+        if self.global_prefetch:
+            return max(0, self.global_prefetch - self.counted_unacked)
+        return None
+
+    def deliver(self, consumer_tag: str, entry: Any, host: QueueHost) -> None:
+        consumer = self.consumers[consumer_tag]
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not consumer.no_ack:
+            self.unacked[tag] = (host, entry.msg_id, True)
+            self.counted_unacked += 1
+        self.connection.send(
+            deliver_frames(
+                self.number,
+                consumer.tag_shortstr,
+                tag,
+                entry.delivery_count > 1,
+                entry.message,
+                self.connection.frame_max,
+            )
+        )
+
+    def _deliver_reply(self, message: Message) -> None:
+        for consumer in self.consumers.values():
+            if consumer.host is None:
+                tag = self.next_tag
+                self.next_tag = tag + 1
+                self.connection.send(
+                    deliver_frames(
+                        self.number,
+                        consumer.tag_shortstr,
+                        tag,
+                        False,
+                        message,
+                        self.connection.frame_max,
+                    )
+                )
+                return
+
+    def _dispatch_consumers(self) -> None:
+        for host in {id(c.host): c.host for c in self.consumers.values() if c.host}.values():
+            host.dispatch()
+
+    # --- basic.get and settlement ----------------------------------------------------------
+
+    def _basic_get(self, method: m.BasicGet) -> None:
+        host = self._host(self._queue_name(method.queue))
+        reply = host.apply(Get(method.no_ack))
+        if not isinstance(reply, Got):
+            self.send(m.BasicGetEmpty())
+            return
+        entry = reply.entry
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not method.no_ack:
+            self.unacked[tag] = (host, entry.msg_id, False)
+        self.connection.send(
+            get_ok_frames(
+                self.number,
+                tag,
+                entry.delivery_count > 1,
+                entry.message,  # type: ignore[arg-type]
+                reply.remaining,
+                self.connection.frame_max,
+            )
+        )
+
+    def _take(self, delivery_tag: int, multiple: bool) -> list[tuple[int, Any]]:
+        """Remove and return the unacked entries an ack/nack/reject names."""
+        unacked = self.unacked
+        if multiple:
+            if delivery_tag == 0:
+                taken = list(unacked.items())
+                unacked.clear()
+                return taken
+            if delivery_tag not in unacked:
+                raise precondition_failed(f"unknown delivery tag {delivery_tag}")
+            taken = []
+            for tag in list(unacked):
+                if tag > delivery_tag:
+                    break
+                taken.append((tag, unacked.pop(tag)))
+            return taken
+        held = unacked.pop(delivery_tag, None)
+        if held is None:
+            raise precondition_failed(f"unknown delivery tag {delivery_tag}")
+        return [(delivery_tag, held)]
+
+    def _basic_ack(self, method: m.BasicAck) -> None:
+        self._settle(Settle, self._take(method.delivery_tag, method.multiple))
+
+    def _basic_nack(self, method: m.BasicNack) -> None:
+        taken = self._take(method.delivery_tag, method.multiple)
+        self._settle(Return if method.requeue else Discard, taken)
+
+    def _basic_reject(self, method: m.BasicReject) -> None:
+        self._settle(Return if method.requeue else Discard, self._take(method.delivery_tag, False))
+
+    def _settle(self, command: type, taken: list[tuple[int, Any]]) -> None:
+        if self.transaction is not None:
+            self.transaction.settlements.append((command, taken))
+            return
+        self._apply_settlement(command, taken)
+
+    def _apply_settlement(self, command: type, taken: list[tuple[int, Any]]) -> None:
+        by_host: dict[int, tuple[QueueHost, list[int]]] = {}
+        counted = 0
+        for _tag, (host, msg_id, is_counted) in taken:
+            counted += is_counted
+            group = by_host.get(id(host))
+            if group is None:
+                by_host[id(host)] = (host, [msg_id])
+            else:
+                group[1].append(msg_id)
+        self.counted_unacked -= counted
+        for host, msg_ids in by_host.values():
+            host.apply(command(msg_ids))
+        if self.global_prefetch and counted:
+            self._dispatch_consumers()
+
+    def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+        if not method.requeue:
+            raise not_implemented("requeue=false")
+        self.requeue_all()
+        if isinstance(method, m.BasicRecover):
+            self.send(m.BasicRecoverOk())
+
+    def requeue_all(self) -> None:
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        self._apply_settlement(Return, taken)
+
+    # --- publishing ------------------------------------------------------------------------
+
+    def publish(self, content: Content) -> None:
+        if self.transaction is not None:
+            self.transaction.publishes.append(content)
+            return
+        self._publish(content)
+
+    def _publish(self, content: Content) -> None:
+        method = content.method
+        exchange = method.exchange
+        routing_keys = [method.routing_key]
+        raw = content.properties_raw
+        headers = None
+        flags = (raw[0] << 8) | raw[1] if len(raw) >= 2 else 0
+        message = Message(exchange, method.routing_key, raw, content.body)
+        if flags & (HEADERS_FLAG | USER_ID_FLAG) or b"amq.rabbitmq.reply-to" in raw:
+            headers = self._inspect_properties(message, routing_keys)
+        if not exchange and method.routing_key.startswith(REPLY_TO_PREFIX):
+            self._publish_reply(method, message)
+            return
+        queues = self.vhost.route(exchange, routing_keys, headers)
+        broker_queues = self.broker.queues
+        vhost_name = self.vhost.name
+        size = len(content.body)
+        for name in queues:
+            broker_queues[vhost_name, name].apply(Enqueue(message, size))
+        if not queues and method.mandatory:
+            self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
+        if self.confirm:
+            self.publish_seq += 1
+            self.connection.confirm_later(self)
+
+    def _inspect_properties(self, message: Message, routing_keys: list[str]) -> Any:
+        """Check user_id, expand CC/BCC and rewrite a direct reply-to address."""
+        properties = message.properties
+        user = self.connection.user
+        if properties.user_id is not None and properties.user_id != user:
+            raise precondition_failed(
+                f"user_id property set to '{properties.user_id}' but authenticated user "
+                f"was '{user}'"
+            )
+        headers = properties.headers
+        changed = False
+        if headers:
+            for key in ("CC", "BCC"):
+                keys = headers.get(key)
+                if isinstance(keys, list):
+                    routing_keys.extend(str(k) for k in keys if isinstance(k, str))
+            if "BCC" in headers:
+                headers = {k: v for k, v in headers.items() if k != "BCC"}
+                properties = replace(properties, headers=headers)
+                changed = True
+        if properties.reply_to == REPLY_TO:
+            if self.reply_token is None:
+                raise precondition_failed("fast reply consumer does not exist")
+            properties = replace(properties, reply_to=REPLY_TO_PREFIX + self.reply_token)
+            changed = True
+        if changed:
+            message.properties_raw = encode_properties(properties)
+            message._properties = properties
+        return headers
+
+    def _publish_reply(self, method: m.BasicPublish, message: Message) -> None:
+        token = method.routing_key[len(REPLY_TO_PREFIX) :]
+        target = self.broker.reply_to.get(token)
+        if target is not None:
+            target._deliver_reply(message)
+        elif method.mandatory:
+            self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
+        if self.confirm:
+            self.publish_seq += 1
+            self.connection.confirm_later(self)
+
+    def _return(self, message: Message, code: int, text: str) -> None:
+        payload = encode_method(m.BasicReturn(code, text, message.exchange, message.routing_key))
+        self.connection.send(
+            content_frames(
+                self.number,
+                payload,
+                message.properties_raw,
+                message.body,
+                self.connection.frame_max,
+            )
+        )
+
+    def pending_confirm(self) -> m.BasicAck | None:
+        """The ack that confirms everything published since the last one, if any."""
+        upto = self.publish_seq
+        if upto <= self.confirmed_upto:
+            return None
+        multiple = upto - self.confirmed_upto > 1
+        self.confirmed_upto = upto
+        return m.BasicAck(upto, multiple)
+
+    # --- confirms and transactions ---------------------------------------------------------
+
+    def _confirm_select(self, method: m.ConfirmSelect) -> None:
+        if self.transaction is not None:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not method.nowait:
+            self.send(m.ConfirmSelectOk())
+
+    def _tx_select(self, method: m.TxSelect) -> None:
+        if self.confirm:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.transaction is None:
+            self.transaction = _Transaction()
+        self.send(m.TxSelectOk())
+
+    def _require_transaction(self) -> _Transaction:
+        if self.transaction is None:
+            raise precondition_failed("channel is not transactional")
+        return self.transaction
+
+    def _tx_commit(self, method: m.TxCommit) -> None:
+        transaction = self._require_transaction()
+        self.transaction = _Transaction()
+        for content in transaction.publishes:
+            self._publish(content)
+        for command, taken in transaction.settlements:
+            self._apply_settlement(command, taken)
+        self.send(m.TxCommitOk())
+
+    def _tx_rollback(self, method: m.TxRollback) -> None:
+        transaction = self._require_transaction()
+        self.transaction = _Transaction()
+        for _command, taken in transaction.settlements:
+            self.unacked.update(taken)
+        self.unacked = dict(sorted(self.unacked.items()))
+        self.send(m.TxRollbackOk())
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The channel is gone: cancel its consumers and requeue what it held."""
+        for tag in list(self.consumers):
+            self._cancel_consumer(tag)
+        self._drop_reply_to()
+        if self.transaction is not None:
+            for _command, taken in self.transaction.settlements:
+                self.unacked.update(taken)
+            self.transaction = None
+        self.requeue_all()
+
+
+def _typed_arguments(raw: bytes) -> dict[str, Typed]:
+    try:
+        return decode_table_typed(raw)
+    except TableError as error:  # pragma: no cover - the frame decoder checked the table
+        raise precondition_failed(f"malformed arguments: {error}") from error
+
+
+def _plain_arguments(raw: bytes) -> dict[str, object]:
+    return decode_table(raw) if raw != b"\x00\x00\x00\x00" else {}
+
+
+def _priority(arguments: dict[str, Typed]) -> int:
+    value = arguments.get("x-priority")
+    if value is None:
+        return 0
+    if isinstance(value.value, int) and not isinstance(value.value, bool):
+        return value.value
+    raise precondition_failed(
+        f"invalid arg 'x-priority' for consumer: {value.value!r} is not an integer"
+    )

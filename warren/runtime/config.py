@@ -1,0 +1,95 @@
+"""Node configuration: defaults, then the TOML file, then `WARREN_*` variables, then flags.
+
+Each setting has one name, used in all three places: ``port`` in TOML, ``WARREN_PORT``
+in the environment and ``--port`` on the command line (underscores become dashes).
+Later sources win, so a test can start several nodes side by side from one config file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class Config:
+    port: int = 5672
+    management_port: int = 15672
+    data_dir: Path = Path("./data")
+    bind: list[str] = field(default_factory=lambda: ["127.0.0.1", "::1"])
+    node_name: str = "warren@localhost"
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    heartbeat: int = 60
+    frame_max: int = 131072
+    channel_max: int = 2047
+    log_level: str = "info"
+
+
+_HELP = {
+    "port": "AMQP port (default 5672)",
+    "management_port": "HTTP management port (default 15672)",
+    "data_dir": "directory for the node's data (default ./data)",
+    "bind": "addresses to listen on, comma separated (default 127.0.0.1,::1)",
+    "node_name": "this node's name",
+    "default_user": "user created on first start",
+    "default_pass": "password of the default user",
+    "loopback_users": "users allowed to connect only from loopback, comma separated",
+    "heartbeat": "heartbeat interval the server proposes, seconds (0 disables)",
+    "frame_max": "largest frame the server accepts, bytes",
+    "channel_max": "most channels per connection",
+    "log_level": "debug, info, warning or error",
+}
+
+
+def _convert(name: str, value: Any) -> Any:
+    kind = {f.name: f for f in fields(Config)}[name].type
+    if kind == "int":
+        return int(value)
+    if kind == "Path":
+        return Path(value)
+    if kind == "list[str]":
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return [str(part) for part in value]
+    return str(value)
+
+
+def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(prog="warren-server", description="Run a Warren node.")
+    parser.add_argument("--config", type=Path, help="TOML configuration file")
+    for item in fields(Config):
+        parser.add_argument("--" + item.name.replace("_", "-"), help=_HELP[item.name])
+    args = parser.parse_args(argv)
+    environ = os.environ if environ is None else environ
+
+    values: dict[str, Any] = {}
+    config_file = args.config or (
+        Path(environ["WARREN_CONFIG"]) if "WARREN_CONFIG" in environ else None
+    )
+    if config_file is not None:
+        with open(config_file, "rb") as handle:
+            document = tomllib.load(handle)
+        unknown = set(document) - {f.name for f in fields(Config)}
+        if unknown:
+            parser.error(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
+        values.update(document)
+    for item in fields(Config):
+        env_name = "WARREN_" + item.name.upper()
+        if env_name in environ:
+            values[item.name] = environ[env_name]
+        flag = getattr(args, item.name)
+        if flag is not None:
+            values[item.name] = flag
+    try:
+        converted = {name: _convert(name, value) for name, value in values.items()}
+    except ValueError as error:
+        parser.error(str(error))
+    return dataclasses.replace(Config(), **converted)

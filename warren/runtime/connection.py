@@ -1,0 +1,427 @@
+"""The asyncio shell of one client connection: socket bytes to and from `amqp`.
+
+Theory of operation:
+1. `data_received` feeds the sans-I/O `ServerConnection` and handles every event the
+   read produced before writing anything; replies, deliveries and confirms collect in
+   one output buffer that is written once (at the end of the read, or in the next loop
+   iteration for writes caused by other connections). No task per message.
+2. Errors: `SoftError` closes the channel, `HardError` the connection, each with RabbitMQ's
+   reply code and text. Any other exception is a bug: it is logged and the connection is
+   closed with 541 INTERNAL_ERROR; other connections never notice.
+3. Heartbeats: one timer per connection sends a heartbeat when nothing was written for
+   half the interval and drops the peer when nothing was read for two intervals.
+4. Flow: when the socket's write buffer passes its high-water mark the connection's
+   channels stop receiving deliveries (their credit is zero) until it drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from typing import TYPE_CHECKING, Any
+
+from warren import __version__
+from warren.amqp import methods as m
+from warren.amqp.connection import (
+    Content,
+    Heartbeat,
+    MethodReceived,
+    ProtocolHeaderReceived,
+    ServerConnection,
+    State,
+)
+from warren.amqp.content import method_frame
+from warren.amqp.frames import HEARTBEAT_FRAME, NEED_DATA, PROTOCOL_HEADER
+from warren.amqp.table import TableError, decode_table
+from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError, SoftError
+from warren.runtime.channel import Channel
+
+if TYPE_CHECKING:
+    from warren.runtime.broker import Broker
+
+log = logging.getLogger("warren.connection")
+
+HANDSHAKE_TIMEOUT_S = 10.0
+CLOSE_OK_TIMEOUT_S = 3.0
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+
+class AmqpConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        config = broker.config
+        self.broker = broker
+        self.protocol = ServerConnection(config.frame_max, config.channel_max)
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.channels: dict[int, Channel] = {}
+        self.vhost: Any = None
+        self.user = ""
+        self.peer = ""
+        self.cancel_notify = False
+        self.paused = False
+        self.exclusive_queues: list[str] = []
+        self.heartbeat_s = 0
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._confirming: dict[int, Channel] = {}
+        self._last_read = self._last_write = self.loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def frame_max(self) -> int:
+        return self.protocol.frame_max
+
+    # --- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._peer_host = peer[0] if peer else ""
+        self.broker.connections.add(self)
+        self._timer = self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        protocol = self.protocol
+        protocol.receive_data(data)
+        try:
+            while True:
+                event = protocol.next_event()
+                if event is NEED_DATA:
+                    break
+                self._on_event(event)
+                if self._closed:
+                    return
+        except HardError as error:
+            self.close_with(error)
+        except Exception:
+            log.exception("internal error on connection %s", self.peer)
+            self.close_with(HardError(ReplyCode.INTERNAL_ERROR, "internal error"))
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        for channel in self.channels.values():
+            for consumer in channel.consumers.values():
+                if consumer.host is not None:
+                    consumer.host.limit(channel)
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for channel in list(self.channels.values()):
+            channel._dispatch_consumers()
+        self.flush()
+
+    # --- output ----------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def send_method(self, channel: int, method: m.Method) -> None:
+        self.send(method_frame(channel, method))
+
+    def confirm_later(self, channel: Channel) -> None:
+        self._confirming[channel.number] = channel
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if self._confirming:
+            for channel in self._confirming.values():
+                ack = channel.pending_confirm()
+                if ack is not None:
+                    self._out.append(method_frame(channel.number, ack))
+            self._confirming.clear()
+        if self._out and self.transport is not None and not self.transport.is_closing():
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self.transport.write(data)
+            self._last_write = self.loop.time()
+        else:
+            self._out.clear()
+
+    # --- events ----------------------------------------------------------------------------
+
+    def _on_event(self, event: object) -> None:
+        if type(event) is Content:
+            self._on_channel(event.channel, event, None)
+        elif type(event) is MethodReceived:
+            if event.channel == 0:
+                self._on_connection_method(event.method)
+            else:
+                self._on_channel(event.channel, None, event.method)
+        elif type(event) is ProtocolHeaderReceived:
+            self._on_protocol_header(event.ok)
+        else:
+            assert isinstance(event, Heartbeat)
+
+    def _on_channel(self, number: int, content: Content | None, method: m.Method | None) -> None:
+        if method is not None and type(method) is m.ChannelOpen:
+            self.channels[number] = Channel(self, number)
+            self.send_method(number, m.ChannelOpenOk())
+            return
+        if method is not None and type(method) is m.ChannelClose:
+            self._drop_channel(number)
+            self.send_method(number, m.ChannelCloseOk())
+            return
+        if method is not None and type(method) is m.ChannelCloseOk:
+            self._drop_channel(number)
+            return
+        channel = self.channels.get(number)
+        if channel is None:  # the server closed it and is awaiting close-ok
+            return
+        try:
+            if content is not None:
+                channel.publish(content)
+            else:
+                assert method is not None
+                channel.handle(method)
+        except SoftError as error:
+            culprit = content.method if content is not None else method
+            assert culprit is not None
+            self._close_channel(channel, error.at(culprit.CLASS_ID, culprit.METHOD_ID))
+        except HardError as error:
+            culprit = content.method if content is not None else method
+            assert culprit is not None
+            raise error.at(culprit.CLASS_ID, culprit.METHOD_ID) from None
+
+    def _close_channel(self, channel: Channel, error: AmqpError) -> None:
+        self.send_method(
+            channel.number,
+            m.ChannelClose(error.code, _short(error.text), error.class_id, error.method_id),
+        )
+        self.protocol.close_channel(channel.number)
+        self._drop_channel(channel.number)
+
+    def _drop_channel(self, number: int) -> None:
+        channel = self.channels.pop(number, None)
+        self._confirming.pop(number, None)
+        if channel is not None:
+            channel.close()
+
+    # --- connection class ------------------------------------------------------------------
+
+    def _on_protocol_header(self, ok: bool) -> None:
+        if not ok:
+            self._write_now(PROTOCOL_HEADER)
+            self._abort()
+            return
+        config = self.broker.config
+        self.send_method(
+            0,
+            m.ConnectionStart(
+                0,
+                9,
+                {
+                    "capabilities": CAPABILITIES,
+                    "cluster_name": config.node_name,
+                    "copyright": "Warren contributors",
+                    "information": "Licensed under the Apache License 2.0",
+                    "platform": "Python",
+                    "product": "Warren",
+                    "version": __version__,
+                },
+                b"PLAIN AMQPLAIN",
+                b"en_US",
+            ),
+        )
+
+    def _on_connection_method(self, method: m.Method) -> None:
+        kind = type(method)
+        if kind is m.ConnectionStartOk:
+            self._start_ok(method)  # type: ignore[arg-type]
+        elif kind is m.ConnectionTuneOk:
+            self._tune_ok(method)  # type: ignore[arg-type]
+        elif kind is m.ConnectionOpen:
+            self._open(method)  # type: ignore[arg-type]
+        elif kind is m.ConnectionClose:
+            self._release()
+            self._write_now(method_frame(0, m.ConnectionCloseOk()))
+            self._abort()
+        elif kind is m.ConnectionCloseOk:
+            self._abort()
+        elif kind is m.ConnectionUpdateSecret:
+            self.send_method(0, m.ConnectionUpdateSecretOk())
+        elif self.protocol.state is not State.CLOSING:
+            raise HardError(ReplyCode.COMMAND_INVALID, f"unexpected method '{method.NAME}'")
+
+    def _start_ok(self, method: m.ConnectionStartOk) -> None:
+        try:
+            client = decode_table(method.client_properties)
+        except TableError:
+            client = {}
+        capabilities = client.get("capabilities")
+        if isinstance(capabilities, dict):
+            self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
+        user, password = _credentials(method.mechanism, method.response)
+        if not self._allowed(user, password):
+            raise HardError(
+                ReplyCode.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {method.mechanism}. "
+                "For details see the broker logfile.",
+            ).at(10, 11)
+        self.user = user
+        config = self.broker.config
+        self.send_method(
+            0, m.ConnectionTune(config.channel_max, config.frame_max, config.heartbeat)
+        )
+
+    def _allowed(self, user: str | None, password: str | None) -> bool:
+        if user is None or password is None or not self.broker.authenticate(user, password):
+            return False
+        if user in self.broker.config.loopback_users:
+            try:
+                return ipaddress.ip_address(self._peer_host).is_loopback
+            except ValueError:
+                return False
+        return True
+
+    def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
+        self.protocol.tune(method.frame_max, method.channel_max)
+        self.heartbeat_s = method.heartbeat
+
+    def _open(self, method: m.ConnectionOpen) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise HardError(ReplyCode.NOT_ALLOWED, f"vhost {method.virtual_host} not found").at(
+                10, 40
+            )
+        self.vhost = vhost
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.heartbeat_s:
+            self._timer = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
+        self.send_method(0, m.ConnectionOpenOk())
+
+    # --- heartbeats and timeouts -----------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        now = self.loop.time()
+        if now - self._last_read > 2 * self.heartbeat_s:
+            log.warning(
+                "missed heartbeats from client %s, timeout: %ss", self.peer, self.heartbeat_s
+            )
+            self._abort()
+            return
+        if now - self._last_write >= self.heartbeat_s / 2 and self.transport is not None:
+            self.transport.write(HEARTBEAT_FRAME)
+            self._last_write = now
+        self._timer = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
+
+    def _handshake_timeout(self) -> None:
+        log.warning("closing connection %s: handshake timeout", self.peer)
+        self._abort()
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def close_with(self, error: AmqpError) -> None:
+        """Close the connection with `connection.close`, then wait for close-ok."""
+        if self.protocol.state in (State.AWAITING_HEADER, State.CLOSED) or isinstance(
+            error, SilentHardError
+        ):
+            log.info("dropping connection %s: %s", self.peer, error.text)
+            self._abort()
+            return
+        log.info("closing connection %s: %s", self.peer, error.text)
+        self._release()
+        self._out.clear()
+        self._write_now(
+            method_frame(
+                0,
+                m.ConnectionClose(error.code, _short(error.text), error.class_id, error.method_id),
+            )
+        )
+        self.protocol.close()
+        self._timer = self.loop.call_later(CLOSE_OK_TIMEOUT_S, self._abort)
+
+    def shutdown(self) -> None:
+        """The node is stopping: tell the client, as RabbitMQ does with 320."""
+        self.close_with(
+            HardError(
+                ReplyCode.CONNECTION_FORCED,
+                "broker forced connection closure with reason 'shutdown'",
+            )
+        )
+        self._abort()
+
+    def forget_exclusive(self, name: str) -> None:
+        if name in self.exclusive_queues:
+            self.exclusive_queues.remove(name)
+
+    def _release(self) -> None:
+        """Requeue and cancel everything the connection held; delete its exclusive queues."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for number in list(self.channels):
+            self._drop_channel(number)
+        if self.vhost is not None:
+            for name in self.exclusive_queues:
+                self.broker.delete_queue(self.vhost, name)
+        self.exclusive_queues.clear()
+        self.broker.connections.discard(self)
+
+    def _write_now(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            if self._out:
+                self.transport.write(b"".join(self._out))
+                self._out.clear()
+            self.transport.write(data)
+
+    def _abort(self) -> None:
+        self._release()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _short(text: str) -> str:
+    """Reply texts are shortstrs: at most 255 bytes, as RabbitMQ truncates them."""
+    raw = text.encode("utf-8")
+    if len(raw) <= 255:
+        return text
+    return raw[:252].decode("utf-8", "ignore") + "..."
+
+
+def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | None]:
+    if mechanism == "PLAIN":
+        parts = response.split(b"\x00")
+        if len(parts) != 3:
+            return None, None
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":
+        try:
+            table = decode_table(len(response).to_bytes(4, "big") + response)
+        except TableError:
+            return None, None
+        login, password = table.get("LOGIN"), table.get("PASSWORD")
+        if isinstance(login, str) and isinstance(password, str):
+            return login, password
+    return None, None

@@ -1,0 +1,77 @@
+"""`warren-server`: start one node and serve until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Sequence
+
+from warren import __version__
+from warren.runtime import config as config_module
+from warren.runtime.broker import Broker
+from warren.runtime.config import Config
+from warren.runtime.connection import AmqpConnection
+
+log = logging.getLogger("warren")
+
+
+async def start_listeners(broker: Broker) -> list[asyncio.Server]:
+    """Listen on every configured address; an address this host lacks (no IPv6) is skipped."""
+    config = broker.config
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.Server] = []
+    for host in config.bind:
+        try:
+            server = await loop.create_server(
+                lambda: AmqpConnection(broker), host, config.port, reuse_address=True, backlog=1024
+            )
+        except OSError as error:
+            if host == "::1" and len(config.bind) > 1:
+                log.warning("not listening on [::1]:%s: %s", config.port, error)
+                continue
+            raise
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        servers.append(server)
+        log.info("AMQP listening on %s:%s", host, config.port)
+    return servers
+
+
+async def serve(config: Config) -> None:
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    broker = Broker(config)
+    servers = await start_listeners(broker)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    log.info(
+        "Warren %s node %s started, data in %s", __version__, config.node_name, config.data_dir
+    )
+    await stop.wait()
+    log.info("stopping")
+    for server in servers:
+        server.close()
+    for connection in list(broker.connections):
+        assert isinstance(connection, AmqpConnection)
+        connection.shutdown()
+    for server in servers:
+        with contextlib.suppress(Exception):
+            await server.wait_closed()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    config = config_module.load(argv)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        asyncio.run(serve(config))
+    else:
+        uvloop.run(serve(config))
