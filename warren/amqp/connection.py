@@ -170,6 +170,10 @@ class ServerConnection:
             if channel != 0:
                 raise frame_error(f"heartbeat frame on non-zero channel {channel}")
             return HEARTBEAT
+        if self.state is State.CLOSING and frame_type != FRAME_METHOD:
+            # After our connection.close only close/close-ok matter (spec, connection.close);
+            # a client caught mid-publish still sends header and body frames.
+            return None
         if channel in self._closing_channels:
             return self._on_closing_channel(frame_type, channel, payload)
         assembly = self._assembling.get(channel)
@@ -307,6 +311,7 @@ class ServerConnection:
     def close(self) -> None:
         """The server sent ``connection.close``: only close/close-ok are read from now on."""
         self.state = State.CLOSING
+        self.open_channels.clear()  # so that a publish no longer starts a content assembly
         self._assembling.clear()
 
 
