@@ -20,7 +20,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from warren.amqp.table import Typed
-from warren.model.binding import Binding, Destination
+from warren.model.binding import Binding, Destination, DestinationKind
 from warren.model.routers import DirectRouter, FanoutRouter, HeadersRouter, Router, TopicRouter
 
 ALTERNATE_EXCHANGE = "alternate-exchange"
@@ -45,9 +45,10 @@ class Exchange:
     """One exchange of a vhost."""
 
     __slots__ = (
-        "_alternate_exchange",
         "_by_destination",
+        "_exchange_destinations",
         "_router",
+        "alternate_exchange",
         "arguments",
         "auto_delete",
         "durable",
@@ -72,17 +73,14 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments: dict[str, Typed] = dict(arguments or {})
-        self._alternate_exchange = _alternate_exchange(self.arguments)
+        # The exchange that takes messages this one routes nowhere, if declared. Read-only.
+        self.alternate_exchange: str | None = _alternate_exchange(self.arguments)
         self._router = _ROUTERS[type]()
         self._by_destination: dict[Destination, list[Binding]] = {}
+        self._exchange_destinations = 0
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type.value})"
-
-    @property
-    def alternate_exchange(self) -> str | None:
-        """The exchange that takes messages this one routes nowhere, if declared."""
-        return self._alternate_exchange
 
     @property
     def bindings(self) -> list[Binding]:
@@ -104,8 +102,11 @@ class Exchange:
 
     def add_binding(self, binding: Binding) -> bool:
         """Add `binding` (its source must be this exchange); False if it was already here."""
-        group = self._by_destination.setdefault(binding.target, [])
-        if binding in group:
+        group = self._by_destination.get(binding.target)
+        if group is None:
+            group = self._by_destination[binding.target] = []
+            self._count_destination(binding.target, +1)
+        elif binding in group:
             return False
         group.append(binding)
         self._router.add(binding)
@@ -119,20 +120,39 @@ class Exchange:
         group.remove(binding)
         if not group:
             del self._by_destination[binding.target]
+            self._count_destination(binding.target, -1)
         self._router.remove(binding)
         return True
 
     def remove_bindings_to(self, destination: Destination) -> list[Binding]:
         removed = self._by_destination.pop(destination, [])
+        if removed:
+            self._count_destination(destination, -1)
         for binding in removed:
             self._router.remove(binding)
         return removed
+
+    def _count_destination(self, destination: Destination, change: int) -> None:
+        if destination[0] is DestinationKind.EXCHANGE:
+            self._exchange_destinations += change
 
     def match(
         self, routing_keys: Sequence[str], headers: Mapping[str, object] | None
     ) -> Iterable[Destination]:
         """Destinations of this exchange's own bindings, without the alternate exchange."""
         return self._router.match(routing_keys, headers)
+
+    def match_queues(
+        self, routing_keys: Sequence[str], headers: Mapping[str, object] | None
+    ) -> list[str] | None:
+        """Queue names of `match` (maybe repeated), or None if any binding leads to an
+        exchange: the publish fast path, which needs no walk over exchanges."""
+        if self._exchange_destinations:
+            return None
+        names = []
+        for _, name in self._router.match(routing_keys, headers):
+            names.append(name)
+        return names
 
 
 def _alternate_exchange(arguments: Mapping[str, Typed]) -> str | None:

@@ -383,6 +383,17 @@ class VHost:
     def _route_from(
         self, source: Exchange, routing_keys: Sequence[str], headers: Mapping[str, object] | None
     ) -> list[str]:
+        names = source.match_queues(routing_keys, headers)
+        if names is not None:  # the common case, kept cheap: no walk over exchanges
+            if len(names) > 1:
+                return sorted(dict.fromkeys(names))
+            if names or source.alternate_exchange is None:
+                return names
+        return self._walk(source, routing_keys, headers)
+
+    def _walk(
+        self, source: Exchange, routing_keys: Sequence[str], headers: Mapping[str, object] | None
+    ) -> list[str]:
         queues: dict[str, None] = {}
         seen: dict[str, None] = {source.name: None}
         pending = [source]
