@@ -34,6 +34,16 @@ class Broker:
     process: subprocess.Popen[bytes] | None = None
     workdir: tempfile.TemporaryDirectory[str] | None = None
 
+    def exited(self) -> str | None:
+        """None while running (or not ours to watch); else its exit status and log tail."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        tail = ""
+        if self.workdir is not None:
+            log = Path(self.workdir.name) / "warren.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+        return f"{self.name} exited with status {self.process.returncode}\n{tail}"
+
     def stop(self) -> None:
         """Stop a Warren this harness started (SIGTERM, then SIGKILL after 10 s)."""
         if self.process is not None and self.process.poll() is None:

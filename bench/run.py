@@ -20,12 +20,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import brokers, report, workloads
+from bench import brokers, report, stats, workloads
 from bench.brokers import Broker
 from bench.workloads import METRICS, Workload
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_DURATION_S = 3.0
+SETTLE_S = 1.0
+IDLE_CORES = 0.25  # other processes' CPU (in cores) below which the machine counts as idle
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -40,6 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warren-pid", type=int, default=0, help="its PID, for CPU/RSS accounting")
     p.add_argument("--rabbitmq-pid", type=int, default=0, help="default: pgrep beam.smp")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument(
+        "--idle-wait",
+        type=float,
+        default=30.0,
+        help="before each run wait up to this many seconds for other processes to go quiet",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.reps = min(args.duration, QUICK_DURATION_S), 1
@@ -117,25 +125,52 @@ def summary_line(record: dict[str, Any], workload: Workload) -> str:
 def session(args: argparse.Namespace, targets: list[Broker], out: Path) -> list[dict]:
     """Every workload, rep and broker (brokers alternate); records appended to `out`."""
     records: list[dict[str, Any]] = []
-    skipped: set[tuple[str, str]] = set()
+    skipped: set[tuple[str | None, str]] = set()
     plan = [(w, rep, b) for w in args.workloads for rep in range(1, args.reps + 1) for b in targets]
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=err) as progress:
         task = progress.add_task("benchmark", total=len(plan))
         for workload, rep, broker in plan:
-            progress.update(task, description=f"{workload.name} {broker.name} rep {rep}")
-            if (workload.name, broker.name) not in skipped:
-                record = run_one(workload, broker, rep, args)
+            label = f"{workload.name} {broker.name} rep {rep}"
+            if not _skip(workload, broker, skipped, progress.console):
+                progress.update(task, description=f"{label}: waiting for an idle machine")
+                waited = wait_for_idle(args.idle_wait, broker.pid)
+                progress.update(task, description=label)
+                record = dict(run_one(workload, broker, rep, args), idle_wait_s=waited)
                 records.append(record)
                 with out.open("a") as f:
                     f.write(json.dumps(record) + "\n")
                 progress.console.print(summary_line(record, workload), highlight=False)
                 if str(record.get("error", "")).startswith("queue.declare failed"):
                     skipped.add((workload.name, broker.name))
-                    progress.console.print(f"  [yellow]{workload.name} skipped for {broker.name}")
             progress.advance(task)
-            time.sleep(1.0)  # let the broker settle between runs
     return records
+
+
+def _skip(
+    workload: Workload, broker: Broker, skipped: set[tuple[str | None, str]], console: Console
+) -> bool:
+    """True when this run cannot happen: the broker exited or the declare failed before."""
+    exited = broker.exited()
+    if exited and (None, broker.name) not in skipped:
+        skipped.add((None, broker.name))
+        console.print(f"[red]{exited}[/]\n[yellow]skipping the rest of {broker.name}[/]")
+    if (None, broker.name) in skipped:
+        return True
+    if (workload.name, broker.name) in skipped:
+        console.print(f"  [yellow]{workload.name} skipped for {broker.name} (declare failed)[/]")
+        return True
+    return False
+
+
+def wait_for_idle(max_wait: float, broker_pid: int) -> float:
+    """Wait (up to `max_wait` s) until other processes use < IDLE_CORES; seconds waited."""
+    started = time.monotonic()
+    time.sleep(SETTLE_S)  # let the broker finish the previous run's cleanup
+    while time.monotonic() - started < max_wait:
+        if stats.foreign_cpu_share(broker_pid) < IDLE_CORES:
+            break
+    return round(time.monotonic() - started, 1)
 
 
 def notes(records: list[dict[str, Any]]) -> list[str]:

@@ -9,6 +9,7 @@ time (to tell when something else was competing for the cores during a measureme
 from __future__ import annotations
 
 import os
+import time
 from array import array
 from pathlib import Path
 
@@ -149,3 +150,11 @@ def machine_busy_seconds() -> float:
     """CPU seconds all cores spent busy since boot (from /proc/stat, idle and iowait excluded)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
+
+
+def foreign_cpu_share(exclude_pid: int, window_s: float = 1.0) -> float:
+    """Cores kept busy over `window_s` by anything but `exclude_pid`'s tree (0 = ignore)."""
+    machine, excluded = machine_busy_seconds(), tree_cpu_seconds(exclude_pid) if exclude_pid else 0
+    time.sleep(window_s)
+    excluded = (tree_cpu_seconds(exclude_pid) if exclude_pid else 0) - excluded
+    return (machine_busy_seconds() - machine - excluded) / window_s
