@@ -69,7 +69,7 @@ def split_frames(data: bytes, frame_max: int) -> list[Frame]:
 # --- properties --------------------------------------------------------------------------
 
 
-@settings(max_examples=75, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(properties)
 def test_properties_round_trip(props: BasicProperties) -> None:
     decoded = decode_properties(encode_properties(props))
@@ -114,7 +114,7 @@ def test_malformed_properties_are_502(raw: bytes) -> None:
     assert raised.value.code == ReplyCode.SYNTAX_ERROR
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=80))
 def test_any_properties_bytes_decode_or_raise_502(raw: bytes) -> None:
     try:

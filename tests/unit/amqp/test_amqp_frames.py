@@ -53,7 +53,7 @@ def test_build_frame_layout() -> None:
     assert build_frame(FRAME_HEARTBEAT, 0, b"") == HEARTBEAT_FRAME
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(frames)
 def test_whole_stream_gives_every_frame(items: list[Frame]) -> None:
     decoder = FrameDecoder(FRAME_MAX)
@@ -62,7 +62,7 @@ def test_whole_stream_gives_every_frame(items: list[Frame]) -> None:
     assert decoder.buffered == 0
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(frames, st.data())
 def test_any_chunking_gives_the_same_frames(items: list[Frame], data: st.DataObject) -> None:
     stream = stream_of(items)
@@ -78,7 +78,7 @@ def test_any_chunking_gives_the_same_frames(items: list[Frame], data: st.DataObj
     assert seen == items
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(frames)
 def test_byte_by_byte_gives_the_same_frames(items: list[Frame]) -> None:
     decoder = FrameDecoder(FRAME_MAX)
@@ -160,7 +160,7 @@ def test_frame_max_can_shrink_between_frames() -> None:
         decoder.next_frame()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=300), st.lists(st.integers(0, 300), max_size=8))
 def test_any_bytes_give_frames_need_data_or_501(stream: bytes, cuts: list[int]) -> None:
     decoder = FrameDecoder(FRAME_MAX)

@@ -17,7 +17,7 @@ ALL = sorted(METHODS.values(), key=lambda cls: (cls.CLASS_ID, cls.METHOD_ID))
 
 
 @pytest.mark.parametrize("cls", ALL, ids=lambda cls: cls.NAME)
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(data=st.data())
 def test_every_method_round_trips(cls: type[Method], data: st.DataObject) -> None:
     method = data.draw(methods_of(cls))
@@ -86,7 +86,7 @@ def test_payload_shorter_than_ids_is_502(payload: bytes) -> None:
     assert raised.value.code == ReplyCode.SYNTAX_ERROR
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(any_method.filter(lambda method: bool(method.SPEC)), st.data())
 def test_every_truncation_is_502_naming_the_method(method: Method, data: st.DataObject) -> None:
     payload = encode_method(method)
@@ -125,7 +125,7 @@ def test_deeply_nested_arguments_are_502() -> None:
     assert raised.value.code == ReplyCode.SYNTAX_ERROR
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from(sorted(METHODS)), st.binary(max_size=64))
 def test_any_fields_decode_or_raise_502(ids: tuple[int, int], fields: bytes) -> None:
     try:
@@ -136,7 +136,7 @@ def test_any_fields_decode_or_raise_502(ids: tuple[int, int], fields: bytes) -> 
         assert ids == (method.CLASS_ID, method.METHOD_ID)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=64))
 def test_any_bytes_decode_or_raise_hard_error(payload: bytes) -> None:
     try:

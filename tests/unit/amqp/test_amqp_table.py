@@ -24,7 +24,7 @@ from warren.amqp.table import (
     type_name,
 )
 
-FAST = settings(max_examples=100, deadline=None)
+FAST = settings(max_examples=60, deadline=None)
 
 
 def table_bytes(entries: bytes) -> bytes:
@@ -47,7 +47,7 @@ def test_typed_table_keeps_every_tag(table: dict[str, Typed]) -> None:
 
 
 @pytest.mark.parametrize("tag", sorted(TYPED_VALUES))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_each_tag_round_trips_alone(tag: str, data: st.DataObject) -> None:
     value = data.draw(TYPED_VALUES[tag])
@@ -212,14 +212,14 @@ def test_moderately_nested_values_decode(tag: bytes) -> None:
     assert value in ({}, [])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes_decode_or_raise_table_error(data: bytes) -> None:
     with contextlib.suppress(TableError):
         decode_table(data)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(plain_tables, st.data())
 def test_mutated_tables_decode_or_raise_table_error(
     table: dict[str, object], data: st.DataObject
