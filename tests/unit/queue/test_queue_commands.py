@@ -1,0 +1,397 @@
+"""QueueMachine, one command at a time: replies, effects and counters."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from warren.errors import ReplyCode, SoftError
+from warren.queue import (
+    Cancel,
+    Checkout,
+    Command,
+    Deliver,
+    Discard,
+    Dispatch,
+    Enqueue,
+    Get,
+    Got,
+    Meta,
+    Purge,
+    QueueMachine,
+    Refused,
+    Return,
+    Settle,
+)
+
+NOW = Meta(now_ms=0)
+
+
+def apply(queue: QueueMachine, command: Command, meta: Meta = NOW) -> tuple[object, list[Deliver]]:
+    reply, effects = queue.apply(meta, command)
+    assert all(isinstance(effect, Deliver) for effect in effects), effects
+    return reply, effects  # type: ignore[return-value]
+
+
+def deliveries(effects: list[Deliver]) -> list[tuple[Hashable, int]]:
+    return [(effect.consumer, effect.entry.msg_id) for effect in effects]
+
+
+def fill(queue: QueueMachine, count: int, size_bytes: int = 10) -> list[int]:
+    ids = []
+    for index in range(count):
+        msg_id, _ = apply(queue, Enqueue(f"m{index}", size_bytes))
+        assert isinstance(msg_id, int)
+        ids.append(msg_id)
+    return ids
+
+
+def got_id(queue: QueueMachine, no_ack: bool = False) -> int | None:
+    reply, effects = apply(queue, Get(no_ack=no_ack))
+    assert effects == []
+    if reply is None:
+        return None
+    assert isinstance(reply, Got)
+    return reply.entry.msg_id
+
+
+def counts(queue: QueueMachine) -> tuple[int, int, int]:
+    return queue.ready_count, queue.unacked_count, queue.ready_bytes
+
+
+# --- Enqueue -----------------------------------------------------------------------------
+
+
+def test_enqueue_numbers_messages_and_counts_them() -> None:
+    queue = QueueMachine("q")
+    assert [apply(queue, Enqueue(name, size))[0] for name, size in [("a", 1), ("b", 20)]] == [1, 2]
+    assert counts(queue) == (2, 0, 21)
+    assert queue.next_msg_id == 3
+
+
+def test_enqueue_with_an_idle_consumer_delivers_at_once() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "ch"))
+    reply, effects = apply(queue, Enqueue("m", 5))
+    assert deliveries(effects) == [("A", reply)]
+    assert effects[0].entry.message == "m"
+    assert effects[0].entry.delivery_count == 1 and not effects[0].entry.redelivered
+    assert counts(queue) == (0, 1, 0)
+
+
+def test_enqueue_behind_a_backlog_keeps_fifo() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 2)
+    apply(queue, Checkout("A", "ch", prefetch_count=1))
+    _, effects = apply(queue, Enqueue("late", 1))
+    assert effects == []
+    apply(queue, Settle([1]))
+    assert got_id(queue) == 3
+
+
+# --- Checkout: FIFO, prefetch, no-ack, round robin, priority, exclusivity ----------------
+
+
+def test_checkout_delivers_the_backlog_in_fifo_order() -> None:
+    queue = QueueMachine("q")
+    ids = fill(queue, 5)
+    reply, effects = apply(queue, Checkout("A", "ch"))
+    assert reply is None
+    assert deliveries(effects) == [("A", msg_id) for msg_id in ids]
+    assert counts(queue) == (0, 5, 0)
+
+
+def test_prefetch_limits_unacked_deliveries() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 5)
+    _, effects = apply(queue, Checkout("A", "ch", prefetch_count=2))
+    assert deliveries(effects) == [("A", 1), ("A", 2)]
+    assert counts(queue) == (3, 2, 30)
+    reply, effects = apply(queue, Settle([1]))
+    assert reply == 1
+    assert deliveries(effects) == [("A", 3)]
+    _, effects = apply(queue, Settle([2, 3]))
+    assert deliveries(effects) == [("A", 4), ("A", 5)]
+
+
+def test_no_ack_consumer_ignores_prefetch_and_holds_nothing() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 4)
+    _, effects = apply(queue, Checkout("A", "ch", prefetch_count=1, no_ack=True))
+    assert deliveries(effects) == [("A", 1), ("A", 2), ("A", 3), ("A", 4)]
+    assert counts(queue) == (0, 0, 0)
+    assert apply(queue, Settle([1, 2]))[0] == 0
+
+
+def test_consumers_of_equal_priority_take_turns() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "ch"))
+    apply(queue, Checkout("B", "ch"))
+    apply(queue, Checkout("C", "ch"))
+    taken = [deliveries(apply(queue, Enqueue(i, 1))[1])[0][0] for i in range(6)]
+    assert taken == ["A", "B", "C", "A", "B", "C"]
+
+
+def test_round_robin_skips_consumers_without_credit() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "ch", prefetch_count=1))
+    apply(queue, Checkout("B", "ch"))
+    taken = [deliveries(apply(queue, Enqueue(i, 1))[1])[0][0] for i in range(4)]
+    assert taken == ["A", "B", "B", "B"]
+
+
+def test_backlog_is_shared_round_robin() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "ch", prefetch_count=1))
+    apply(queue, Checkout("B", "ch", prefetch_count=1))
+    fill(queue, 4)  # A takes 1 at once, B takes 2, two stay ready
+    assert counts(queue)[:2] == (2, 2)
+    _, effects = apply(queue, Settle([1, 2]))
+    assert sorted(deliveries(effects)) == [("A", 3), ("B", 4)]
+
+
+def test_higher_priority_consumer_is_served_first_while_it_has_credit() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("low", "ch"))
+    apply(queue, Checkout("high", "ch", prefetch_count=2, priority=10))
+    taken = [deliveries(apply(queue, Enqueue(i, 1))[1])[0] for i in range(4)]
+    assert taken == [("high", 1), ("high", 2), ("low", 3), ("low", 4)]
+    apply(queue, Settle([1]))  # high has credit again
+    _, effects = apply(queue, Enqueue("x", 1))
+    assert deliveries(effects) == [("high", 5)]
+
+
+def test_freed_backlog_goes_to_the_higher_priority_first() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("low", "ch", prefetch_count=1))
+    apply(queue, Checkout("high", "ch", prefetch_count=1, priority=5))
+    fill(queue, 4)  # 1 to high, 2 to low, 3 and 4 wait
+    _, effects = apply(queue, Settle([2, 1]))
+    assert deliveries(effects) == [("high", 3), ("low", 4)]
+
+
+def test_negative_priority_consumer_gets_what_others_cannot_take() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 3)
+    apply(queue, Checkout("high", "ch", prefetch_count=1))
+    _, effects = apply(queue, Checkout("low", "ch", prefetch_count=5, priority=-1))
+    assert deliveries(effects) == [("low", 2), ("low", 3)]
+
+
+def test_exclusive_consumer_is_refused_when_others_consume() -> None:
+    queue = QueueMachine("q", vhost="v")
+    apply(queue, Checkout("A", "ch"))
+    reply, effects = apply(queue, Checkout("B", "ch", exclusive=True))
+    assert isinstance(reply, Refused) and effects == []
+    assert isinstance(reply.error, SoftError)
+    assert reply.error.code == ReplyCode.ACCESS_REFUSED
+    assert reply.error.text == "ACCESS_REFUSED - queue 'q' in vhost 'v' in exclusive use"
+    assert queue.consumers() == ["A"]
+
+
+def test_exclusive_consumer_keeps_others_out_until_cancelled() -> None:
+    queue = QueueMachine("q")
+    assert apply(queue, Checkout("X", "ch", exclusive=True))[0] is None
+    reply, _ = apply(queue, Checkout("B", "ch"))
+    assert isinstance(reply, Refused)
+    assert reply.error.code == ReplyCode.ACCESS_REFUSED
+    assert queue.consumer_count == 1
+    apply(queue, Cancel("X"))
+    assert apply(queue, Checkout("B", "ch"))[0] is None
+
+
+def test_refused_checkout_changes_nothing() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 2)
+    apply(queue, Checkout("X", "ch", prefetch_count=1, exclusive=True))
+    reply, effects = apply(queue, Checkout("B", "ch"))
+    assert isinstance(reply, Refused) and effects == []
+    assert counts(queue) == (1, 1, 10)
+    apply(queue, Settle([1]))
+    assert queue.unacked_count == 1  # message 2 went to X, not to the refused B
+
+
+# --- channel credit (basic.qos global) ---------------------------------------------------
+
+
+def test_channel_credit_limits_deliveries() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 5)
+    _, effects = apply(queue, Checkout("A", "c1"), Meta(0, {"c1": 2}))
+    assert deliveries(effects) == [("A", 1), ("A", 2)]
+    _, effects = apply(queue, Dispatch(), Meta(0, {"c1": 0}))
+    assert effects == []
+    _, effects = apply(queue, Dispatch(), Meta(0, {"c1": 1}))
+    assert deliveries(effects) == [("A", 3)]
+
+
+def test_channel_credit_is_shared_by_the_channels_consumers() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 6)
+    limited = Meta(0, {"c1": 3})
+    apply(queue, Checkout("A", "c1", prefetch_count=10), Meta(0, {"c1": 0}))
+    _, effects = apply(queue, Checkout("B", "c1", prefetch_count=10), limited)
+    assert len(effects) == 3
+    assert counts(queue)[:2] == (3, 3)
+
+
+def test_channel_credit_binds_only_the_channels_named() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 3)
+    apply(queue, Checkout("A", "c1"), Meta(0, {"c1": 0}))
+    _, effects = apply(queue, Checkout("B", "c2"), Meta(0, {"c1": 0}))
+    assert deliveries(effects) == [("B", 1), ("B", 2), ("B", 3)]
+
+
+def test_channel_credit_applies_to_direct_delivery() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "c1"))
+    _, effects = apply(queue, Enqueue("m", 1), Meta(0, {"c1": 0}))
+    assert effects == []
+    assert queue.ready_count == 1
+
+
+def test_dispatch_with_nothing_to_do() -> None:
+    queue = QueueMachine("q")
+    assert apply(queue, Dispatch()) == (None, [])
+    fill(queue, 1)
+    assert apply(queue, Dispatch()) == (None, [])
+
+
+# --- Cancel ------------------------------------------------------------------------------
+
+
+def test_cancel_stops_deliveries_and_keeps_unacked() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "ch", prefetch_count=1))
+    fill(queue, 1)
+    assert apply(queue, Cancel("A")) == (True, [])
+    assert apply(queue, Cancel("A")) == (False, [])
+    assert apply(queue, Enqueue("m", 1))[1] == []
+    assert counts(queue)[:2] == (1, 1)
+    assert apply(queue, Settle([1]))[0] == 1
+    assert queue.consumer_count == 0
+
+
+def test_messages_of_a_cancelled_consumer_go_to_the_next_when_returned() -> None:
+    queue = QueueMachine("q")
+    apply(queue, Checkout("A", "ch"))
+    fill(queue, 2)
+    apply(queue, Cancel("A"))
+    apply(queue, Checkout("B", "ch", prefetch_count=1))
+    _, effects = apply(queue, Return([2, 1]))
+    assert deliveries(effects) == [("B", 1)]
+    assert effects[0].entry.redelivered
+
+
+# --- Settle, Return, Discard -------------------------------------------------------------
+
+
+def test_settle_counts_only_unacked_messages() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 3)
+    assert got_id(queue) == 1
+    assert apply(queue, Settle([1, 1, 2, 99])) == (1, [])  # 2 is ready, 99 never existed
+    assert counts(queue) == (2, 0, 20)
+
+
+def test_returned_message_takes_its_original_place() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 4)
+    assert [got_id(queue), got_id(queue)] == [1, 2]
+    assert apply(queue, Return([1])) == (None, [])
+    assert counts(queue) == (3, 1, 30)
+    reply, _ = apply(queue, Get())
+    assert isinstance(reply, Got)
+    assert (reply.entry.msg_id, reply.entry.delivery_count, reply.entry.redelivered) == (1, 2, True)
+    assert reply.remaining == 2
+    assert [got_id(queue), got_id(queue), got_id(queue)] == [3, 4, None]
+
+
+def test_returned_messages_come_back_in_id_order() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 5)
+    taken = [got_id(queue) for _ in range(4)]
+    apply(queue, Return([4, 2, 3]))
+    apply(queue, Return([1]))
+    assert taken == [1, 2, 3, 4]
+    assert [got_id(queue, no_ack=True) for _ in range(6)] == [1, 2, 3, 4, 5, None]
+
+
+def test_returned_message_is_redelivered_before_newer_ones() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 3)
+    apply(queue, Checkout("A", "ch", prefetch_count=1))
+    _, effects = apply(queue, Return([1]))
+    assert deliveries(effects) == [("A", 1)]
+    assert effects[0].entry.delivery_count == 2
+    _, effects = apply(queue, Settle([1]))
+    assert deliveries(effects) == [("A", 2)]
+    assert not effects[0].entry.redelivered
+
+
+def test_delivery_count_grows_with_every_delivery() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 1)
+    apply(queue, Checkout("A", "ch"))
+    for expected in range(2, 6):
+        _, effects = apply(queue, Return([1]))
+        assert effects[0].entry.delivery_count == expected
+
+
+def test_return_of_unknown_ids_changes_nothing() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 2)
+    assert apply(queue, Return([1, 7])) == (None, [])
+    assert counts(queue) == (2, 0, 20)
+
+
+def test_discard_drops_without_requeue_and_frees_credit() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 3)
+    apply(queue, Checkout("A", "ch", prefetch_count=1))
+    reply, effects = apply(queue, Discard([1, 1, 3]))
+    assert reply == 1
+    assert deliveries(effects) == [("A", 2)]
+    assert counts(queue) == (1, 1, 10)
+    apply(queue, Cancel("A"))
+    apply(queue, Return([2]))
+    assert [got_id(queue, no_ack=True) for _ in range(3)] == [2, 3, None]
+
+
+# --- Get and Purge -----------------------------------------------------------------------
+
+
+def test_get_on_an_empty_queue() -> None:
+    assert apply(QueueMachine("q"), Get()) == (None, [])
+
+
+def test_get_reports_the_remaining_count() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 3)
+    reply, _ = apply(queue, Get(no_ack=True))
+    assert isinstance(reply, Got)
+    assert (reply.entry.msg_id, reply.remaining, reply.entry.message) == (1, 2, "m0")
+    assert counts(queue) == (2, 0, 20)
+
+
+def test_get_with_ack_holds_the_message_until_settled() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 1)
+    assert got_id(queue) == 1
+    assert counts(queue) == (0, 1, 0)
+    assert apply(queue, Settle([1]))[0] == 1
+    assert counts(queue) == (0, 0, 0)
+
+
+def test_purge_drops_ready_messages_only() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 5)
+    got_id(queue)
+    got_id(queue)
+    apply(queue, Return([2]))
+    assert apply(queue, Purge()) == (4, [])
+    assert counts(queue) == (0, 1, 0)
+    assert got_id(queue) is None
+    apply(queue, Return([1]))
+    assert [got_id(queue, no_ack=True), got_id(queue)] == [1, None]
+    assert apply(queue, Purge()) == (0, [])
