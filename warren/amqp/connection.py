@@ -260,7 +260,9 @@ class ServerConnection:
                 )
             class_id, body_size, properties_raw = parse_content_header(payload)
             if class_id != BASIC_CLASS_ID:
-                raise frame_error(f"content header for class {class_id}, expected 60")
+                raise unexpected_frame(
+                    f"expected content header for class 60, got one for class {class_id} instead"
+                )
             assembly.body_size = body_size
             assembly.properties_raw = properties_raw
         elif frame_type != FRAME_BODY:

@@ -1,31 +1,39 @@
-"""The queue state machine: one FIFO of messages with its consumers, as a pure function.
+"""The queue state machine: one queue's messages and consumers, as a pure function.
 
 Theory of operation (after rabbit_fifo: ``apply(Meta, Command, State) -> {State, Reply,
 Effects}``):
 1. `QueueMachine.apply(meta, command)` is the only way to change a queue. It returns
-   ``(reply, effects)``: the reply answers the caller, effects are what the runtime must
-   do (deliver a message to a consumer). `meta.now_ms` is the only clock.
-2. `apply` is total: it never raises on a command; a command the queue refuses gets an
-   `Refused` reply carrying the AMQP error.
+   ``(reply, effects)``: the reply answers the caller; effects are what the runtime must do
+   (`Deliver` a message, `DeadLetter` one, arm a timer with `SetTimer`, delete the queue on
+   `QueueExpired`). `meta.now_ms` is the only clock; a timer comes back as a `Tick`.
+2. `apply` is total: it never raises on a command; a command the queue refuses gets a
+   `Refused` reply carrying the AMQP error, a publish it refuses gets `Rejected`.
 3. Every message gets a `msg_id` from a counter when it is enqueued; ids only grow, so they
-   are also the queue's order. A message is *ready* (waiting), *unacked* (delivered to a
-   consumer or fetched with basic.get and not yet settled) or gone.
-4. Ready messages live in `_ready` (never delivered, in id order) and `_returned` (handed
-   back with nack/reject/recover/channel close, a heap by id). Everything in `_returned`
-   is older than everything in `_ready`, because deliveries always take the oldest
-   message; so the oldest ready message is the head of `_returned`, else of `_ready`, and a
-   returned message keeps its original place, as classic queues in RabbitMQ do.
-5. Consumers are served round robin within the highest consumer priority (`x-priority`)
+   are also the queue's order. A message is *ready*, *unacked* (delivered or fetched and
+   not yet settled) or gone. Only ready messages count against length limits.
+4. Ready messages live per priority level (one level unless ``x-max-priority``) in
+   `ready` (never delivered, in id order) and `returned` (handed back, a heap by id).
+   Everything returned is older than everything never delivered, because deliveries take
+   the oldest message first; so a returned message keeps its original place, as classic
+   queues in RabbitMQ do. Messages that expire in the middle are marked dead and skipped
+   when they reach the head (their counts are taken off at once).
+5. TTL: a message's deadline is fixed at enqueue (the lower of the queue's message TTL and
+   the message's own expiration) and kept across requeues. Unlike RabbitMQ, which looks
+   at the head only, Warren removes (or dead-letters) a message when its deadline passes
+   wherever it is in the queue; consumers never see an expired message. A TTL of 0 lets a
+   message through only if a consumer can take it at once.
+6. Consumers are served round robin within the highest consumer priority (`x-priority`)
    that has credit. A consumer's credit is its prefetch count minus its unacked messages
-   (unbounded for prefetch 0 and for no-ack consumers); a channel-wide prefetch
-   (basic.qos global) spans queues, so the runtime passes each such channel's remaining
-   credit in `meta.channel_credit`.
-6. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
-   same machine is later applied from a replicated log, where old entries must keep
-   their meaning.
+   (unbounded for prefetch 0 and no-ack consumers); a channel-wide prefetch spans queues,
+   so the runtime passes such channels' remaining credit in `meta.channel_credit`. With
+   single active consumer only one consumer receives; the next takes over when it goes.
+7. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
+   same machine is later applied from a replicated log, where old entries keep their
+   meaning.
 
-Invariants (checked by tests/unit/queue): ready_count == len(_ready) + len(_returned);
-ready_bytes is the sum of their sizes; a message is in at most one of ready/unacked.
+Invariants (tests/unit/queue checks them after every step): ready_count and ready_bytes
+equal the live entries in the ready structures; a message is in at most one of
+ready/unacked; deliveries follow msg_id order among ready messages of one priority.
 """
 
 from __future__ import annotations
@@ -37,8 +45,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from warren.errors import SoftError, access_refused, describe_queue
+from warren.model.settings import DEFAULT_SETTINGS, Overflow, QueueSettings
 
 MACHINE_VERSION: Final = 1
+
+EXPIRED: Final = "expired"
+REJECTED: Final = "rejected"
+MAXLEN: Final = "maxlen"
+DELIVERY_LIMIT: Final = "delivery_limit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +66,26 @@ class Meta:
 class Entry:
     """One message held by the queue; `message` is opaque to the machine."""
 
-    __slots__ = ("delivery_count", "message", "msg_id", "size_bytes")
+    __slots__ = (
+        "delivery_count",
+        "expires_at_ms",
+        "level",
+        "live",
+        "message",
+        "msg_id",
+        "size_bytes",
+    )
 
-    def __init__(self, msg_id: int, message: object, size_bytes: int) -> None:
+    def __init__(
+        self, msg_id: int, message: object, size_bytes: int, expires_at_ms: int | None, level: int
+    ) -> None:
         self.msg_id = msg_id
         self.message = message
         self.size_bytes = size_bytes
+        self.expires_at_ms = expires_at_ms
+        self.level = level
         self.delivery_count = 0
+        self.live = True  # False once it expired or was dropped while still in `ready`
 
     @property
     def redelivered(self) -> bool:
@@ -80,6 +107,8 @@ class Command:
 class Enqueue(Command):
     message: object
     size_bytes: int
+    ttl_ms: int | None = None  # the message's own expiration property
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +146,7 @@ class Return(Command):
 
 @dataclass(frozen=True, slots=True)
 class Discard(Command):
-    """Reject messages without requeue."""
+    """Reject messages without requeue: they are dead-lettered (reason ``rejected``)."""
 
     msg_ids: Sequence[int]
 
@@ -135,14 +164,25 @@ class Purge(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class Touch(Command):
+    """The queue was used (redeclared): restart its `x-expires` countdown."""
+
+
+@dataclass(frozen=True, slots=True)
 class Dispatch(Command):
     """Try to deliver again: a channel-wide prefetch window opened elsewhere."""
 
 
 @dataclass(frozen=True, slots=True)
-class SetPrefetch(Command):
-    consumer: Hashable
-    prefetch_count: int
+class Tick(Command):
+    """A timer the machine asked for (`SetTimer`) is due."""
+
+
+@dataclass(frozen=True, slots=True)
+class Configure(Command):
+    """New effective settings (a policy changed); limits apply to what is queued at once."""
+
+    settings: QueueSettings
 
 
 # --- replies and effects -------------------------------------------------------------------
@@ -151,6 +191,11 @@ class SetPrefetch(Command):
 @dataclass(frozen=True, slots=True)
 class Refused:
     error: SoftError
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A publish the queue refused (overflow reject-publish): the publisher gets a nack."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +210,26 @@ class Deliver:
     entry: Entry
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    entry: Entry
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueExpired:
+    """The queue was unused for its `x-expires`: the runtime deletes it."""
+
+
+REJECTED_REPLY: Final = Rejected()
+Effect = Deliver | DeadLetter | SetTimer | QueueExpired
 Reply = object
-Effects = list[Deliver]
+Effects = list[Effect]
 
 
 class _Consumer:
@@ -184,28 +247,56 @@ class _Consumer:
         return self.no_ack or not self.prefetch_count or self.in_flight < self.prefetch_count
 
 
+class _Level:
+    """The ready messages of one priority."""
+
+    __slots__ = ("ready", "returned")
+
+    def __init__(self) -> None:
+        self.ready: deque[Entry] = deque()
+        self.returned: list[Entry] = []
+
+    def pop(self) -> Entry | None:
+        """The oldest live message, or None; dead ones met on the way are dropped."""
+        returned, ready = self.returned, self.ready
+        while returned:
+            entry = heapq.heappop(returned)
+            if entry.live:
+                return entry
+        while ready:
+            entry = ready.popleft()
+            if entry.live:
+                return entry
+        return None
+
+
 @dataclass(slots=True)
 class QueueMachine:
-    """The state of one queue. Identity (`name`, `vhost`) is only used in error texts."""
+    """The state of one queue. Identity (`name`, `vhost`) is used in error texts only."""
 
     name: str
     vhost: str = "/"
+    settings: QueueSettings = DEFAULT_SETTINGS
     version: int = MACHINE_VERSION
     next_msg_id: int = 1
+    ready_count: int = 0
     ready_bytes: int = 0
-    _ready: deque[Entry] = field(default_factory=deque)
-    _returned: list[Entry] = field(default_factory=list)
+    unacked_bytes: int = 0
+    last_used_ms: int = 0
+    timer_at_ms: int | None = None
+    _levels: list[_Level] = field(default_factory=lambda: [_Level()])
+    _deadlines: list[tuple[int, int, Entry]] = field(default_factory=list)
     _unacked: dict[int, tuple[Entry, Hashable | None]] = field(default_factory=dict)
     _consumers: dict[Hashable, _Consumer] = field(default_factory=dict)
     # consumer keys by priority, highest first; each deque rotates for round robin
     _rings: list[tuple[int, deque[Hashable]]] = field(default_factory=list)
     exclusive_consumer: Hashable | None = None
+    active_consumer: Hashable | None = None  # with single active consumer
+
+    def __post_init__(self) -> None:
+        self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
 
     # --- queries ---------------------------------------------------------------------------
-
-    @property
-    def ready_count(self) -> int:
-        return len(self._ready) + len(self._returned)
 
     @property
     def unacked_count(self) -> int:
@@ -221,29 +312,92 @@ class QueueMachine:
     # --- the transition function ---------------------------------------------------------
 
     def apply(self, meta: Meta, command: Command) -> tuple[Reply, Effects]:
-        handler = _HANDLERS[type(command)]
-        return handler(self, meta, command)
+        effects: Effects = []
+        reply = _HANDLERS[type(command)](self, meta, command, effects)
+        if self._deadlines or self.settings.expires_ms is not None:
+            self._schedule(meta, effects)
+        return reply, effects
 
-    def _enqueue(self, meta: Meta, command: Enqueue) -> tuple[Reply, Effects]:
-        entry = Entry(self.next_msg_id, command.message, command.size_bytes)
-        self.next_msg_id += 1
+    def _enqueue(self, meta: Meta, command: Enqueue, effects: Effects) -> Reply:
+        settings = self.settings
+        size = command.size_bytes
+        if settings.overflow is not Overflow.DROP_HEAD and self._full_for(size):
+            if settings.overflow is Overflow.REJECT_PUBLISH_DLX:
+                entry = Entry(self._take_id(), command.message, size, None, 0)
+                self._dead_letter(entry, MAXLEN, effects)
+            return REJECTED_REPLY
+        entry = Entry(self._take_id(), command.message, size, self._deadline(meta, command), 0)
+        if self._levels_count > 1:
+            entry.level = min(command.priority, self._levels_count - 1)
+        if self._consumers and not self.ready_count:
+            consumer = self._next_consumer(meta.channel_credit)
+            if consumer is not None:
+                effects.append(self._hand_over(entry, consumer))
+                return entry.msg_id
+        self._push_ready(entry)
+        if entry.expires_at_ms is not None:
+            heapq.heappush(self._deadlines, (entry.expires_at_ms, entry.msg_id, entry))
         if self._consumers:
-            consumer = self._next_consumer(meta)
-            if consumer is not None and not self._returned and not self._ready:
-                return entry.msg_id, [self._hand_over(entry, consumer)]
-        self._ready.append(entry)
-        self.ready_bytes += entry.size_bytes
-        return entry.msg_id, self._dispatch(meta) if self._consumers else []
+            self._dispatch(meta, effects)
+        if settings.max_length is not None or settings.max_length_bytes is not None:
+            self._drop_head_over_limit(effects)
+        if entry.expires_at_ms is not None and entry.expires_at_ms <= meta.now_ms:
+            self._expire(meta, effects)
+        return entry.msg_id
 
-    def _checkout(self, meta: Meta, command: Checkout) -> tuple[Reply, Effects]:
+    def _take_id(self) -> int:
+        msg_id = self.next_msg_id
+        self.next_msg_id = msg_id + 1
+        return msg_id
+
+    @property
+    def _levels_count(self) -> int:
+        return len(self._levels)
+
+    def _deadline(self, meta: Meta, command: Enqueue) -> int | None:
+        ttl = self.settings.message_ttl_ms
+        if command.ttl_ms is not None and (ttl is None or command.ttl_ms < ttl):
+            ttl = command.ttl_ms
+        return None if ttl is None else meta.now_ms + ttl
+
+    def _full_for(self, size: int) -> bool:
+        settings = self.settings
+        if settings.max_length is not None and self.ready_count >= settings.max_length:
+            return True
+        limit = settings.max_length_bytes
+        return limit is not None and self.ready_bytes + size > limit
+
+    def _over_limit(self) -> bool:
+        settings = self.settings
+        if settings.max_length is not None and self.ready_count > settings.max_length:
+            return True
+        limit = settings.max_length_bytes
+        return limit is not None and self.ready_bytes > limit
+
+    def _drop_head_over_limit(self, effects: Effects) -> None:
+        while self._over_limit():
+            entry = self._pop_ready()
+            assert entry is not None
+            self._dead_letter(entry, MAXLEN, effects)
+
+    def _push_ready(self, entry: Entry) -> None:
+        self._levels[entry.level].ready.append(entry)
+        self.ready_count += 1
+        self.ready_bytes += entry.size_bytes
+
+    def _checkout(self, meta: Meta, command: Checkout, effects: Effects) -> Reply:
         if self.exclusive_consumer is not None or (command.exclusive and self._consumers):
             in_use = f"{describe_queue(self.name, self.vhost)} in exclusive use"
-            return Refused(access_refused(in_use)), []
+            return Refused(access_refused(in_use))
         if command.exclusive:
             self.exclusive_consumer = command.consumer
         self._consumers[command.consumer] = _Consumer(command)
         self._ring_for(command.priority).append(command.consumer)
-        return None, self._dispatch(meta)
+        if self.settings.single_active_consumer and self.active_consumer is None:
+            self.active_consumer = command.consumer
+        self.last_used_ms = meta.now_ms
+        self._dispatch(meta, effects)
+        return None
 
     def _ring_for(self, priority: int) -> deque[Hashable]:
         for index, (level, ring) in enumerate(self._rings):
@@ -257,10 +411,10 @@ class QueueMachine:
         self._rings.append((priority, ring))
         return ring
 
-    def _cancel(self, meta: Meta, command: Cancel) -> tuple[Reply, Effects]:
+    def _cancel(self, meta: Meta, command: Cancel, effects: Effects) -> Reply:
         consumer = self._consumers.pop(command.consumer, None)
         if consumer is None:
-            return False, []
+            return False
         if self.exclusive_consumer == command.consumer:
             self.exclusive_consumer = None
         for index, (_level, ring) in enumerate(self._rings):
@@ -269,21 +423,44 @@ class QueueMachine:
                 if not ring:
                     del self._rings[index]
                 break
-        return True, []
+        if self.active_consumer == command.consumer:
+            self.active_consumer = self._rings[0][1][0] if self._rings else None
+            self._dispatch(meta, effects)
+        self.last_used_ms = meta.now_ms
+        return True
 
-    def _settle(self, meta: Meta, command: Settle) -> tuple[Reply, Effects]:
+    def _settle(self, meta: Meta, command: Settle, effects: Effects) -> Reply:
         freed = self._release(command.msg_ids)
-        return len(freed), self._dispatch(meta) if self.ready_count else []
+        if self.ready_count:
+            self._dispatch(meta, effects)
+        return len(freed)
 
-    def _discard(self, meta: Meta, command: Discard) -> tuple[Reply, Effects]:
+    def _discard(self, meta: Meta, command: Discard, effects: Effects) -> Reply:
         freed = self._release(command.msg_ids)
-        return len(freed), self._dispatch(meta) if self.ready_count else []
+        for entry in freed:
+            self._dead_letter(entry, REJECTED, effects)
+        if self.ready_count:
+            self._dispatch(meta, effects)
+        return len(freed)
 
-    def _return(self, meta: Meta, command: Return) -> tuple[Reply, Effects]:
+    def _return(self, meta: Meta, command: Return, effects: Effects) -> Reply:
+        limit = self.settings.delivery_limit
+        now = meta.now_ms
         for entry in self._release(command.msg_ids):
-            heapq.heappush(self._returned, entry)
-            self.ready_bytes += entry.size_bytes
-        return None, self._dispatch(meta)
+            if entry.expires_at_ms is not None and entry.expires_at_ms <= now:
+                self._dead_letter(entry, EXPIRED, effects)
+            elif limit is not None and entry.delivery_count > limit:
+                self._dead_letter(entry, DELIVERY_LIMIT, effects)
+            else:
+                heapq.heappush(self._levels[entry.level].returned, entry)
+                self.ready_count += 1
+                self.ready_bytes += entry.size_bytes
+                if entry.expires_at_ms is not None:
+                    heapq.heappush(self._deadlines, (entry.expires_at_ms, entry.msg_id, entry))
+        self._dispatch(meta, effects)
+        if self.settings.overflow is Overflow.DROP_HEAD:
+            self._drop_head_over_limit(effects)
+        return None
 
     def _release(self, msg_ids: Sequence[int]) -> list[Entry]:
         released: list[Entry] = []
@@ -294,6 +471,7 @@ class QueueMachine:
             if held is None:
                 continue
             entry, consumer_key = held
+            self.unacked_bytes -= entry.size_bytes
             if consumer_key is not None:
                 consumer = consumers.get(consumer_key)
                 if consumer is not None:
@@ -301,84 +479,162 @@ class QueueMachine:
             released.append(entry)
         return released
 
-    def _get(self, meta: Meta, command: Get) -> tuple[Reply, Effects]:
+    def _get(self, meta: Meta, command: Get, effects: Effects) -> Reply:
+        self.last_used_ms = meta.now_ms
+        self._expire(meta, effects)
         entry = self._pop_ready()
         if entry is None:
-            return None, []
+            return None
         entry.delivery_count += 1
         if not command.no_ack:
             self._unacked[entry.msg_id] = (entry, None)
-        return Got(entry, self.ready_count), []
+            self.unacked_bytes += entry.size_bytes
+        return Got(entry, self.ready_count)
 
-    def _purge(self, meta: Meta, command: Purge) -> tuple[Reply, Effects]:
+    def _purge(self, meta: Meta, command: Purge, effects: Effects) -> Reply:
         count = self.ready_count
-        self._ready.clear()
-        self._returned.clear()
+        self._levels = [_Level() for _ in self._levels]
+        self._deadlines = [d for d in self._deadlines if d[2].msg_id in self._unacked]
+        heapq.heapify(self._deadlines)
+        self.ready_count = 0
         self.ready_bytes = 0
-        return count, []
+        return count
 
-    def _dispatch_command(self, meta: Meta, command: Dispatch) -> tuple[Reply, Effects]:
-        return None, self._dispatch(meta)
+    def _touch(self, meta: Meta, command: Touch, effects: Effects) -> Reply:
+        self.last_used_ms = meta.now_ms
+        return None
 
-    def _set_prefetch(self, meta: Meta, command: SetPrefetch) -> tuple[Reply, Effects]:
-        consumer = self._consumers.get(command.consumer)
-        if consumer is not None:
-            consumer.prefetch_count = command.prefetch_count
-        return None, self._dispatch(meta)
+    def _dispatch_command(self, meta: Meta, command: Dispatch, effects: Effects) -> Reply:
+        self._dispatch(meta, effects)
+        return None
+
+    def _tick(self, meta: Meta, command: Tick, effects: Effects) -> Reply:
+        self.timer_at_ms = None
+        self._expire(meta, effects)
+        expires = self.settings.expires_ms
+        idle = not self._consumers
+        if expires is not None and idle and meta.now_ms >= self.last_used_ms + expires:
+            effects.append(QueueExpired())
+        return None
+
+    def _configure(self, meta: Meta, command: Configure, effects: Effects) -> Reply:
+        old = self.settings
+        self.settings = command.settings
+        if (command.settings.max_priority or 0) != (old.max_priority or 0):
+            self._relevel()
+        if self.settings.overflow is Overflow.DROP_HEAD:
+            self._drop_head_over_limit(effects)
+        if self.settings.expires_ms != old.expires_ms:
+            self.timer_at_ms = None
+        return None
+
+    def _relevel(self) -> None:
+        entries: list[Entry] = []
+        for level in self._levels:
+            entries.extend(e for e in level.returned if e.live)
+            entries.extend(e for e in level.ready if e.live)
+        self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
+        top = len(self._levels) - 1
+        for entry in sorted(entries):
+            entry.level = min(entry.level, top)
+            self._levels[entry.level].ready.append(entry)
+
+    # --- expiry ----------------------------------------------------------------------------
+
+    def _expire(self, meta: Meta, effects: Effects) -> None:
+        deadlines = self._deadlines
+        now = meta.now_ms
+        while deadlines and deadlines[0][0] <= now:
+            _, _, entry = heapq.heappop(deadlines)
+            if not entry.live or entry.msg_id in self._unacked:
+                continue
+            self._kill(entry)
+            self._dead_letter(entry, EXPIRED, effects)
+
+    def _kill(self, entry: Entry) -> None:
+        """Take a ready message out where it stands; `_Level.pop` skips it later."""
+        entry.live = False
+        self.ready_count -= 1
+        self.ready_bytes -= entry.size_bytes
+
+    def _schedule(self, meta: Meta, effects: Effects) -> None:
+        """Ask for a `Tick` at the next deadline or queue expiry, if not already asked."""
+        deadlines = self._deadlines
+        while deadlines and (not deadlines[0][2].live or deadlines[0][2].msg_id in self._unacked):
+            heapq.heappop(deadlines)
+        due = deadlines[0][0] if deadlines else None
+        expires = self.settings.expires_ms
+        if expires is not None and not self._consumers:
+            queue_due = self.last_used_ms + expires
+            due = queue_due if due is None else min(due, queue_due)
+        if due is not None and (self.timer_at_ms is None or due < self.timer_at_ms):
+            self.timer_at_ms = due
+            effects.append(SetTimer(due))
+
+    def _dead_letter(self, entry: Entry, reason: str, effects: Effects) -> None:
+        if self.settings.dead_letter_exchange is not None:
+            effects.append(DeadLetter(entry, reason))
 
     # --- delivery --------------------------------------------------------------------------
 
-    def _dispatch(self, meta: Meta) -> Effects:
-        effects: Effects = []
+    def _dispatch(self, meta: Meta, effects: Effects) -> None:
+        if not self.ready_count or not self._consumers:
+            return
         credit = dict(meta.channel_credit) if meta.channel_credit else None
-        while self._ready or self._returned:
-            consumer = self._next_consumer(meta, credit)
+        now = meta.now_ms
+        while self.ready_count:
+            consumer = self._next_consumer(credit)
             if consumer is None:
                 break
             entry = self._pop_ready()
             assert entry is not None
+            if entry.expires_at_ms is not None and entry.expires_at_ms < now:
+                self._dead_letter(entry, EXPIRED, effects)
+                continue
             effects.append(self._hand_over(entry, consumer))
             if credit is not None and consumer.channel in credit:
                 credit[consumer.channel] -= 1
-        return effects
 
     def _hand_over(self, entry: Entry, consumer: _Consumer) -> Deliver:
         entry.delivery_count += 1
         if not consumer.no_ack:
             consumer.in_flight += 1
             self._unacked[entry.msg_id] = (entry, consumer.consumer)
+            self.unacked_bytes += entry.size_bytes
         return Deliver(consumer.consumer, entry)
 
-    def _next_consumer(
-        self, meta: Meta, credit: dict[Hashable, int] | None = None
-    ) -> _Consumer | None:
-        if credit is None and meta.channel_credit:
-            credit = dict(meta.channel_credit)
+    def _next_consumer(self, credit: Mapping[Hashable, int] | None) -> _Consumer | None:
         consumers = self._consumers
+        if self.active_consumer is not None:
+            active = consumers[self.active_consumer]
+            return active if self._can_take(active, credit) else None
         for _level, ring in self._rings:
             for _ in range(len(ring)):
                 key = ring[0]
                 ring.rotate(-1)
                 consumer = consumers[key]
-                if not consumer.has_credit():
-                    continue
-                if credit is not None and credit.get(consumer.channel, 1) <= 0:
-                    continue
-                return consumer
+                if self._can_take(consumer, credit):
+                    return consumer
         return None
 
+    @staticmethod
+    def _can_take(consumer: _Consumer, credit: Mapping[Hashable, int] | None) -> bool:
+        if not consumer.has_credit():
+            return False
+        return credit is None or credit.get(consumer.channel, 1) > 0
+
     def _pop_ready(self) -> Entry | None:
-        if self._returned:
-            entry = heapq.heappop(self._returned)
-        elif self._ready:
-            entry = self._ready.popleft()
-        else:
-            return None
-        self.ready_bytes -= entry.size_bytes
-        return entry
+        for level in reversed(self._levels):
+            entry = level.pop()
+            if entry is not None:
+                self.ready_count -= 1
+                self.ready_bytes -= entry.size_bytes
+                return entry
+        return None
 
 
-_HANDLERS: dict[type[Command], Callable[[QueueMachine, Meta, Any], tuple[Reply, Effects]]] = {
+_Handler = Callable[[QueueMachine, Meta, Any, Effects], Reply]
+_HANDLERS: dict[type[Command], _Handler] = {
     Enqueue: QueueMachine._enqueue,
     Checkout: QueueMachine._checkout,
     Cancel: QueueMachine._cancel,
@@ -387,6 +643,8 @@ _HANDLERS: dict[type[Command], Callable[[QueueMachine, Meta, Any], tuple[Reply, 
     Discard: QueueMachine._discard,
     Get: QueueMachine._get,
     Purge: QueueMachine._purge,
+    Touch: QueueMachine._touch,
     Dispatch: QueueMachine._dispatch_command,
-    SetPrefetch: QueueMachine._set_prefetch,
+    Tick: QueueMachine._tick,
+    Configure: QueueMachine._configure,
 }

@@ -13,22 +13,31 @@ Theory of operation:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.model import QueueRecord, VHost
+from warren.model.settings import QueueSettings, settings_from_arguments
 from warren.queue import (
     Cancel,
     Checkout,
     Command,
+    Configure,
+    DeadLetter,
     Deliver,
     Dispatch,
+    Effect,
     Meta,
+    QueueExpired,
     QueueMachine,
     Refused,
+    SetTimer,
+    Tick,
 )
+from warren.runtime.deadletter import dead_letter
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
@@ -62,15 +71,28 @@ class ConsumerRef:
 class QueueHost:
     """Drives one classic queue's machine and performs its effects."""
 
-    __slots__ = ("_consumers", "_limited", "broker", "ever_consumed", "machine", "record")
+    __slots__ = (
+        "_consumers",
+        "_limited",
+        "_timer",
+        "broker",
+        "ever_consumed",
+        "machine",
+        "operator_policy",
+        "policy",
+        "record",
+    )
 
-    def __init__(self, broker: Broker, record: QueueRecord) -> None:
+    def __init__(self, broker: Broker, record: QueueRecord, settings: QueueSettings) -> None:
         self.broker = broker
         self.record = record
-        self.machine = QueueMachine(record.name, record.vhost)
+        self.machine = QueueMachine(record.name, record.vhost, settings, last_used_ms=now_ms())
         self._consumers: dict[Hashable, ConsumerRef] = {}
         self._limited: set[Subscriber] = set()
+        self._timer: asyncio.TimerHandle | None = None
         self.ever_consumed = False
+        self.policy: str | None = None
+        self.operator_policy: str | None = None
 
     @property
     def name(self) -> str:
@@ -79,7 +101,7 @@ class QueueHost:
     def meta(self) -> Meta:
         if not self._limited:
             return Meta(now_ms())
-        credit: dict[Hashable, int] = {}
+        credit: dict[Any, int] = {}
         for channel in self._limited:
             limit = channel.credit()
             if limit is not None:
@@ -92,15 +114,46 @@ class QueueHost:
             self.perform(effects)
         return reply
 
-    def perform(self, effects: list[Deliver]) -> None:
+    def perform(self, effects: list[Effect]) -> None:
         consumers = self._consumers
         for effect in effects:
-            ref = consumers[effect.consumer]
-            ref.channel.deliver(ref.tag, effect.entry, self)
+            if type(effect) is Deliver:
+                ref = consumers[effect.consumer]
+                ref.channel.deliver(ref.tag, effect.entry, self)
+            elif type(effect) is DeadLetter:
+                dead_letter(self, effect.entry, effect.reason)
+            elif type(effect) is SetTimer:
+                self._arm(effect.at_ms)
+            elif type(effect) is QueueExpired:
+                self.broker.expire_queue(self)
+
+    def _arm(self, at_ms: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        delay_s = max(0.0, (at_ms - now_ms()) / 1000)
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.broker.queues.get((self.record.vhost, self.record.name)) is self:
+            self.apply(Tick())
+
+    def configure(
+        self, settings: QueueSettings, policy: str | None, operator_policy: str | None
+    ) -> None:
+        """New effective settings from a policy change; limits apply at once."""
+        self.policy, self.operator_policy = policy, operator_policy
+        if settings != self.machine.settings:
+            self.apply(Configure(settings))
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
-    ) -> tuple[object, list[Deliver]]:
+    ) -> tuple[object, list[Effect]]:
         """Add a consumer; the caller performs the effects after it sent consume-ok."""
         ref = ConsumerRef(channel, tag)
         self._consumers[command.consumer] = ref
@@ -151,15 +204,22 @@ class Broker:
         self.queues: dict[tuple[str, str], QueueHost] = {}
         self.users: dict[str, str] = {config.default_user: config.default_pass}
         self.connections: set[object] = set()
-        self.reply_to: dict[str, Subscriber] = {}
+        self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
 
     def queue(self, vhost: str, name: str) -> QueueHost | None:
         return self.queues.get((vhost, name))
 
-    def add_queue(self, record: QueueRecord) -> QueueHost:
-        host = QueueHost(self, record)
+    def add_queue(self, record: QueueRecord, settings: QueueSettings) -> QueueHost:
+        host = QueueHost(self, record, settings)
         self.queues[record.vhost, record.name] = host
         return host
+
+    def expire_queue(self, host: QueueHost) -> None:
+        """x-expires ran out: delete the queue as if a client had."""
+        vhost = self.vhosts.get(host.record.vhost)
+        if vhost is not None and self.queues.get((vhost.name, host.name)) is host:
+            log.debug("queue %r in vhost %r expired", host.name, vhost.name)
+            self.delete_queue(vhost, host.name)
 
     def delete_queue(self, vhost: VHost, name: str) -> int:
         """Delete a queue, its bindings and consumers; return how many messages it held."""
@@ -168,8 +228,13 @@ class Broker:
             vhost.delete_queue(name)
         if host is None:
             return 0
+        host.stop()
         host.cancel_all()
         return host.machine.ready_count
+
+    def settings_for(self, record: QueueRecord) -> QueueSettings:
+        """The effective settings of a queue about to be created."""
+        return settings_from_arguments(record.arguments)
 
     def authenticate(self, user: str, password: str) -> bool:
         return self.users.get(user) == password

@@ -18,6 +18,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Hashable
 from dataclasses import replace
@@ -26,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from warren.amqp import methods as m
 from warren.amqp.connection import Content
 from warren.amqp.content import (
+    EXPIRATION_FLAG,
     HEADERS_FLAG,
+    PRIORITY_FLAG,
     USER_ID_FLAG,
     Message,
     content_frames,
@@ -47,7 +50,19 @@ from warren.errors import (
     queue_not_found,
 )
 from warren.model import DestinationKind
-from warren.queue import Checkout, Discard, Enqueue, Get, Got, Purge, Refused, Return, Settle
+from warren.queue import (
+    REJECTED_REPLY,
+    Checkout,
+    Discard,
+    Enqueue,
+    Get,
+    Got,
+    Purge,
+    Refused,
+    Return,
+    Settle,
+    Touch,
+)
 
 if TYPE_CHECKING:
     from warren.runtime.broker import QueueHost
@@ -55,6 +70,8 @@ if TYPE_CHECKING:
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
+# properties that make a publish decode its header: routing, checks, TTL, priority
+_INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG
 
 
 def _token() -> str:
@@ -233,40 +250,39 @@ class Channel:
                 server_named=server_named,
             )
             if created:
-                host = self.broker.add_queue(record)
+                host = self.broker.add_queue(record, self.broker.settings_for(record))
                 if method.exclusive:
                     self.connection.exclusive_queues.append(name)
             else:
                 found = self.broker.queue(vhost.name, name)
                 assert found is not None
                 host = found
+        host.apply(Touch())
         self.last_queue = name
         if not method.nowait:
             machine = host.machine
             self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
 
     def _queue_bind(self, method: m.QueueBind) -> None:
-        name = self._queue_name(method.queue)
-        self._host(name)
         self.vhost.bind(
-            name,
+            self._queue_name(method.queue),
             DestinationKind.QUEUE,
             method.exchange,
             method.routing_key,
             _plain_arguments(method.arguments),
+            owner=self.connection,
         )
         if not method.nowait:
             self.send(m.QueueBindOk())
 
     def _queue_unbind(self, method: m.QueueUnbind) -> None:
-        name = self._queue_name(method.queue)
-        self._host(name)
         self.vhost.unbind(
-            name,
+            self._queue_name(method.queue),
             DestinationKind.QUEUE,
             method.exchange,
             method.routing_key,
             _plain_arguments(method.arguments),
+            owner=self.connection,
         )
         self.send(m.QueueUnbindOk())
 
@@ -529,24 +545,43 @@ class Channel:
         routing_keys = [method.routing_key]
         raw = content.properties_raw
         headers = None
+        ttl_ms = None
+        priority = 0
         flags = (raw[0] << 8) | raw[1] if len(raw) >= 2 else 0
         message = Message(exchange, method.routing_key, raw, content.body)
-        if flags & (HEADERS_FLAG | USER_ID_FLAG) or b"amq.rabbitmq.reply-to" in raw:
+        if flags & _INSPECTED_FLAGS or b"amq.rabbitmq.reply-to" in raw:
             headers = self._inspect_properties(message, routing_keys)
+            properties = message.properties
+            if properties.expiration is not None:
+                ttl_ms = parse_expiration(properties.expiration)
+            priority = properties.priority or 0
         if not exchange and method.routing_key.startswith(REPLY_TO_PREFIX):
             self._publish_reply(method, message)
             return
         queues = self.vhost.route(exchange, routing_keys, headers)
         broker_queues = self.broker.queues
         vhost_name = self.vhost.name
-        size = len(content.body)
+        enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
+        rejected = False
         for name in queues:
-            broker_queues[vhost_name, name].apply(Enqueue(message, size))
+            if broker_queues[vhost_name, name].apply(enqueue) is REJECTED_REPLY:
+                rejected = True
         if not queues and method.mandatory:
             self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
         if self.confirm:
             self.publish_seq += 1
-            self.connection.confirm_later(self)
+            if rejected:
+                self._nack_latest()
+            else:
+                self.connection.confirm_later(self)
+
+    def _nack_latest(self) -> None:
+        """A queue refused the latest publish: ack what came before, then nack it."""
+        seq = self.publish_seq
+        if seq - 1 > self.confirmed_upto:
+            self.send(m.BasicAck(seq - 1, seq - 1 - self.confirmed_upto > 1))
+        self.send(m.BasicNack(seq, False, False))
+        self.confirmed_upto = seq
 
     def _inspect_properties(self, message: Message, routing_keys: list[str]) -> Any:
         """Check user_id, expand CC/BCC and rewrite a direct reply-to address."""
@@ -660,6 +695,23 @@ class Channel:
                 self.unacked.update(taken)
             self.transaction = None
         self.requeue_all()
+
+
+_EXPIRATION = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)
+
+
+def parse_expiration(text: str) -> int:
+    """The expiration property as RabbitMQ reads it (rabbit_basic:parse_expiration)."""
+    match = _EXPIRATION.fullmatch(text)
+    if match is None:
+        reason = "no_integer"
+    elif match.group(2):
+        reason = f'{{leftover_string,"{match.group(2)}"}}'
+    elif int(match.group(1)) < 0:
+        reason = f"{{value_negative,{int(match.group(1))}}}"
+    else:
+        return int(match.group(1))
+    raise precondition_failed(f"invalid expiration '{text}': {reason}")
 
 
 def _typed_arguments(raw: bytes) -> dict[str, Typed]:

@@ -119,6 +119,7 @@ class AmqpConnection(asyncio.Protocol):
         self._release()
 
     def pause_writing(self) -> None:
+        log.debug("connection %s: write buffer full, deliveries paused", self.peer)
         self.paused = True
         for channel in self.channels.values():
             for consumer in channel.consumers.values():
@@ -126,6 +127,7 @@ class AmqpConnection(asyncio.Protocol):
                     consumer.host.limit(channel)
 
     def resume_writing(self) -> None:
+        log.debug("connection %s: write buffer drained, deliveries resumed", self.peer)
         self.paused = False
         for channel in list(self.channels.values()):
             channel._dispatch_consumers()
@@ -284,7 +286,7 @@ class AmqpConnection(asyncio.Protocol):
                 f"Login was refused using authentication mechanism {method.mechanism}. "
                 "For details see the broker logfile.",
             ).at(10, 11)
-        self.user = user
+        self.user = user or ""
         config = self.broker.config
         self.send_method(
             0, m.ConnectionTune(config.channel_max, config.frame_max, config.heartbeat)

@@ -446,11 +446,6 @@ def test_short_content_header_is_502() -> None:
     assert error_of(connection, stream).code == ReplyCode.SYNTAX_ERROR
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RabbitMQ (rabbit_command_assembler) answers 505 'expected content header for "
-    "class 60, got one for class 50 instead'; Warren answers 501",
-)
 def test_content_header_of_another_class_is_505() -> None:
     connection = opened(1)
     header = (50).to_bytes(2, "big") + bytes(10) + b"\x00\x00"
