@@ -281,6 +281,16 @@ def publish_frames(channel: int, exchange: str, routing_key: str, body: bytes) -
     )
 
 
+def _client_properties() -> bytes:
+    """{capabilities: {authentication_failure_close: true}}, so a failed login is a close."""
+    flag = shortstr("authentication_failure_close") + b"t\x01"
+    capabilities = shortstr("capabilities") + b"F" + struct.pack(">I", len(flag)) + flag
+    return struct.pack(">I", len(capabilities)) + capabilities
+
+
+CLIENT_PROPERTIES = _client_properties()
+
+
 @dataclasses.dataclass(frozen=True)
 class Frame:
     frame_type: int
@@ -360,19 +370,34 @@ class RawAmqp:
 
     def handshake(self) -> None:
         """Protocol header, start-ok (PLAIN), tune-ok (no heartbeats), connection.open."""
+        self.start()
+        self.tune()
+        self.open()
+
+    def start(self, password: str | None = None) -> bytes:
+        """Header, connection.start, start-ok; returns the start's arguments."""
         self.send(PROTOCOL_HEADER)
-        self.expect_method(0, (10, 10))
-        user, password = unquote(self.url.username or ""), unquote(self.url.password or "")
+        start = self.expect_method(0, (10, 10)).payload[4:]
+        user = unquote(self.url.username or "")
+        password = unquote(self.url.password or "") if password is None else password
         response = f"\x00{user}\x00{password}".encode()
-        empty_table = struct.pack(">I", 0)
-        start_ok = empty_table + shortstr("PLAIN") + longstr(response) + shortstr("en_US")
+        start_ok = CLIENT_PROPERTIES + shortstr("PLAIN") + longstr(response) + shortstr("en_US")
         self.send_method(0, 10, 11, start_ok)
+        return start
+
+    def tune(self) -> tuple[int, int, int]:
+        """connection.tune, answered with the same limits and heartbeats off."""
         tune = self.expect_method(0, (10, 30)).payload
-        channel_max, self.frame_max, _heartbeat = struct.unpack(">HIH", tune[4:12])
+        channel_max, self.frame_max, heartbeat_s = struct.unpack(">HIH", tune[4:12])
         self.send_method(0, 10, 31, struct.pack(">HIH", channel_max, self.frame_max, 0))
-        vhost = unquote(self.url.path[1:]) or "/"
+        return channel_max, self.frame_max, heartbeat_s
+
+    def open(self, vhost: str | None = None, expect_ok: bool = True) -> None:
+        if vhost is None:
+            vhost = unquote(self.url.path[1:]) or "/"
         self.send_method(0, 10, 40, shortstr(vhost) + shortstr("") + b"\x00")
-        self.expect_method(0, (10, 41))
+        if expect_ok:
+            self.expect_method(0, (10, 41))
 
     def open_channel(self, channel: int) -> None:
         self.send_method(channel, 20, 10, shortstr(""))
