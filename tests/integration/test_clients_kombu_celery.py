@@ -101,7 +101,10 @@ def test_kombu_rpc(amqp):
     got = []
     with confirming(amqp.broker.url) as caller, confirming(amqp.broker.url) as responder:
         requests(responder.default_channel).declare()
-        on_reply = lambda body, message: got.append((message.properties["correlation_id"], body))  # noqa: E731
+
+        def on_reply(body, message) -> None:
+            got.append((message.properties["correlation_id"], body))
+
         with (
             kombu_serve_doubling(responder, requests),
             caller.Consumer(replies, callbacks=[on_reply], no_ack=True, accept=["json"]),

@@ -93,7 +93,10 @@ def test_direct_reply_to_needs_a_consumer_first(amqp):
 
 def test_direct_reply_to_consumer_must_be_no_ack(amqp):
     channel = amqp.channel()
-    consume = lambda: channel.basic_consume(DIRECT_REPLY_TO, lambda *_: None, auto_ack=False)  # noqa: E731
+
+    def consume() -> None:
+        channel.basic_consume(DIRECT_REPLY_TO, lambda *_: None, auto_ack=False)
+
     assert amqp.attempt(consume) == {
         "closed": "channel",
         "code": 406,
