@@ -153,7 +153,11 @@ class Amqp:
 
     @staticmethod
     def passive_count(channel: BlockingChannel, queue: str) -> tuple[int, int]:
-        """(message_count, consumer_count) from a passive queue.declare."""
+        """(message_count, consumer_count) from a passive queue.declare.
+
+        RabbitMQ answers a declare ahead of publishes the queue has not taken in yet, so
+        publish with confirms before counting.
+        """
         ok = channel.queue_declare(queue, passive=True).method
         return ok.message_count, ok.consumer_count
 
@@ -172,6 +176,15 @@ class Amqp:
                 raise AssertionError(f"condition not met within {timeout_s} s")
             for connection in connections:
                 connection.process_data_events(time_limit=0.01)
+
+    @staticmethod
+    def eventually(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+        """Poll `condition` (which does its own I/O) until true; fail after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout_s} s")
+            time.sleep(0.02)
 
     @staticmethod
     def settle(connection: BlockingConnection, duration_s: float = 0.2) -> None:
