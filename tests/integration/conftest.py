@@ -134,6 +134,16 @@ class Amqp:
         props = pika.BasicProperties(**properties)
         channel.basic_publish(exchange, routing_key, payload, props, mandatory=mandatory)
 
+    def fill(self, queue: str, count: int) -> list[str]:
+        """Publish m1..m<count> to `queue` with confirms, so all are in it; the bodies."""
+        channel = self.channel()
+        channel.confirm_delivery()
+        bodies = [f"m{n}" for n in range(1, count + 1)]
+        for body in bodies:
+            self.publish(channel, queue, body)
+        channel.close()
+        return bodies
+
     @staticmethod
     def sync(channel: BlockingChannel) -> None:
         """A round trip on `channel`, so that an asynchronous channel error shows up."""
@@ -149,6 +159,17 @@ class Amqp:
                 return found
             channel.basic_ack(method.delivery_tag)
             found.append(body.decode())
+        raise AssertionError(f"{queue} did not run empty")
+
+    @staticmethod
+    def drain(channel: BlockingChannel, queue: str) -> list[tuple[str, bool]]:
+        """basic.get with no-ack until get-empty: (body, redelivered) of each, in order."""
+        found: list[tuple[str, bool]] = []
+        for _ in range(10_000):
+            method, _props, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                return found
+            found.append((body.decode(), method.redelivered))
         raise AssertionError(f"{queue} did not run empty")
 
     @staticmethod

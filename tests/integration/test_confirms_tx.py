@@ -232,14 +232,7 @@ def _tx_ack_then(amqp, finish: str) -> list[tuple[str, bool]]:
     channel.basic_ack(first.delivery_tag)
     getattr(channel, finish)()
     channel.close()  # the unacked messages go back to the queue
-    return _drain_with_flags(amqp.channel(), queue)
-
-
-def _drain_with_flags(channel, queue) -> list[tuple[str, bool]]:
-    found = []
-    while (got := channel.basic_get(queue, auto_ack=True))[0] is not None:
-        found.append((got[2].decode(), got[0].redelivered))
-    return found
+    return amqp.drain(amqp.channel(), queue)
 
 
 def test_tx_ack_applies_on_commit(amqp):

@@ -14,16 +14,6 @@ import struct
 SETTLE_S = 0.2
 
 
-def fill(amqp, queue: str, count: int) -> list[str]:
-    """Publish m1..m<count> to `queue` with confirms; return the bodies."""
-    channel = amqp.channel()
-    channel.confirm_delivery()
-    bodies = [f"m{n}" for n in range(1, count + 1)]
-    for body in bodies:
-        amqp.publish(channel, queue, body)
-    return bodies
-
-
 class Deliveries:
     """Records what each consumer on a channel received: label → [(body, tag, redelivered)]."""
 
@@ -58,7 +48,7 @@ def consume_until(amqp, connection, deliveries: Deliveries, count: int) -> dict[
 
 def test_prefetch_per_consumer(amqp):
     queue = amqp.queue("q")
-    fill(amqp, queue, 10)
+    amqp.fill(queue, 10)
     connection = amqp.connect()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=2)  # global=False: a limit for each new consumer
@@ -71,7 +61,7 @@ def test_prefetch_per_consumer(amqp):
 
 def test_prefetch_global_is_shared_by_the_channel(amqp):
     queue = amqp.queue("q")
-    fill(amqp, queue, 10)
+    amqp.fill(queue, 10)
     connection = amqp.connect()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=3, global_qos=True)
@@ -84,7 +74,7 @@ def test_prefetch_global_is_shared_by_the_channel(amqp):
 
 def test_ack_gives_credit_back(amqp):
     queue = amqp.queue("q")
-    fill(amqp, queue, 3)
+    amqp.fill(queue, 3)
     connection = amqp.connect()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=1)
@@ -97,7 +87,7 @@ def test_ack_gives_credit_back(amqp):
 
 def test_prefetch_zero_is_unlimited(amqp):
     queue = amqp.queue("q")
-    bodies = fill(amqp, queue, 5)
+    bodies = amqp.fill(queue, 5)
     connection = amqp.connect()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=0)
@@ -108,7 +98,7 @@ def test_prefetch_zero_is_unlimited(amqp):
 
 def test_no_ack_consumer_ignores_prefetch_and_leaves_nothing_unacked(amqp):
     queue = amqp.queue("q")
-    bodies = fill(amqp, queue, 5)
+    bodies = amqp.fill(queue, 5)
     connection = amqp.connect()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=1)
@@ -139,7 +129,7 @@ def test_higher_priority_consumer_first_while_it_has_credit(amqp):
     deliveries = Deliveries(channel)
     deliveries.consume("low", queue, arguments={"x-priority": 1})
     deliveries.consume("high", queue, arguments={"x-priority": 10})
-    fill(amqp, queue, 6)
+    amqp.fill(queue, 6)
     got = consume_until(amqp, connection, deliveries, 4)
     assert got == {"low": ["m3", "m4"], "high": ["m1", "m2"]}
     channel.basic_ack(deliveries.by_consumer["high"][0][1])
@@ -152,7 +142,7 @@ def test_higher_priority_consumer_first_while_it_has_credit(amqp):
 
 def test_server_generates_consumer_tag(amqp, raw_amqp):
     queue = amqp.queue("q")
-    fill(amqp, queue, 1)
+    amqp.fill(queue, 1)
     raw = raw_amqp()
     raw.open_channel(1)
     consume = struct.pack(">H", 0) + raw.shortstr(queue) + raw.shortstr("") + b"\x02"
@@ -166,14 +156,14 @@ def test_server_generates_consumer_tag(amqp, raw_amqp):
 
 def test_cancel_stops_deliveries_and_keeps_unacked(amqp):
     queue = amqp.queue("q")
-    fill(amqp, queue, 1)
+    amqp.fill(queue, 1)
     connection = amqp.connect()
     channel = connection.channel()
     deliveries = Deliveries(channel)
     tag = deliveries.consume("only", queue)
     assert consume_until(amqp, connection, deliveries, 1) == {"only": ["m1"]}
     assert channel.basic_cancel(tag) == []  # pika hands back undispatched messages
-    fill(amqp, queue, 1)
+    amqp.fill(queue, 1)
     amqp.settle(connection, SETTLE_S)
     assert deliveries.bodies() == {"only": ["m1"]}
     channel.basic_ack(deliveries.by_consumer["only"][0][1])  # still allowed after cancel
@@ -192,7 +182,7 @@ def test_consumer_count(amqp):
 
 def test_closing_the_channel_requeues_unacked_in_order(amqp):
     queue = amqp.queue("q")
-    fill(amqp, queue, 5)
+    amqp.fill(queue, 5)
     connection = amqp.connect()
     channel = connection.channel()
     channel.basic_qos(prefetch_count=3)
@@ -202,11 +192,12 @@ def test_closing_the_channel_requeues_unacked_in_order(amqp):
     channel.basic_ack(deliveries.by_consumer["only"][1][1])  # m2, which lets m4 come
     assert consume_until(amqp, connection, deliveries, 4) == {"only": ["m1", "m2", "m3", "m4"]}
     channel.close()
-    reader = amqp.channel()
-    found = []
-    while (got := reader.basic_get(queue, auto_ack=True))[0] is not None:
-        found.append((got[2].decode(), got[0].redelivered))
-    assert found == [("m1", True), ("m3", True), ("m4", True), ("m5", False)]
+    assert amqp.drain(amqp.channel(), queue) == [
+        ("m1", True),
+        ("m3", True),
+        ("m4", True),
+        ("m5", False),
+    ]
 
 
 def test_consume_from_missing_queue(amqp):
