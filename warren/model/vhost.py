@@ -49,6 +49,7 @@ from warren.model.equivalence import assert_arguments, assert_flag
 from warren.model.erlang_terms import wire_type_name
 from warren.model.exchange import ALTERNATE_EXCHANGE, Exchange, ExchangeType
 from warren.model.headers import validate_x_match
+from warren.model.policy import PolicyStore
 from warren.model.queue_record import QueueRecord
 
 RESERVED_PREFIX = "amq."
@@ -76,6 +77,8 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueRecord] = {}
         self._sources_of: dict[Destination, dict[str, None]] = {}
+        self.policies = PolicyStore()  # user policies (warren.model.policy)
+        self.operator_policies = PolicyStore()
         for exchange_name, exchange_type, internal in PREDECLARED_EXCHANGES:
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, durable=True, internal=internal
