@@ -34,15 +34,6 @@ START_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # Client libraries' own deprecations are not ours to fix; keep them from failing tests.
-    for ignore in (
-        # celery 5.x on the client side warns about a setting that only matters to workers.
-        "ignore:.*broker_connection_retry.*:celery.exceptions.CPendingDeprecationWarning",
-    ):
-        config.addinivalue_line("filterwarnings", ignore)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not os.environ.get(TEST_URL_ENV):
         return
