@@ -43,6 +43,12 @@ async def start_listeners(broker: Broker) -> list[asyncio.Server]:
 async def serve(config: Config) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config)
+    # The management API sits above the runtime (it imports it); started here until the
+    # node gets a composition root of its own. It is up before AMQP, so a client that sees
+    # the AMQP port open can use it too.
+    from warren.mgmt import start_management
+
+    management = await start_management(broker)
     servers = await start_listeners(broker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -55,6 +61,7 @@ async def serve(config: Config) -> None:
     log.info("stopping")
     for server in servers:
         server.close()
+    await management.cleanup()
     for connection in list(broker.connections):
         assert isinstance(connection, AmqpConnection)
         connection.shutdown()

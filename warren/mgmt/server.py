@@ -1,0 +1,112 @@
+"""The aiohttp application: authentication, dispatch on the raw path, and the listeners.
+
+Theory of operation:
+1. Every request under /api/ needs HTTP basic credentials of a broker user. No
+   credentials is a bare 401 with RabbitMQ's ``WWW-Authenticate`` realm; wrong ones are
+   ``not_authorized``/``Login failed``; a loopback-only user (guest) from another address
+   is refused as RabbitMQ refuses it.
+2. Dispatch splits the *raw* path on ``/`` and unquotes each segment, so ``%2F`` is the
+   vhost ``/`` and never a separator; `resources.route` finds the handlers. HEAD is
+   answered by the GET handler (aiohttp drops the body). An unknown path is RabbitMQ's
+   404, a known path with another method 405.
+3. `start_management` binds every address of `config.bind` on `config.management_port`;
+   like the AMQP listener it skips ``::1`` on a host without IPv6.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from warren.mgmt import replies
+from warren.mgmt.resources import route
+from warren.runtime.broker import Broker
+
+log = logging.getLogger("warren.mgmt")
+
+BROKER_KEY = web.AppKey("broker", Broker)
+API_PREFIX = "/api/"
+
+
+def build_app(broker: Broker) -> web.Application:
+    app = web.Application(middlewares=[authenticate])
+    app[BROKER_KEY] = broker
+    app.router.add_route("*", "/api/{tail:.*}", dispatch)
+    return app
+
+
+async def start_management(broker: Broker) -> web.AppRunner:
+    """Serve the management API; the caller awaits `runner.cleanup()` to stop it."""
+    config = broker.config
+    runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
+    await runner.setup()
+    for host in config.bind:
+        site = web.TCPSite(runner, host, config.management_port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as error:
+            if host == "::1" and len(config.bind) > 1:
+                log.warning(
+                    "management not listening on [::1]:%s: %s", config.management_port, error
+                )
+                continue
+            await runner.cleanup()
+            raise
+        log.info("management API listening on %s:%s", host, config.management_port)
+    return runner
+
+
+@web.middleware
+async def authenticate(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    credentials = _credentials(request.headers.get("Authorization", ""))
+    if credentials is None:
+        return replies.unauthorized(None)
+    user, password = credentials
+    broker = request.app[BROKER_KEY]
+    if not broker.authenticate(user, password):
+        return replies.unauthorized("Login failed")
+    if user in broker.config.loopback_users and not _is_loopback(request.remote):
+        return replies.unauthorized("User can only log in via localhost")
+    return await handler(request)
+
+
+def _credentials(header: str) -> tuple[str, str] | None:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, colon, password = decoded.partition(":")
+    return (user, password) if colon else None
+
+
+def _is_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+async def dispatch(request: web.Request) -> web.Response:
+    raw = request.rel_url.raw_path
+    segments = [unquote(part) for part in raw[len(API_PREFIX) :].rstrip("/").split("/")]
+    found = route(segments)
+    if found is None:
+        return replies.not_found()
+    handlers, params = found
+    method = "GET" if request.method == "HEAD" else request.method
+    handler = handlers.get(method)
+    if handler is None:
+        allowed = ["HEAD", *handlers] if "GET" in handlers else list(handlers)
+        return replies.method_not_allowed(allowed)
+    return await handler(request, request.app[BROKER_KEY], params)
