@@ -13,17 +13,25 @@ Theory of operation:
 4. `raw_amqp()` is a client on a plain socket that builds every frame by hand (AMQP 0-9-1
    section 4.2.3 general frame format: type, channel, size, payload, frame-end 0xCE), for
    sending what no client library would: broken frames, unknown methods, wrong headers.
+5. `mgmt` talks to the broker's HTTP management API (policies, `GET /api/queues` columns);
+   its address comes from `WARREN_TEST_MGMT_URL` or from a `management` fixture.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
+import re
 import socket
 import struct
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 
 import pika
 import pika.exceptions
+import pika.spec
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
@@ -44,6 +53,41 @@ GOLDEN_DIR = Path(
 REPLY_TEXT_MAX_BYTES = 255  # reply-text is a shortstr; RabbitMQ cuts longer texts to 252 + "..."
 
 Observation = dict[str, Any]
+
+
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
+
+
+def golden_value(value: Any) -> Any:
+    """`value` as the golden files write it: bytes as UTF-8 text (else `{"$hex": ...}`) and
+    every AMQP timestamp inside headers, such as x-death `time`, as `"<time>"`."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return {"$hex": value.hex()}
+    if isinstance(value, datetime.datetime):
+        return "<time>"
+    if isinstance(value, list):
+        return [golden_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: golden_value(item) for key, item in value.items()}
+    return value
 
 
 def reply_text(text: str) -> str:
@@ -173,6 +217,57 @@ class Amqp:
         raise AssertionError(f"{queue} did not run empty")
 
     @staticmethod
+    def record(method: Any, properties: pika.BasicProperties, body: bytes) -> Observation:
+        """A delivery or get-ok in the golden files' message shape (see `golden_value`)."""
+        record: Observation = {
+            "body": golden_value(body),
+            "exchange": method.exchange,
+            "routing_key": method.routing_key,
+            "redelivered": method.redelivered,
+        }
+        if isinstance(method, pika.spec.Basic.GetOk):
+            record["message_count"] = method.message_count
+        record["props"] = {
+            name: golden_value(getattr(properties, name))
+            for name in PROPERTY_NAMES
+            if getattr(properties, name) is not None
+        }
+        return record
+
+    def get_record(
+        self, channel: BlockingChannel, queue: str, ack: bool = True
+    ) -> tuple[Observation | None, int | None]:
+        """One basic.get (manual ack): its record and delivery tag, acked if `ack`."""
+        method, properties, body = channel.basic_get(queue)
+        if method is None:
+            return None, None
+        if ack:
+            channel.basic_ack(method.delivery_tag)
+        return self.record(method, properties, body), method.delivery_tag
+
+    def drain_records(self, channel: BlockingChannel, queue: str) -> list[Observation]:
+        """`get_record` with ack until get-empty: the records of what was left, in order."""
+        found: list[Observation] = []
+        for _ in range(10_000):
+            record, _tag = self.get_record(channel, queue)
+            if record is None:
+                return found
+            found.append(record)
+        raise AssertionError(f"{queue} did not run empty")
+
+    def confirm(
+        self, channel: BlockingChannel, routing_key: str, body: str, exchange: str = "", **kw: Any
+    ) -> str:
+        """One publish on a confirm channel: "ack", "nack" or "returned" (mandatory)."""
+        try:
+            self.publish(channel, routing_key, body, exchange=exchange, **kw)
+        except pika.exceptions.NackError:
+            return "nack"
+        except pika.exceptions.UnroutableError:
+            return "returned"
+        return "ack"
+
+    @staticmethod
     def passive_count(channel: BlockingChannel, queue: str) -> tuple[int, int]:
         """(message_count, consumer_count) from a passive queue.declare.
 
@@ -181,6 +276,23 @@ class Amqp:
         """
         ok = channel.queue_declare(queue, passive=True).method
         return ok.message_count, ok.consumer_count
+
+    def passive(self, channel: BlockingChannel, queue: str) -> Observation:
+        """`passive_count` in the golden files' shape: {"message_count", "consumer_count"}."""
+        message_count, consumer_count = self.passive_count(channel, queue)
+        return {"message_count": message_count, "consumer_count": consumer_count}
+
+    def await_count(
+        self, channel: BlockingChannel, queue: str, count: int, timeout_s: float = WAIT_S
+    ) -> Observation:
+        """`passive` polled until its message_count is `count` or `timeout_s` passes; the
+        last reading either way, for the caller to compare."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            observed = self.passive(channel, queue)
+            if observed["message_count"] == count or time.monotonic() > deadline:
+                return observed
+            time.sleep(0.02)
 
     @staticmethod
     def pump(
@@ -277,14 +389,181 @@ def golden() -> Callable[[str], Observation]:
     return load
 
 
+# -- management HTTP API --------------------------------------------------------------------
+
+MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # e.g. http://guest:guest@127.0.0.1:15672
+QUEUE_INFO_FIELDS = (
+    "type",
+    "durable",
+    "auto_delete",
+    "exclusive",
+    "arguments",
+    "policy",
+    "operator_policy",
+    "effective_policy_definition",
+)
+STATS_FIELDS = ("messages_ready", "messages_unacknowledged", "message_bytes_ready", "messages")
+POLICY_FIELDS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
+RABBITMQ_STATS_INTERVAL_S = 5.0  # collect_statistics_interval: how stale RabbitMQ's columns are
+STATS_SETTLE_S = 15.0
+
+
+class Management:
+    """The broker's HTTP management API, for policies and the columns of `GET /api/queues`.
+
+    Policies are named `<unique>-<suffix>` and match `^<unique>\\.<regex>`; every policy set
+    is deleted after the test. `normalise` renames them (and queue names) to the golden
+    `g-<scenario>-<suffix>` and `^g\\.<scenario>\\.<regex>`.
+    """
+
+    def __init__(self, base_url: str, user: str, password: str, amqp: Amqp) -> None:
+        self.base_url = base_url.rstrip("/")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        self._auth = f"Basic {token}"
+        self.amqp = amqp
+        self.prefix = amqp.prefix
+        self._policies: list[tuple[str, bool]] = []
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """(status, decoded JSON or None); HTTP errors are returned, not raised."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": self._auth, "Content-Type": "application/json"}
+        request = urllib.request.Request(
+            self.base_url + path, data=data, method=method, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=WAIT_S) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            status, raw = error.code, error.read()
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    @staticmethod
+    def _policy_path(name: str, operator: bool) -> str:
+        kind = "operator-policies" if operator else "policies"
+        return f"/api/{kind}/%2F/{urllib.parse.quote(name, safe='')}"
+
+    def set_policy(
+        self,
+        suffix: str,
+        regex: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "queues",
+        operator: bool = False,
+    ) -> str:
+        """PUT a policy matching `^<unique>\\.<regex>`; returns its name."""
+        name = f"{self.prefix}-{suffix}"
+        body = {
+            "pattern": "^" + re.escape(f"{self.prefix}.") + regex,
+            "definition": definition,
+            "priority": priority,
+            "apply-to": apply_to,
+        }
+        self._policies.append((name, operator))
+        status, reply = self.request("PUT", self._policy_path(name, operator), body)
+        assert status in (200, 201, 204), (status, reply)
+        return name
+
+    def clear_policy(self, name: str, operator: bool = False) -> None:
+        status, reply = self.request("DELETE", self._policy_path(name, operator))
+        assert status in (200, 204), (status, reply)
+
+    def get_policy(self, name: str, operator: bool = False) -> Observation:
+        status, reply = self.request("GET", self._policy_path(name, operator))
+        assert status == 200, (status, reply)
+        return {key: reply.get(key) for key in POLICY_FIELDS}
+
+    def queue(self, name: str) -> dict[str, Any] | None:
+        """`GET /api/queues/%2F/<name>`, or None for a 404."""
+        status, reply = self.request("GET", f"/api/queues/%2F/{urllib.parse.quote(name, safe='')}")
+        if status == 404:
+            return None
+        assert status == 200, (status, reply)
+        return dict(reply)
+
+    def queue_info(self, name: str, fields: Sequence[str] = QUEUE_INFO_FIELDS) -> Observation:
+        """The queue's type, flags, arguments and policies, once settled (see `stats`)."""
+        return self.stats(name, fields)
+
+    def stats(self, name: str, fields: Sequence[str] = STATS_FIELDS) -> Observation:
+        """The columns once they settle: two reads in a row agree and `messages_ready` (if
+        asked for) equals a passive declare's count. RabbitMQ's columns, policies included,
+        lag by up to its statistics interval, so against RabbitMQ the reads also start that
+        long after the call; Warren's are current.
+        """
+        channel = self.amqp.channel()
+        rabbitmq = self.amqp.broker.is_rabbitmq
+        start = time.monotonic()
+        not_before = start + (RABBITMQ_STATS_INTERVAL_S + 0.5 if rabbitmq else 0.0)
+        previous: Observation | None = None
+        while True:
+            queue = self.queue(name)
+            assert queue is not None, f"queue {name} not found"
+            current = {key: queue.get(key) for key in fields}
+            ready, _consumers = self.amqp.passive_count(channel, name)
+            settled = current == previous and current.get("messages_ready", ready) == ready
+            if settled and time.monotonic() >= not_before:
+                return current
+            if time.monotonic() > start + STATS_SETTLE_S:
+                raise AssertionError(f"columns of {name} did not settle: {current}")
+            previous = current
+            time.sleep(0.5 if rabbitmq else 0.02)
+
+    def normalise(self, observed: Any, scenario: str) -> Any:
+        """`amqp.normalise`, and policy names and patterns renamed to the golden ones."""
+        escaped, golden_escaped = re.escape(f"{self.prefix}."), re.escape(f"g.{scenario}.")
+        if isinstance(observed, str):
+            observed = observed.replace(escaped, golden_escaped)
+            observed = observed.replace(f"{self.prefix}-", f"g-{scenario}-")
+            return observed.replace(f"{self.prefix}.", f"g.{scenario}.")
+        if isinstance(observed, list):
+            return [self.normalise(item, scenario) for item in observed]
+        if isinstance(observed, dict):
+            return {key: self.normalise(value, scenario) for key, value in observed.items()}
+        return observed
+
+    def close(self) -> None:
+        for name, operator in self._policies:
+            with contextlib.suppress(Exception):
+                self.request("DELETE", self._policy_path(name, operator))
+
+
+def _management_endpoint(request: pytest.FixtureRequest) -> tuple[str, str, str]:
+    """(base URL, user, password): `WARREN_TEST_MGMT_URL`, else the `management` fixture."""
+    url = os.environ.get(MGMT_URL_ENV)
+    if not url:
+        try:
+            endpoint = request.getfixturevalue("management")
+        except pytest.FixtureLookupError:
+            pytest.skip(f"no management API: set {MGMT_URL_ENV} or provide a `management` fixture")
+        if isinstance(endpoint, tuple):
+            return endpoint
+        url = getattr(endpoint, "url", None) or endpoint.base_url
+        user = getattr(endpoint, "user", None) or getattr(endpoint, "username", "guest")
+        return url, user, endpoint.password
+    parts = urlsplit(url)
+    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path}"
+    return base, unquote(parts.username or "guest"), unquote(parts.password or "guest")
+
+
+@pytest.fixture
+def mgmt(request: pytest.FixtureRequest, amqp: Amqp) -> Iterator[Management]:
+    """The management API of the broker under test (see `Management`)."""
+    api = Management(*_management_endpoint(request), amqp)
+    yield api
+    api.close()
+
+
 # -- raw frames ------------------------------------------------------------------------------
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
 FRAME_END = 0xCE
-FRAME_OVERHEAD_BYTES = 8  # 7 octets of frame header and the frame-end octet
 CONNECTION_CLOSE, CONNECTION_CLOSE_OK = (10, 50), (10, 51)
-CHANNEL_CLOSE = (20, 40)
 
 
 def shortstr(text: str) -> bytes:
