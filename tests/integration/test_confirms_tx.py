@@ -38,7 +38,7 @@ def _returned(method, body: bytes) -> dict:
 
 
 def confirms(amqp, channel, routing_key, bodies, exchange="") -> list[str]:
-    return [outcome(amqp, channel, routing_key, b, exchange)["confirm"] for b in bodies]
+    return [amqp.confirm(channel, routing_key, body, exchange) for body in bodies]
 
 
 def test_basic_acks(amqp, golden):
@@ -100,7 +100,7 @@ def test_max_length_zero_reject_with_consumer(amqp, golden):
     channel.basic_consume(queue, lambda ch, m, p, body: got.append(body.decode()), auto_ack=True)
     publisher = amqp.channel()
     publisher.confirm_delivery()
-    result = outcome(amqp, publisher, queue, "m1")["confirm"]
+    result = amqp.confirm(publisher, queue, "m1")
     amqp.settle(consumer, 0.3)
     observed = {"confirm": result, "consumed": got}
     assert observed == golden("confirms.max_length_zero_reject_with_consumer")
@@ -134,8 +134,8 @@ def test_two_queues_one_rejects(amqp, golden):
     exchange = _fanout_to(amqp, channel, full, normal)
     channel.confirm_delivery()
     observed = {
-        "prefill": outcome(amqp, channel, full, "pre")["confirm"],
-        "fanout_publish": outcome(amqp, channel, "", "m1", exchange=exchange)["confirm"],
+        "prefill": amqp.confirm(channel, full, "pre"),
+        "fanout_publish": amqp.confirm(channel, "", "m1", exchange=exchange),
         "channel_open": channel.is_open,
         "full_queue": amqp.bodies(channel, full),
         "normal_queue": amqp.bodies(channel, normal),
