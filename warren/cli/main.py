@@ -1,0 +1,161 @@
+"""`warrenctl`'s command line: rabbitmqctl's verbs and flags, parsed with argparse.
+
+Theory of operation:
+1. Global flags (``-p/--vhost``, ``-q/--quiet``, ``-s/--silent``, ``--formatter``,
+   ``-t/--timeout``, ``--no-table-headers``, ``--url``) are accepted before or after the
+   verb, as rabbitmqctl accepts them: they live in a parent parser whose defaults are
+   suppressed, and `_settings` fills in the defaults after parsing.
+2. A usage error prints rabbitmqctl's ``Error (argument validation): …`` and the verb's
+   usage to stderr and exits 64; an unreachable API prints ``Error: unable to perform an
+   operation …`` and exits 69.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
+
+from warren.cli import commands
+from warren.cli.client import DEFAULT_URL, Client, Unreachable
+from warren.cli.commands import EX_UNAVAILABLE, EX_USAGE, Context
+from warren.cli.formatters import FORMATTER_NAMES, Formatter
+
+Number = TypeVar("Number", int, float)
+
+URL_ENV = "WARREN_URL"
+DEFAULTS = {
+    "vhost": "/",
+    "quiet": False,
+    "silent": False,
+    "formatter": "table",
+    "timeout": "60",
+    "table_headers": True,
+    "url": None,
+}
+
+
+class UsageError(Exception):
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
+
+
+def _global_flags() -> Parser:
+    flags = Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    flags.add_argument("-p", "--vhost", help="virtual host (default /)")
+    flags.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
+    flags.add_argument(
+        "-s", "--silent", action="store_true", help="no informational messages or table header"
+    )
+    flags.add_argument("--formatter", choices=FORMATTER_NAMES, help="output format")
+    flags.add_argument("-t", "--timeout", help="operation timeout in seconds (default 60)")
+    flags.add_argument("--no-table-headers", dest="table_headers", action="store_false")
+    flags.add_argument("--url", help=f"management API URL (default ${URL_ENV}, else {DEFAULT_URL})")
+    return flags
+
+
+def build_parser() -> tuple[Parser, dict[str, Parser]]:
+    """The parser, and each verb's own parser (for its usage line)."""
+    flags = _global_flags()
+    parser = Parser(prog="warrenctl", parents=[flags], description="Manage a Warren node.")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
+    for operator, prefix in ((False, ""), (True, "operator_")):
+        noun = "operator policy" if operator else "policy"
+        setter = verbs.add_parser(f"set_{prefix}policy", parents=[flags], help=f"set a {noun}")
+        setter.add_argument("name")
+        setter.add_argument("pattern")
+        setter.add_argument("definition")
+        setter.add_argument("--priority", default="0")
+        setter.add_argument("--apply-to", dest="apply_to", default="all")
+        setter.set_defaults(operator=operator)
+        clearer = verbs.add_parser(f"clear_{prefix}policy", parents=[flags], help=f"clear a {noun}")
+        clearer.add_argument("name")
+        clearer.set_defaults(operator=operator)
+        lister = verbs.add_parser(
+            f"list_{prefix}policies", parents=[flags], help=f"list {noun} definitions"
+        )
+        lister.set_defaults(operator=operator)
+    queues = verbs.add_parser("list_queues", parents=[flags], help="list queues and their columns")
+    queues.add_argument("columns", nargs="*", metavar="column")
+    for ignored in ("--online", "--offline", "--local"):
+        queues.add_argument(ignored, action="store_true", help=argparse.SUPPRESS)
+    return parser, dict(verbs.choices)
+
+
+def _settings(args: argparse.Namespace) -> None:
+    for name, default in DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+
+
+def _context(args: argparse.Namespace, timeout_s: float) -> Context:
+    url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+    return Context(
+        client=Client(url, timeout_s),
+        vhost=args.vhost,
+        formatter=Formatter.named(args.formatter),
+        quiet=args.quiet,
+        silent=args.silent,
+        table_headers=args.table_headers,
+    )
+
+
+def _run(args: argparse.Namespace, usage: str) -> int:
+    timeout_s = _number(args.timeout, "--timeout", usage, float)
+    ctx = _context(args, timeout_s)
+    verb: str = args.verb
+    if verb.startswith("set_"):
+        priority = _number(args.priority, "--priority", usage, int)
+        return commands.set_policy(
+            ctx,
+            args.name,
+            args.pattern,
+            args.definition,
+            priority=priority,
+            apply_to=args.apply_to,
+            operator=args.operator,
+        )
+    if verb.startswith("clear_"):
+        return commands.clear_policy(ctx, args.name, operator=args.operator)
+    if verb.endswith("policies"):
+        return commands.list_policies(ctx, operator=args.operator)
+    columns = args.columns or list(commands.DEFAULT_QUEUE_COLUMNS)
+    unknown = [column for column in columns if column not in commands.QUEUE_COLUMNS]
+    if unknown:
+        raise UsageError(f"Info key(s) {','.join(unknown)} are not supported", usage)
+    return commands.list_queues(ctx, columns, timeout_s)
+
+
+def _number(text: str, flag: str, usage: str, kind: Callable[[str], Number]) -> Number:
+    try:
+        return kind(text)
+    except ValueError:
+        raise UsageError(f"Invalid options for this command:\n{flag} : {text}", usage) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser, verbs = build_parser()
+    try:
+        args = parser.parse_args(arguments)
+        _settings(args)
+        return _run(args, verbs[args.verb].format_usage())
+    except UsageError as error:
+        print(f"Error (argument validation): {error}", file=sys.stderr)
+        print("Arguments given:\n\t" + " ".join(arguments) + "\n", file=sys.stderr)
+        print(f"Usage\n\n{error.usage}", file=sys.stderr)
+        return EX_USAGE
+    except Unreachable as error:
+        print(
+            f"Error: unable to perform an operation on the management API at {error}",
+            file=sys.stderr,
+        )
+        return EX_UNAVAILABLE
