@@ -416,6 +416,9 @@ class Management:
     `g-<scenario>-<suffix>` and `^g\\.<scenario>\\.<regex>`.
     """
 
+    STATS_FIELDS = STATS_FIELDS
+    QUEUE_INFO_FIELDS = QUEUE_INFO_FIELDS
+
     def __init__(self, base_url: str, user: str, password: str, amqp: Amqp) -> None:
         self.base_url = base_url.rstrip("/")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
