@@ -51,6 +51,7 @@ class Broker:
     host: str
     port: int
     is_rabbitmq: bool
+    management_url: str | None = None  # the HTTP management API, when the suite knows it
 
 
 @dataclasses.dataclass
@@ -66,7 +67,8 @@ class WarrenServer:
     @property
     def broker(self) -> Broker:
         url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-        return Broker(url=url, host="127.0.0.1", port=self.port, is_rabbitmq=False)
+        management_url = f"http://127.0.0.1:{self.management_port}"
+        return Broker(url, "127.0.0.1", self.port, is_rabbitmq=False, management_url=management_url)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -139,6 +141,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         yield server.broker
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def management(broker: Broker) -> tuple[str, str, str]:
+    """(base URL, user, password) of the management API of the Warren node started here."""
+    if broker.management_url is None:
+        pytest.skip("the management API address is only known for a Warren node started here")
+    return broker.management_url, "guest", "guest"
 
 
 @pytest.fixture
