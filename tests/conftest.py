@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 import pytest
 
 TEST_URL_ENV = "WARREN_TEST_URL"
+MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # RabbitMQ's management API, with WARREN_TEST_URL
+DEFAULT_RABBITMQ_MGMT_URL = "http://127.0.0.1:15672"
 START_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0
 
@@ -125,8 +127,13 @@ def start_warren(data_dir: Path) -> WarrenServer:
 
 def _broker_from_url(url: str) -> Broker:
     parts = urlsplit(url)
+    management_url = os.environ.get(MGMT_URL_ENV, DEFAULT_RABBITMQ_MGMT_URL)
     return Broker(
-        url=url, host=parts.hostname or "127.0.0.1", port=parts.port or 5672, is_rabbitmq=True
+        url=url,
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5672,
+        is_rabbitmq=True,
+        management_url=management_url,
     )
 
 
@@ -145,7 +152,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 @pytest.fixture(scope="session")
 def management(broker: Broker) -> tuple[str, str, str]:
-    """(base URL, user, password) of the management API of the Warren node started here."""
+    """(base URL, user, password) of the management API: the Warren node started here, or
+    RabbitMQ's at `WARREN_TEST_MGMT_URL` (default http://127.0.0.1:15672) with `WARREN_TEST_URL`."""
     if broker.management_url is None:
         pytest.skip("the management API address is only known for a Warren node started here")
     return broker.management_url, "guest", "guest"
