@@ -61,6 +61,13 @@ def error_of(connection: ServerConnection, data: bytes) -> HardError:
     return raised.value
 
 
+def contents(events: list[Event]) -> list[tuple[int, m.Method, bytes, bytes]]:
+    """The Content events, as (channel, method, properties_raw, body)."""
+    return [
+        (e.channel, e.method, e.properties_raw, e.body) for e in events if isinstance(e, Content)
+    ]
+
+
 def publish(channel: int, body: bytes, frame_max: int = 131072, exchange: str = "") -> bytes:
     chunk = frame_max - 8
     pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)]
@@ -360,8 +367,8 @@ def test_content_across_many_body_frames_is_one_event(
     for chunk in chunked(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=20))):
         connection.receive_data(chunk)
         events += drain(connection)
-    content = Content(1, m.BasicPublish(0, exchange, "rk", mandatory=True), b"\x10\x00\x02", body)
-    assert [e for e in events if isinstance(e, Content)] == [content]
+    publish = m.BasicPublish(0, exchange, "rk", mandatory=True)
+    assert contents(events) == [(1, publish, b"\x10\x00\x02", body)]
     assert events.count(MethodReceived(2, m.BasicQos(0, 5, False))) == 1
     assert events.count(HEARTBEAT) == 1 + len(pieces)
 
@@ -384,7 +391,9 @@ def test_unrolled_publish_decoder_matches_the_table(ticketless: m.BasicPublish) 
 def test_empty_body_is_complete_at_the_header() -> None:
     connection = opened(1)
     connection.receive_data(method_frame(1, m.BasicPublish(0, "", "q")) + header_frame(1, 0))
-    assert drain(connection) == [Content(1, m.BasicPublish(0, "", "q"), b"\x00\x00", b"")]
+    events = drain(connection)
+    assert len(events) == 1
+    assert contents(events) == [(1, m.BasicPublish(0, "", "q"), b"\x00\x00", b"")]
 
 
 def test_consecutive_messages_on_one_channel() -> None:
@@ -505,3 +514,70 @@ def test_after_the_servers_close_content_frames_are_discarded() -> None:
     events = drain(connection)
     assert not any(isinstance(e, Content) for e in events)
     assert events[-1] == MethodReceived(0, m.ConnectionCloseOk())
+
+
+# --- whole messages in one read and frame by frame agree -----------------------------------
+
+
+def outcome(chunks: list[bytes]) -> tuple[list[object], ReplyCode | None]:
+    """What a connection makes of the chunks: its events, then the error code if any."""
+    connection = opened(1, 2)
+    seen: list[object] = []
+    try:
+        for chunk in chunks:
+            connection.receive_data(chunk)
+            while (event := connection.next_event()) is not NEED_DATA:
+                seen.append(contents([event])[0] if isinstance(event, Content) else event)
+    except HardError as error:
+        return seen, error.code
+    return seen, None
+
+
+def raw_frame(frame_type: int, channel: int, payload: bytes, end: int) -> bytes:
+    return build_frame(frame_type, channel, payload)[:-1] + bytes((end,))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    body=st.binary(max_size=30),
+    class_id=st.sampled_from([60, 60, 50]),
+    weight=st.sampled_from([0, 0, 1]),
+    size_error=st.sampled_from([0, 0, 0, -1, 1]),
+    header_channel=st.sampled_from([1, 1, 2, 3]),
+    body_channel=st.sampled_from([1, 1, 2, 3]),
+    header_end=st.sampled_from([0xCE, 0xCE, 0x00]),
+    body_end=st.sampled_from([0xCE, 0xCE, 0x00]),
+    split_body=st.booleans(),
+)
+def test_one_read_and_byte_by_byte_agree_on_any_publish(
+    body: bytes,
+    class_id: int,
+    weight: int,
+    size_error: int,
+    header_channel: int,
+    body_channel: int,
+    header_end: int,
+    body_end: int,
+    split_body: bool,
+) -> None:
+    declared = max(0, len(body) + size_error)
+    header = class_id.to_bytes(2, "big") + weight.to_bytes(2, "big") + declared.to_bytes(8, "big")
+    pieces = [body[:1], body[1:]] if split_body else [body]
+    stream = (
+        method_frame(1, m.BasicPublish(0, "ex", "rk"))
+        + raw_frame(FRAME_HEADER, header_channel, header + b"\x00\x00", header_end)
+        + b"".join(raw_frame(FRAME_BODY, body_channel, p, body_end) for p in pieces if p)
+        + method_frame(2, m.BasicQos())
+    )
+    whole = outcome([stream])
+    assert whole == outcome([bytes((byte,)) for byte in stream])
+    if (class_id, weight, size_error, header_channel, body_channel) == (60, 0, 0, 1, 1) and (
+        header_end == body_end == 0xCE
+    ):
+        assert whole == (
+            [
+                (1, m.BasicPublish(0, "ex", "rk"), b"\x00\x00", body),
+                MethodReceived(2, m.BasicQos()),
+            ],
+            None,
+        )
