@@ -95,7 +95,7 @@ class MethodReceived:
     method: Method
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Content:
     """A whole published message: its method, raw properties and body."""
 
@@ -103,6 +103,7 @@ class Content:
     method: BasicPublish
     properties_raw: bytes
     body: bytes
+    route: bytes = b""  # the publish's exchange and routing key shortstrs, as received
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +118,11 @@ HEARTBEAT: Final = Heartbeat()
 class _Assembly:
     """A message whose header or body frames are still arriving."""
 
-    __slots__ = ("body_size", "chunks", "method", "properties_raw", "received")
+    __slots__ = ("body_size", "chunks", "method", "properties_raw", "received", "route")
 
-    def __init__(self, method: BasicPublish) -> None:
+    def __init__(self, method: BasicPublish, route: bytes) -> None:
         self.method = method
+        self.route = route
         self.body_size = -1
         self.properties_raw = b""
         self.chunks: list[bytes] = []
@@ -184,7 +186,11 @@ class ServerConnection:
                 raise unexpected_frame(f"type {frame_type}, all octets = {erlang_binary(payload)}")
             raise unexpected_frame("expected method frame, got non method frame instead")
         if payload[:4] == _PUBLISH_ID and channel in self.open_channels:
-            self._assembling[channel] = _Assembly(_decode_publish(payload))
+            publish, route = _decode_publish(payload)
+            content = self._decoder.take_content(channel)
+            if content is not None:
+                return Content(channel, publish, content[0][12:], content[1], route)
+            self._assembling[channel] = _Assembly(publish, route)
             return None
         method = decode_method(payload)
         if self.state is not State.OPEN:
@@ -230,7 +236,7 @@ class ServerConnection:
 
     def _open_channel(self, channel: int, method: ChannelOpen) -> None:
         if channel in self.open_channels:
-            raise channel_error(f"second 'channel.open' seen on channel {channel}").at(20, 10)
+            raise channel_error("second 'channel.open' seen").at(20, 10)
         if channel > self.channel_max:
             raise not_allowed(
                 f"channel {channel} exceeds the negotiated channel_max {self.channel_max}"
@@ -279,7 +285,7 @@ class ServerConnection:
         del self._assembling[channel]
         chunks = assembly.chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return Content(channel, assembly.method, assembly.properties_raw, body)
+        return Content(channel, assembly.method, assembly.properties_raw, body, assembly.route)
 
     # --- the server's side of the conversation -----------------------------------------
 
@@ -317,8 +323,9 @@ class ServerConnection:
         self._assembling.clear()
 
 
-def _decode_publish(payload: bytes) -> BasicPublish:
-    """basic.publish, unrolled: it is the method of nearly every frame a broker reads."""
+def _decode_publish(payload: bytes) -> tuple[BasicPublish, bytes]:
+    """basic.publish, unrolled: it is the method of nearly every frame a broker reads.
+    Also returns its exchange and routing key shortstrs, which deliveries reuse."""
     try:
         offset = 7 + payload[6]
         exchange = payload[7:offset].decode("utf-8", "surrogateescape")
@@ -327,4 +334,4 @@ def _decode_publish(payload: bytes) -> BasicPublish:
         bits = payload[end]
     except IndexError as error:
         raise syntax_error("malformed basic.publish").at(60, 40) from error
-    return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2))
+    return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2)), payload[6:end]

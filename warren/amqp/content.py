@@ -68,10 +68,11 @@ _KINDS: Final = (
 )
 _NAMES: Final = tuple(f.name for f in fields(BasicProperties))
 HEADERS_FLAG: Final = 1 << 13
-EXPIRATION_FLAG: Final = 1 << 7
+EXPIRATION_FLAG: Final = 1 << 8
 DELIVERY_MODE_FLAG: Final = 1 << 12
 PRIORITY_FLAG: Final = 1 << 11
-USER_ID_FLAG: Final = 1 << 3
+REPLY_TO_FLAG: Final = 1 << 9
+USER_ID_FLAG: Final = 1 << 4
 EMPTY_PROPERTIES: Final = b"\x00\x00"
 
 
@@ -184,13 +185,21 @@ class Message:
 
     __slots__ = ("_properties", "body", "exchange", "properties_raw", "route", "routing_key")
 
-    def __init__(self, exchange: str, routing_key: str, properties_raw: bytes, body: bytes) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        properties_raw: bytes,
+        body: bytes,
+        route: bytes | None = None,
+    ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties_raw = properties_raw
         self.body = body
-        # exchange and routing key as the two shortstrs that end basic.deliver/get-ok/return
-        self.route = shortstr(exchange) + shortstr(routing_key)
+        # exchange and routing key as the two shortstrs that end basic.deliver/get-ok/return;
+        # a publish hands over the bytes it arrived with
+        self.route = route if route is not None else shortstr(exchange) + shortstr(routing_key)
         self._properties: BasicProperties | None = None
 
     @property

@@ -33,6 +33,7 @@ PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _FRAME_HEADER = struct.Struct(">BHI")
+_BODY_SIZE = struct.Struct(">Q")
 _KNOWN_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 
@@ -109,6 +110,50 @@ class FrameDecoder:
             self._offset = 0
             return frame_type, channel, payload
         return frame_type, channel, bytes(buffer[start + 7 : end])
+
+    def take_content(self, channel: int) -> tuple[bytes, bytes] | None:
+        """Fast path after basic.publish: if its content header and single body frame (or
+        none, for an empty body) are whole in the buffer, consume them and return
+        ``(header_payload, body)``; otherwise consume nothing and return None, and the
+        frames are read one by one (with all checks) instead."""
+        buffer = self._buffer
+        start = self._offset
+        available = len(buffer) - start
+        if available < 22:
+            return None
+        frame_type, frame_channel, size = _FRAME_HEADER.unpack_from(buffer, start)
+        end = start + 7 + size
+        if (
+            frame_type != FRAME_HEADER
+            or frame_channel != channel
+            or size < 14
+            or size > self.frame_max
+            or end >= len(buffer)
+            or buffer[end] != FRAME_END
+            or buffer[start + 7 : start + 9] != b"\x00\x3c"  # basic's class id
+        ):
+            return None
+        header = bytes(buffer[start + 7 : end])
+        (body_size,) = _BODY_SIZE.unpack_from(header, 4)
+        if body_size == 0:
+            self._offset = end + 1
+            return header, b""
+        body_start = end + 1
+        if len(buffer) - body_start < 8:
+            return None
+        frame_type, frame_channel, size = _FRAME_HEADER.unpack_from(buffer, body_start)
+        body_end = body_start + 7 + size
+        if (
+            frame_type != FRAME_BODY
+            or frame_channel != channel
+            or size != body_size
+            or size > self.frame_max
+            or body_end >= len(buffer)
+            or buffer[body_end] != FRAME_END
+        ):
+            return None
+        self._offset = body_end + 1
+        return header, bytes(buffer[body_start + 7 : body_end])
 
     def compact(self) -> None:
         """Drop consumed bytes; call once per read, not per frame."""

@@ -1,7 +1,9 @@
 """The AMQP 0-9-1 method table: one frozen dataclass per method, encoded from its spec types.
 
 Theory of operation:
-1. Each method class names its spec field types in `SPEC` (``"short shortstr bit bit"``)
+1. Methods are slotted dataclasses treated as values. They are not ``frozen``: a frozen
+   dataclass costs four times as much to construct, and basic.publish is built for every
+   message. Each method class names its spec field types in `SPEC` (``"short shortstr bit bit"``)
    in the order of its dataclass fields; `@method(class_id, method_id, spec)` registers
    it in `METHODS` by ``(class_id, method_id)``. Field names are the spec's names.
 2. `decode_method(payload)` reads a method frame's payload into an instance;
@@ -72,7 +74,7 @@ def _spec_name(class_name: str) -> str:
 
 
 @method(10, 10, "octet octet table longstr longstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionStart(Method):
     version_major: int = 0
     version_minor: int = 9
@@ -82,7 +84,7 @@ class ConnectionStart(Method):
 
 
 @method(10, 11, "table shortstr longstr shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionStartOk(Method):
     client_properties: bytes = b"\x00\x00\x00\x00"
     mechanism: str = "PLAIN"
@@ -91,19 +93,19 @@ class ConnectionStartOk(Method):
 
 
 @method(10, 20, "longstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionSecure(Method):
     challenge: bytes = b""
 
 
 @method(10, 21, "longstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionSecureOk(Method):
     response: bytes = b""
 
 
 @method(10, 30, "short long short")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionTune(Method):
     channel_max: int = 0
     frame_max: int = 0
@@ -111,7 +113,7 @@ class ConnectionTune(Method):
 
 
 @method(10, 31, "short long short")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionTuneOk(Method):
     channel_max: int = 0
     frame_max: int = 0
@@ -119,7 +121,7 @@ class ConnectionTuneOk(Method):
 
 
 @method(10, 40, "shortstr shortstr bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionOpen(Method):
     virtual_host: str = "/"
     capabilities: str = ""
@@ -127,13 +129,13 @@ class ConnectionOpen(Method):
 
 
 @method(10, 41, "shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionOpenOk(Method):
     known_hosts: str = ""
 
 
 @method(10, 50, "short shortstr short short")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionClose(Method):
     reply_code: int = 200
     reply_text: str = ""
@@ -142,32 +144,32 @@ class ConnectionClose(Method):
 
 
 @method(10, 51, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionCloseOk(Method):
     pass
 
 
 @method(10, 60, "shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionBlocked(Method):
     reason: str = ""
 
 
 @method(10, 61, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionUnblocked(Method):
     pass
 
 
 @method(10, 70, "longstr shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionUpdateSecret(Method):
     new_secret: bytes = b""
     reason: str = ""
 
 
 @method(10, 71, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionUpdateSecretOk(Method):
     pass
 
@@ -176,31 +178,31 @@ class ConnectionUpdateSecretOk(Method):
 
 
 @method(20, 10, "shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelOpen(Method):
     out_of_band: str = ""
 
 
 @method(20, 11, "longstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelOpenOk(Method):
     channel_id: bytes = b""
 
 
 @method(20, 20, "bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelFlow(Method):
     active: bool = True
 
 
 @method(20, 21, "bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelFlowOk(Method):
     active: bool = True
 
 
 @method(20, 40, "short shortstr short short")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelClose(Method):
     reply_code: int = 200
     reply_text: str = ""
@@ -209,7 +211,7 @@ class ChannelClose(Method):
 
 
 @method(20, 41, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChannelCloseOk(Method):
     pass
 
@@ -218,7 +220,7 @@ class ChannelCloseOk(Method):
 
 
 @method(40, 10, "short shortstr shortstr bit bit bit bit bit table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeDeclare(Method):
     ticket: int = 0
     exchange: str = ""
@@ -232,13 +234,13 @@ class ExchangeDeclare(Method):
 
 
 @method(40, 11, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeDeclareOk(Method):
     pass
 
 
 @method(40, 20, "short shortstr bit bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeDelete(Method):
     ticket: int = 0
     exchange: str = ""
@@ -247,13 +249,13 @@ class ExchangeDelete(Method):
 
 
 @method(40, 21, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeDeleteOk(Method):
     pass
 
 
 @method(40, 30, "short shortstr shortstr shortstr bit table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeBind(Method):
     ticket: int = 0
     destination: str = ""
@@ -264,13 +266,13 @@ class ExchangeBind(Method):
 
 
 @method(40, 31, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeBindOk(Method):
     pass
 
 
 @method(40, 40, "short shortstr shortstr shortstr bit table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeUnbind(Method):
     ticket: int = 0
     destination: str = ""
@@ -281,7 +283,7 @@ class ExchangeUnbind(Method):
 
 
 @method(40, 51, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExchangeUnbindOk(Method):
     pass
 
@@ -290,7 +292,7 @@ class ExchangeUnbindOk(Method):
 
 
 @method(50, 10, "short shortstr bit bit bit bit bit table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDeclare(Method):
     ticket: int = 0
     queue: str = ""
@@ -303,7 +305,7 @@ class QueueDeclare(Method):
 
 
 @method(50, 11, "shortstr long long")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDeclareOk(Method):
     queue: str = ""
     message_count: int = 0
@@ -311,7 +313,7 @@ class QueueDeclareOk(Method):
 
 
 @method(50, 20, "short shortstr shortstr shortstr bit table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueBind(Method):
     ticket: int = 0
     queue: str = ""
@@ -322,13 +324,13 @@ class QueueBind(Method):
 
 
 @method(50, 21, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueBindOk(Method):
     pass
 
 
 @method(50, 30, "short shortstr bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueuePurge(Method):
     ticket: int = 0
     queue: str = ""
@@ -336,13 +338,13 @@ class QueuePurge(Method):
 
 
 @method(50, 31, "long")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueuePurgeOk(Method):
     message_count: int = 0
 
 
 @method(50, 40, "short shortstr bit bit bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDelete(Method):
     ticket: int = 0
     queue: str = ""
@@ -352,13 +354,13 @@ class QueueDelete(Method):
 
 
 @method(50, 41, "long")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDeleteOk(Method):
     message_count: int = 0
 
 
 @method(50, 50, "short shortstr shortstr shortstr table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueUnbind(Method):
     ticket: int = 0
     queue: str = ""
@@ -368,7 +370,7 @@ class QueueUnbind(Method):
 
 
 @method(50, 51, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueUnbindOk(Method):
     pass
 
@@ -377,7 +379,7 @@ class QueueUnbindOk(Method):
 
 
 @method(60, 10, "long short bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicQos(Method):
     prefetch_size: int = 0
     prefetch_count: int = 0
@@ -385,13 +387,13 @@ class BasicQos(Method):
 
 
 @method(60, 11, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicQosOk(Method):
     pass
 
 
 @method(60, 20, "short shortstr shortstr bit bit bit bit table")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicConsume(Method):
     ticket: int = 0
     queue: str = ""
@@ -404,26 +406,26 @@ class BasicConsume(Method):
 
 
 @method(60, 21, "shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicConsumeOk(Method):
     consumer_tag: str = ""
 
 
 @method(60, 30, "shortstr bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicCancel(Method):
     consumer_tag: str = ""
     nowait: bool = False
 
 
 @method(60, 31, "shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicCancelOk(Method):
     consumer_tag: str = ""
 
 
 @method(60, 40, "short shortstr shortstr bit bit", content=True)
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicPublish(Method):
     ticket: int = 0
     exchange: str = ""
@@ -433,7 +435,7 @@ class BasicPublish(Method):
 
 
 @method(60, 50, "short shortstr shortstr shortstr", content=True)
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicReturn(Method):
     reply_code: int = 0
     reply_text: str = ""
@@ -442,7 +444,7 @@ class BasicReturn(Method):
 
 
 @method(60, 60, "shortstr longlong bit shortstr shortstr", content=True)
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicDeliver(Method):
     consumer_tag: str = ""
     delivery_tag: int = 0
@@ -452,7 +454,7 @@ class BasicDeliver(Method):
 
 
 @method(60, 70, "short shortstr bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicGet(Method):
     ticket: int = 0
     queue: str = ""
@@ -460,7 +462,7 @@ class BasicGet(Method):
 
 
 @method(60, 71, "longlong bit shortstr shortstr long", content=True)
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicGetOk(Method):
     delivery_tag: int = 0
     redelivered: bool = False
@@ -470,45 +472,45 @@ class BasicGetOk(Method):
 
 
 @method(60, 72, "shortstr")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicGetEmpty(Method):
     cluster_id: str = ""
 
 
 @method(60, 80, "longlong bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicAck(Method):
     delivery_tag: int = 0
     multiple: bool = False
 
 
 @method(60, 90, "longlong bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicReject(Method):
     delivery_tag: int = 0
     requeue: bool = True
 
 
 @method(60, 100, "bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicRecoverAsync(Method):
     requeue: bool = False
 
 
 @method(60, 110, "bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicRecover(Method):
     requeue: bool = False
 
 
 @method(60, 111, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicRecoverOk(Method):
     pass
 
 
 @method(60, 120, "longlong bit bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicNack(Method):
     delivery_tag: int = 0
     multiple: bool = False
@@ -519,49 +521,49 @@ class BasicNack(Method):
 
 
 @method(90, 10, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxSelect(Method):
     pass
 
 
 @method(90, 11, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxSelectOk(Method):
     pass
 
 
 @method(90, 20, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxCommit(Method):
     pass
 
 
 @method(90, 21, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxCommitOk(Method):
     pass
 
 
 @method(90, 30, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxRollback(Method):
     pass
 
 
 @method(90, 31, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxRollbackOk(Method):
     pass
 
 
 @method(85, 10, "bit")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConfirmSelect(Method):
     nowait: bool = False
 
 
 @method(85, 11, "")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConfirmSelectOk(Method):
     pass
 

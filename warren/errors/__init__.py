@@ -187,7 +187,9 @@ def exchange_in_use(name: str, vhost: str) -> SoftError:
 
 
 def invalid_exchange_type(type_name: str) -> HardError:
-    return command_invalid(f"invalid exchange type '{type_name}'")
+    """RabbitMQ says "invalid" for a name that happens to be an Erlang atom already and
+    "unknown" for any other; Warren cannot know the atom table and says "unknown"."""
+    return command_invalid(f"unknown exchange type '{type_name}'")
 
 
 def invalid_arg_type(type_name: str, arg: str, resource: str) -> SoftError:

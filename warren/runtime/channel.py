@@ -30,6 +30,7 @@ from warren.amqp.content import (
     EXPIRATION_FLAG,
     HEADERS_FLAG,
     PRIORITY_FLAG,
+    REPLY_TO_FLAG,
     USER_ID_FLAG,
     Message,
     content_frames,
@@ -49,7 +50,7 @@ from warren.errors import (
     precondition_failed,
     queue_not_found,
 )
-from warren.model import DestinationKind
+from warren.model import DestinationKind, VHost
 from warren.queue import (
     REJECTED_REPLY,
     Checkout,
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
 # properties that make a publish decode its header: routing, checks, TTL, priority
-_INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG
+_INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG | REPLY_TO_FLAG
 
 
 def _token() -> str:
@@ -105,6 +106,7 @@ class Channel:
         self.connection = connection
         self.number = number
         self.broker = connection.broker
+        self.vhost: VHost = connection.vhost
         self.next_tag = 1
         # delivery tag -> (queue host, msg_id, counted against the channel's prefetch)
         self.unacked: dict[int, tuple[QueueHost, int, bool]] = {}
@@ -146,10 +148,6 @@ class Channel:
         }
 
     # --- plumbing --------------------------------------------------------------------------
-
-    @property
-    def vhost(self) -> Any:
-        return self.connection.vhost
 
     def send(self, method: m.Method) -> None:
         self.connection.send_method(self.number, method)
@@ -548,8 +546,8 @@ class Channel:
         ttl_ms = None
         priority = 0
         flags = (raw[0] << 8) | raw[1] if len(raw) >= 2 else 0
-        message = Message(exchange, method.routing_key, raw, content.body)
-        if flags & _INSPECTED_FLAGS or b"amq.rabbitmq.reply-to" in raw:
+        message = Message(exchange, method.routing_key, raw, content.body, content.route)
+        if flags & _INSPECTED_FLAGS:
             headers = self._inspect_properties(message, routing_keys)
             properties = message.properties
             if properties.expiration is not None:
@@ -558,9 +556,10 @@ class Channel:
         if not exchange and method.routing_key.startswith(REPLY_TO_PREFIX):
             self._publish_reply(method, message)
             return
-        queues = self.vhost.route(exchange, routing_keys, headers)
+        vhost = self.vhost
+        queues = vhost.route(exchange, routing_keys, headers)
         broker_queues = self.broker.queues
-        vhost_name = self.vhost.name
+        vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
         for name in queues:

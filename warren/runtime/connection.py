@@ -34,7 +34,7 @@ from warren.amqp.connection import (
 from warren.amqp.content import method_frame
 from warren.amqp.frames import HEARTBEAT_FRAME, NEED_DATA, PROTOCOL_HEADER
 from warren.amqp.table import TableError, decode_table
-from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError, SoftError
+from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError
 from warren.runtime.channel import Channel
 
 if TYPE_CHECKING:
@@ -100,12 +100,22 @@ class AmqpConnection(asyncio.Protocol):
         self._last_read = self.loop.time()
         protocol = self.protocol
         protocol.receive_data(data)
+        channels = self.channels
+        event: object = None
         try:
             while True:
                 event = protocol.next_event()
                 if event is NEED_DATA:
                     break
-                self._on_event(event)
+                try:
+                    if type(event) is Content:  # nearly every event: keep this path flat
+                        channel = channels.get(event.channel)
+                        if channel is not None:
+                            channel.publish(event)
+                    else:
+                        self._on_event(event)
+                except AmqpError as error:
+                    self._on_error(event, error)
                 if self._closed:
                     return
         except HardError as error:
@@ -169,47 +179,45 @@ class AmqpConnection(asyncio.Protocol):
     # --- events ----------------------------------------------------------------------------
 
     def _on_event(self, event: object) -> None:
-        if type(event) is Content:
-            self._on_channel(event.channel, event, None)
-        elif type(event) is MethodReceived:
+        if type(event) is MethodReceived:
             if event.channel == 0:
                 self._on_connection_method(event.method)
             else:
-                self._on_channel(event.channel, None, event.method)
+                self._on_channel_method(event.channel, event.method)
         elif type(event) is ProtocolHeaderReceived:
             self._on_protocol_header(event.ok)
         else:
             assert isinstance(event, Heartbeat)
 
-    def _on_channel(self, number: int, content: Content | None, method: m.Method | None) -> None:
-        if method is not None and type(method) is m.ChannelOpen:
+    def _on_channel_method(self, number: int, method: m.Method) -> None:
+        kind = type(method)
+        if kind is m.ChannelOpen:
             self.channels[number] = Channel(self, number)
             self.send_method(number, m.ChannelOpenOk())
-            return
-        if method is not None and type(method) is m.ChannelClose:
+        elif kind is m.ChannelClose:
             self._drop_channel(number)
             self.send_method(number, m.ChannelCloseOk())
-            return
-        if method is not None and type(method) is m.ChannelCloseOk:
+        elif kind is m.ChannelCloseOk:
             self._drop_channel(number)
-            return
-        channel = self.channels.get(number)
-        if channel is None:  # the server closed it and is awaiting close-ok
-            return
-        try:
-            if content is not None:
-                channel.publish(content)
-            else:
-                assert method is not None
+        else:
+            channel = self.channels.get(number)
+            if channel is not None:  # else the server closed it and awaits close-ok
                 channel.handle(method)
-        except SoftError as error:
-            culprit = content.method if content is not None else method
-            assert culprit is not None
-            self._close_channel(channel, error.at(culprit.CLASS_ID, culprit.METHOD_ID))
-        except HardError as error:
-            culprit = content.method if content is not None else method
-            assert culprit is not None
-            raise error.at(culprit.CLASS_ID, culprit.METHOD_ID) from None
+
+    def _on_error(self, event: object, error: AmqpError) -> None:
+        """A channel's method failed: close the channel (soft) or the connection (hard)."""
+        culprit: m.Method
+        if type(event) is Content:
+            number, culprit = event.channel, event.method
+        else:
+            assert isinstance(event, MethodReceived)
+            number, culprit = event.channel, event.method
+        if number:  # connection methods name themselves where RabbitMQ does
+            error.at(culprit.CLASS_ID, culprit.METHOD_ID)
+        channel = self.channels.get(number)
+        if isinstance(error, HardError) or channel is None:
+            raise error
+        self._close_channel(channel, error)
 
     def _close_channel(self, channel: Channel, error: AmqpError) -> None:
         self.send_method(
@@ -285,7 +293,7 @@ class AmqpConnection(asyncio.Protocol):
                 ReplyCode.ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {method.mechanism}. "
                 "For details see the broker logfile.",
-            ).at(10, 11)
+            )
         self.user = user or ""
         config = self.broker.config
         self.send_method(
