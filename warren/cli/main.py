@@ -68,19 +68,21 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
     parser = Parser(prog="warrenctl", parents=[flags], description="Manage a Warren node.")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for operator, prefix in ((False, ""), (True, "operator_")):
-        noun = "operator policy" if operator else "policy"
-        setter = verbs.add_parser(f"set_{prefix}policy", parents=[flags], help=f"set a {noun}")
+        noun = "an operator policy" if operator else "a policy"
+        setter = verbs.add_parser(f"set_{prefix}policy", parents=[flags], help=f"set {noun}")
         setter.add_argument("name")
         setter.add_argument("pattern")
         setter.add_argument("definition")
         setter.add_argument("--priority", default="0")
         setter.add_argument("--apply-to", dest="apply_to", default="all")
         setter.set_defaults(operator=operator)
-        clearer = verbs.add_parser(f"clear_{prefix}policy", parents=[flags], help=f"clear a {noun}")
+        clearer = verbs.add_parser(f"clear_{prefix}policy", parents=[flags], help=f"clear {noun}")
         clearer.add_argument("name")
         clearer.set_defaults(operator=operator)
         lister = verbs.add_parser(
-            f"list_{prefix}policies", parents=[flags], help=f"list {noun} definitions"
+            f"list_{prefix}policies",
+            parents=[flags],
+            help=f"list the {prefix.replace('_', ' ')}policies",
         )
         lister.set_defaults(operator=operator)
     queues = verbs.add_parser("list_queues", parents=[flags], help="list queues and their columns")
