@@ -88,7 +88,10 @@ class Entry:
         self.expires_at_ms = expires_at_ms
         self.level = level
         self.delivery_count = 0
-        self.live = True  # False once it expired or was dropped while still in `ready`
+        # True while the message waits in the ready structures: False once it left them
+        # (delivered, fetched, dropped) or expired in place, so that a stale deadline for it
+        # is skipped; a returned message is live again.
+        self.live = True
 
     @property
     def redelivered(self) -> bool:
@@ -455,6 +458,7 @@ class QueueMachine:
             elif limit is not None and entry.delivery_count > limit:
                 self._dead_letter(entry, DELIVERY_LIMIT, effects)
             else:
+                entry.live = True
                 heapq.heappush(self._levels[entry.level].returned, entry)
                 self.ready_count += 1
                 self.ready_bytes += entry.size_bytes
@@ -630,6 +634,7 @@ class QueueMachine:
         for level in reversed(self._levels):
             entry = level.pop()
             if entry is not None:
+                entry.live = False  # it leaves the queue's ready messages: it cannot expire
                 self.ready_count -= 1
                 self.ready_bytes -= entry.size_bytes
                 return entry
