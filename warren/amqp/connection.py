@@ -263,16 +263,18 @@ class ServerConnection:
             if frame_type != FRAME_HEADER:
                 raise unexpected_frame(
                     "expected content header for class 60, got non content header frame instead"
-                )
+                ).at(60, 40)
             class_id, body_size, properties_raw = parse_content_header(payload)
             if class_id != BASIC_CLASS_ID:
                 raise unexpected_frame(
                     f"expected content header for class 60, got one for class {class_id} instead"
-                )
+                ).at(60, 40)
             assembly.body_size = body_size
             assembly.properties_raw = properties_raw
         elif frame_type != FRAME_BODY:
-            raise unexpected_frame("expected content body, got non content body frame instead")
+            raise unexpected_frame(
+                "expected content body, got non content body frame instead"
+            ).at(60, 40)
         else:
             assembly.chunks.append(payload)
             assembly.received += len(payload)

@@ -25,7 +25,8 @@ Effects}``):
 6. Consumers are served round robin within the highest consumer priority (`x-priority`)
    that has credit. A consumer's credit is its prefetch count minus its unacked messages
    (unbounded for prefetch 0 and no-ack consumers); a channel-wide prefetch spans queues,
-   so the runtime passes such channels' remaining credit in `meta.channel_credit`. With
+   so the runtime passes such channels' remaining credit in `meta.channel_credit`, and
+   channels whose socket is full in `meta.blocked_channels`. With
    single active consumer only one consumer receives; the next takes over when it goes.
 7. Commands, replies and effects are values. The ones built for every message (`Meta`,
    `Enqueue`, `Deliver`, `DeadLetter`) are not ``frozen`` only because a frozen dataclass
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
@@ -63,7 +64,11 @@ class Meta:
     """What the runtime knows at the moment it applies a command."""
 
     now_ms: int
+    # remaining channel-wide prefetch (basic.qos global) of channels that have one; it
+    # limits deliveries that need an ack only, as RabbitMQ's limiter does
     channel_credit: Mapping[Hashable, int] | None = None
+    # channels that can take no delivery at all now (their socket's buffer is full)
+    blocked_channels: Collection[Hashable] = ()
 
 
 class Entry:
@@ -336,7 +341,7 @@ class QueueMachine:
         if self._levels_count > 1:
             entry.level = min(command.priority, self._levels_count - 1)
         if self._consumers and not self.ready_count:
-            consumer = self._next_consumer(meta.channel_credit)
+            consumer = self._next_consumer(meta.channel_credit, meta.blocked_channels)
             if consumer is not None:
                 effects.append(self._hand_over(entry, consumer))
                 return entry.msg_id
@@ -588,9 +593,10 @@ class QueueMachine:
         if not self.ready_count or not self._consumers:
             return
         credit = dict(meta.channel_credit) if meta.channel_credit else None
+        blocked = meta.blocked_channels
         now = meta.now_ms
         while self.ready_count:
-            consumer = self._next_consumer(credit)
+            consumer = self._next_consumer(credit, blocked)
             if consumer is None:
                 break
             entry = self._pop_ready()
@@ -599,7 +605,7 @@ class QueueMachine:
                 self._dead_letter(entry, EXPIRED, effects)
                 continue
             effects.append(self._hand_over(entry, consumer))
-            if credit is not None and consumer.channel in credit:
+            if credit is not None and not consumer.no_ack and consumer.channel in credit:
                 credit[consumer.channel] -= 1
 
     def _hand_over(self, entry: Entry, consumer: _Consumer) -> Deliver:
@@ -610,25 +616,29 @@ class QueueMachine:
             self.unacked_bytes += entry.size_bytes
         return Deliver(consumer.consumer, entry)
 
-    def _next_consumer(self, credit: Mapping[Hashable, int] | None) -> _Consumer | None:
+    def _next_consumer(
+        self, credit: Mapping[Hashable, int] | None, blocked: Collection[Hashable]
+    ) -> _Consumer | None:
         consumers = self._consumers
         if self.active_consumer is not None:
             active = consumers[self.active_consumer]
-            return active if self._can_take(active, credit) else None
+            return active if self._can_take(active, credit, blocked) else None
         for _level, ring in self._rings:
             for _ in range(len(ring)):
                 key = ring[0]
                 ring.rotate(-1)
                 consumer = consumers[key]
-                if self._can_take(consumer, credit):
+                if self._can_take(consumer, credit, blocked):
                     return consumer
         return None
 
     @staticmethod
-    def _can_take(consumer: _Consumer, credit: Mapping[Hashable, int] | None) -> bool:
-        if not consumer.has_credit():
+    def _can_take(
+        consumer: _Consumer, credit: Mapping[Hashable, int] | None, blocked: Collection[Hashable]
+    ) -> bool:
+        if not consumer.has_credit() or (blocked and consumer.channel in blocked):
             return False
-        return credit is None or credit.get(consumer.channel, 1) > 0
+        return credit is None or consumer.no_ack or credit.get(consumer.channel, 1) > 0
 
     def _pop_ready(self) -> Entry | None:
         for level in reversed(self._levels):

@@ -7,9 +7,7 @@ Theory of operation:
 2. Policies live in each `VHost`'s two `PolicyStore`s. After any change to a vhost's
    policies every queue of that vhost is resolved again (`apply_policies`): its user and
    operator policy are matched, its effective settings computed, and its host
-   reconfigured, so a new limit applies at once (RabbitMQ truncates a queue when a
-   max-length policy arrives). A queue being declared gets its settings from
-   `settings_for` before its host exists.
+   reconfigured (`QueueHost.refresh_policies`), so a new limit applies at once.
 3. Queue columns are read from the queue host's machine at the moment of the call: unlike
    RabbitMQ's statistics database, they are never stale.
 4. Failures are `NotFound` (a vhost, queue or policy that does not exist) and
@@ -28,14 +26,11 @@ from warren import __version__
 from warren.amqp.table import Typed
 from warren.model import QueueRecord, VHost
 from warren.model.policy import (
-    Policy,
     PolicyError,
     PolicyStore,
     effective_policy_definition,
-    effective_settings,
     make_policy,
 )
-from warren.model.settings import QueueSettings
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker, QueueHost
@@ -130,35 +125,12 @@ def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> No
     apply_policies(broker, target)
 
 
-def policies_for(vhost: VHost, record: QueueRecord) -> tuple[Policy | None, Policy | None]:
-    """The user policy and the operator policy that apply to a queue."""
-    return vhost.policies.match_queue(record), vhost.operator_policies.match_queue(record)
-
-
-def settings_for(broker: Broker, record: QueueRecord) -> QueueSettings:
-    """The effective settings of a queue, e.g. one about to be created."""
-    vhost = broker.vhosts.get(record.vhost)
-    if vhost is None:
-        return effective_settings(record, None, None)
-    return effective_settings(record, *policies_for(vhost, record))
-
-
 def apply_policies(broker: Broker, vhost: VHost) -> None:
     """Resolve every queue of the vhost again and reconfigure its host."""
     for record in list(vhost.queues.values()):
         host = broker.queue(vhost.name, record.name)
         if host is not None:
-            configure(host, vhost)
-
-
-def configure(host: QueueHost, vhost: VHost) -> None:
-    user, operator = policies_for(vhost, host.record)
-    settings = effective_settings(host.record, user, operator)
-    host.configure(settings, _name(user), _name(operator))
-
-
-def _name(policy: Policy | None) -> str | None:
-    return None if policy is None else policy.name
+            host.refresh_policies()
 
 
 # --- Queues ---
@@ -182,7 +154,9 @@ def get_queue(broker: Broker, vhost: str, name: str) -> Json:
 
 
 def queue_info(broker: Broker, vhost: VHost, record: QueueRecord) -> Json:
-    user, operator = policies_for(vhost, record)
+    host = broker.queue(vhost.name, record.name)
+    user = host.policy if host else None
+    operator = host.operator_policy if host else None
     return {
         "name": record.name,
         "vhost": record.vhost,
@@ -190,10 +164,10 @@ def queue_info(broker: Broker, vhost: VHost, record: QueueRecord) -> Json:
         "auto_delete": record.auto_delete,
         "exclusive": record.exclusive,
         "arguments": plain_arguments(record.arguments),
-        "policy": _name(user),
-        "operator_policy": _name(operator),
+        "policy": None if user is None else user.name,
+        "operator_policy": None if operator is None else operator.name,
         "effective_policy_definition": effective_policy_definition(user, operator),
-        **_counters(broker.queue(vhost.name, record.name)),
+        **_counters(host),
         "type": record.queue_type.value,
         "state": "running",
         "node": broker.config.node_name,

@@ -20,7 +20,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.model import QueueRecord, VHost
-from warren.model.settings import QueueSettings, settings_from_arguments
+from warren.model.policy import Policy, effective_settings
 from warren.queue import (
     Cancel,
     Checkout,
@@ -53,7 +53,10 @@ class Subscriber(Protocol):
     """What a queue host needs of a channel that consumes from it."""
 
     def credit(self) -> int | None:
-        """Deliveries this channel can take now across all queues; None for no limit."""
+        """Ack-requiring deliveries this channel can take across all queues; None: no limit."""
+
+    def blocked(self) -> bool:
+        """Whether the channel can take no delivery at all now (its socket is full)."""
 
     def deliver(self, consumer_tag: str, entry: object, host: QueueHost) -> None: ...
 
@@ -83,16 +86,17 @@ class QueueHost:
         "record",
     )
 
-    def __init__(self, broker: Broker, record: QueueRecord, settings: QueueSettings) -> None:
+    def __init__(self, broker: Broker, record: QueueRecord) -> None:
         self.broker = broker
         self.record = record
-        self.machine = QueueMachine(record.name, record.vhost, settings, last_used_ms=now_ms())
+        self.machine = QueueMachine(record.name, record.vhost, last_used_ms=now_ms())
         self._consumers: dict[Hashable, ConsumerRef] = {}
         self._limited: set[Subscriber] = set()
         self._timer: asyncio.TimerHandle | None = None
         self.ever_consumed = False
-        self.policy: str | None = None
-        self.operator_policy: str | None = None
+        self.policy: Policy | None = None
+        self.operator_policy: Policy | None = None
+        self.refresh_policies()
 
     @property
     def name(self) -> str:
@@ -102,11 +106,14 @@ class QueueHost:
         if not self._limited:
             return Meta(now_ms())
         credit: dict[Any, int] = {}
+        blocked: list[Any] = []
         for channel in self._limited:
+            if channel.blocked():
+                blocked.append(channel)
             limit = channel.credit()
             if limit is not None:
                 credit[channel] = limit
-        return Meta(now_ms(), credit or None)
+        return Meta(now_ms(), credit or None, blocked)
 
     def apply(self, command: Command) -> object:
         reply, effects = self.machine.apply(self.meta(), command)
@@ -138,11 +145,14 @@ class QueueHost:
         if self.broker.queues.get((self.record.vhost, self.record.name)) is self:
             self.apply(Tick())
 
-    def configure(
-        self, settings: QueueSettings, policy: str | None, operator_policy: str | None
-    ) -> None:
-        """New effective settings from a policy change; limits apply at once."""
-        self.policy, self.operator_policy = policy, operator_policy
+    def refresh_policies(self) -> None:
+        """Match the vhost's policies again and apply the effective settings at once
+        (RabbitMQ truncates a queue as soon as a max-length policy arrives)."""
+        vhost = self.broker.vhosts.get(self.record.vhost)
+        user = vhost.policies.match_queue(self.record) if vhost else None
+        operator = vhost.operator_policies.match_queue(self.record) if vhost else None
+        self.policy, self.operator_policy = user, operator
+        settings = effective_settings(self.record, user, operator)
         if settings != self.machine.settings:
             self.apply(Configure(settings))
 
@@ -209,8 +219,8 @@ class Broker:
     def queue(self, vhost: str, name: str) -> QueueHost | None:
         return self.queues.get((vhost, name))
 
-    def add_queue(self, record: QueueRecord, settings: QueueSettings) -> QueueHost:
-        host = QueueHost(self, record, settings)
+    def add_queue(self, record: QueueRecord) -> QueueHost:
+        host = QueueHost(self, record)
         self.queues[record.vhost, record.name] = host
         return host
 
@@ -231,10 +241,6 @@ class Broker:
         host.stop()
         host.cancel_all()
         return host.machine.ready_count
-
-    def settings_for(self, record: QueueRecord) -> QueueSettings:
-        """The effective settings of a queue about to be created."""
-        return settings_from_arguments(record.arguments)
 
     def authenticate(self, user: str, password: str) -> bool:
         return self.users.get(user) == password

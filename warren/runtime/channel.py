@@ -248,7 +248,7 @@ class Channel:
                 server_named=server_named,
             )
             if created:
-                host = self.broker.add_queue(record, self.broker.settings_for(record))
+                host = self.broker.add_queue(record)
                 if method.exclusive:
                     self.connection.exclusive_queues.append(name)
             else:
@@ -394,9 +394,10 @@ class Channel:
         if self.connection.cancel_notify:
             self.send(m.BasicCancel(consumer_tag, True))
 
+    def blocked(self) -> bool:
+        return self.connection.paused
+
     def credit(self) -> int | None:
-        if self.connection.paused:
-            return 0
         if self.global_prefetch:
             return max(0, self.global_prefetch - self.counted_unacked)
         return None

@@ -462,6 +462,13 @@ def test_content_header_of_another_class_is_505() -> None:
     assert error_of(connection, stream).code == ReplyCode.UNEXPECTED_FRAME
 
 
+def test_method_where_a_header_is_due_names_basic_publish() -> None:
+    connection = opened(1)
+    stream = method_frame(1, m.BasicPublish()) + method_frame(1, m.BasicQos())
+    error = error_of(connection, stream)
+    assert (error.code, error.class_id, error.method_id) == (ReplyCode.UNEXPECTED_FRAME, 60, 40)
+
+
 @pytest.mark.parametrize(
     "payload",
     [b"\x00\x3c\x00\x28", b"\x00\x3c\x00\x28\x00\x00", b"\x00\x3c\x00\x28\x00\x00\x05ab"],

@@ -1,4 +1,7 @@
-"""`warren-server`: start one node and serve until SIGINT or SIGTERM."""
+"""`warren-server`: the composition root. It builds a node from its config, starts the
+management API and the AMQP listeners, and serves until SIGINT or SIGTERM.
+
+It sits above every layer (runtime and mgmt both), so nothing imports it."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import socket
 from collections.abc import Sequence
 
 from warren import __version__
+from warren.mgmt import start_management
 from warren.runtime import config as config_module
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
@@ -43,11 +47,8 @@ async def start_listeners(broker: Broker) -> list[asyncio.Server]:
 async def serve(config: Config) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config)
-    # The management API sits above the runtime (it imports it); started here until the
-    # node gets a composition root of its own. It is up before AMQP, so a client that sees
-    # the AMQP port open can use it too.
-    from warren.mgmt import start_management
-
+    # The management API is up before AMQP, so a client that sees the AMQP port open can
+    # use it too.
     management = await start_management(broker)
     servers = await start_listeners(broker)
     stop = asyncio.Event()

@@ -1,0 +1,293 @@
+"""The durable classic queues' view of the log: write records, know which ones are live.
+
+Theory of operation:
+1. `QueueJournal` is the only writer of classic queue records (`messages.py`) to the node's
+   `Log`. Each method appends one record and updates an in-memory ledger of the live
+   persistent messages: queue key → msg_id → (sequence number, segment, delivered).
+   Messages the journal never saw (transient ones) are ignored by every method, so the
+   runtime may pass msg_ids without filtering them.
+2. Liveness, which decides when a segment can go:
+   - an `Enqueued` record is live while its message is (not settled, purged or deleted);
+   - every other record is dead the moment it is written. This is safe because the log
+     deletes segments only as a prefix: a `Settled`, `Purged` or `QueueDeleted` is deleted
+     only with or after the records it cancels. A `Delivered` for a live message is never
+     in a segment older than that message's `Enqueued` (invariant D below), and that
+     segment is not deleted while the message lives.
+   Invariant D: every live message marked delivered has a `Delivered` naming it after its
+   current `Enqueued`. Compaction re-appends the marks of the messages it moves, and
+   recovery re-appends the marks of every recovered delivered message.
+3. `maintain` (call it between syncs, never while a batch is in flight) retires sealed
+   segments with no live record, and compacts the oldest segment when less than
+   `compaction_live_ratio_max` of its records are live: it reads that segment, appends
+   copies of the live `Enqueued` records (and `Delivered` marks for those delivered) and
+   retires the segment once the copies are durable, at a later `maintain`. It never syncs,
+   so it never blocks for long; the copies ride on the caller's next group commit.
+4. `QueueJournal.recover` rebuilds the ledger from the log at startup with `messages.recover`,
+   writes `QueueDeleted` for queue keys the caller no longer has (deleted in the definitions
+   store before the crash let the log say so), re-appends delivered marks, and syncs.
+
+The journal assumes it is the only user of its log. When Raft groups share the log, the
+per-segment live counts of every user must be added up before a segment is retired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from warren.storage.log import Log
+from warren.storage.messages import (
+    Delivered,
+    Enqueued,
+    Purged,
+    QueueDeleted,
+    RecoveredMessage,
+    Settled,
+    encode,
+    recover,
+)
+
+__all__ = ["Maintenance", "QueueJournal"]
+
+COMPACTION_LIVE_RATIO_MAX_DEFAULT: Final = 0.5
+
+
+class _Entry:
+    __slots__ = ("delivered", "msg_id", "queue_key", "segment_id", "sequence")
+
+    def __init__(
+        self, queue_key: str, msg_id: int, sequence: int, segment_id: int, delivered: bool
+    ) -> None:
+        self.queue_key = queue_key
+        self.msg_id = msg_id
+        self.sequence = sequence
+        self.segment_id = segment_id
+        self.delivered = delivered
+
+
+@dataclass(frozen=True, slots=True)
+class Maintenance:
+    """What one `maintain` call did."""
+
+    retired: tuple[int, ...] = ()
+    deleted: tuple[int, ...] = ()
+    compacting: int | None = None  # segment whose live records were just copied
+    copied_records: int = 0
+
+
+class QueueJournal:
+    """See the module docstring."""
+
+    def __init__(
+        self, log: Log, compaction_live_ratio_max: float = COMPACTION_LIVE_RATIO_MAX_DEFAULT
+    ) -> None:
+        self.log = log
+        self.compaction_live_ratio_max = compaction_live_ratio_max
+        self._queues: dict[str, dict[int, _Entry]] = {}
+        # segment id -> sequence number -> entry: the live records of each segment
+        self._by_segment: dict[int, dict[int, _Entry]] = {}
+        # segments whose live records were copied: retire once this sequence is durable
+        self._compacted: dict[int, int] = {}
+
+    # --- recovery --------------------------------------------------------------------------
+
+    @classmethod
+    def recover(
+        cls,
+        log: Log,
+        keep: Callable[[str], bool] = lambda queue_key: True,
+        compaction_live_ratio_max: float = COMPACTION_LIVE_RATIO_MAX_DEFAULT,
+    ) -> tuple[QueueJournal, dict[str, list[RecoveredMessage]]]:
+        """Rebuild the ledger from `log` (just opened); return the live messages per queue.
+
+        Queue keys for which `keep` is false are dropped and a `QueueDeleted` written.
+        """
+        journal = cls(log, compaction_live_ratio_max)
+        recovered = recover(log.records())
+        kept: dict[str, list[RecoveredMessage]] = {}
+        for queue_key, messages in recovered.items():
+            if not keep(queue_key):
+                log.append(encode(QueueDeleted(queue_key)))
+                continue
+            kept[queue_key] = messages
+            journal._adopt(queue_key, messages)
+        log.flush_and_sync()
+        return journal, kept
+
+    def _adopt(self, queue_key: str, messages: list[RecoveredMessage]) -> None:
+        queue = self._queues.setdefault(queue_key, {})
+        delivered: list[int] = []
+        for message in messages:
+            entry = _Entry(
+                queue_key,
+                message.msg_id,
+                message.sequence,
+                self.log.segment_of(message.sequence),
+                message.redelivered,
+            )
+            queue[message.msg_id] = entry
+            self._by_segment.setdefault(entry.segment_id, {})[entry.sequence] = entry
+            if message.redelivered:
+                delivered.append(message.msg_id)
+        if delivered:
+            self.log.append(encode(Delivered(queue_key, tuple(delivered))))
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def is_live(self, queue_key: str, msg_id: int) -> bool:
+        queue = self._queues.get(queue_key)
+        return queue is not None and msg_id in queue
+
+    def live_count(self, queue_key: str | None = None) -> int:
+        if queue_key is not None:
+            return len(self._queues.get(queue_key, ()))
+        return sum(len(queue) for queue in self._queues.values())
+
+    def live_by_segment(self) -> dict[int, int]:
+        return {s: len(entries) for s, entries in sorted(self._by_segment.items()) if entries}
+
+    # --- records ---------------------------------------------------------------------------
+
+    def enqueue(self, record: Enqueued) -> int:
+        """Log a persistent message; return its sequence number (confirm once durable)."""
+        queue = self._queues.setdefault(record.queue_key, {})
+        if record.msg_id in queue:
+            raise ValueError(f"msg_id {record.msg_id} of {record.queue_key!r} is already live")
+        sequence = self.log.append(encode(record))
+        self._track(queue, record.queue_key, record.msg_id, sequence, delivered=False)
+        return sequence
+
+    def _track(
+        self, queue: dict[int, _Entry], queue_key: str, msg_id: int, sequence: int, delivered: bool
+    ) -> None:
+        segment_id = self.log.active_segment_id
+        entry = _Entry(queue_key, msg_id, sequence, segment_id, delivered)
+        queue[msg_id] = entry
+        segment = self._by_segment.get(segment_id)
+        if segment is None:
+            segment = self._by_segment[segment_id] = {}
+        segment[sequence] = entry
+
+    def deliver(self, queue_key: str, msg_ids: Iterable[int]) -> int | None:
+        """Log the first delivery of these messages; None if there was nothing to log."""
+        queue = self._queues.get(queue_key)
+        if not queue:
+            return None
+        first_time = []
+        for msg_id in msg_ids:
+            entry = queue.get(msg_id)
+            if entry is not None and not entry.delivered:
+                entry.delivered = True
+                first_time.append(msg_id)
+        if not first_time:
+            return None
+        return self.log.append(encode(Delivered(queue_key, tuple(first_time))))
+
+    def settle(self, queue_key: str, msg_ids: Iterable[int]) -> int | None:
+        """Log that these messages are gone (acked, dropped, expired, dead-lettered)."""
+        queue = self._queues.get(queue_key)
+        if not queue:
+            return None
+        gone = []
+        for msg_id in msg_ids:
+            entry = queue.pop(msg_id, None)
+            if entry is not None:
+                self._untrack(entry)
+                gone.append(msg_id)
+        if not gone:
+            return None
+        return self.log.append(encode(Settled(queue_key, tuple(gone))))
+
+    def _untrack(self, entry: _Entry) -> None:
+        segment = self._by_segment[entry.segment_id]
+        del segment[entry.sequence]
+        if not segment:
+            del self._by_segment[entry.segment_id]
+
+    def purge(self, queue_key: str, kept_msg_ids: Collection[int] = ()) -> int | None:
+        """Log queue.purge: all messages are gone except `kept_msg_ids` (the unacked ones)."""
+        queue = self._queues.get(queue_key)
+        if not queue:
+            return None
+        kept = set(kept_msg_ids)
+        gone = [msg_id for msg_id in queue if msg_id not in kept]
+        if not gone:
+            return None
+        for msg_id in gone:
+            self._untrack(queue.pop(msg_id))
+        return self.log.append(encode(Purged(queue_key, tuple(sorted(queue)))))
+
+    def delete_queue(self, queue_key: str) -> int | None:
+        """Log that the queue is gone with all its messages."""
+        queue = self._queues.pop(queue_key, None)
+        if not queue:
+            return None
+        for entry in queue.values():
+            self._untrack(entry)
+        return self.log.append(encode(QueueDeleted(queue_key)))
+
+    # --- space -----------------------------------------------------------------------------
+
+    def maintain(self) -> Maintenance:
+        """Retire dead segments and compact the oldest one if it is mostly dead.
+
+        Call between syncs (no batch in flight). Appends copies but never syncs.
+        """
+        log = self.log
+        durable = log.durable_sequence
+        retired: list[int] = []
+        for segment_id, needed in list(self._compacted.items()):
+            if needed <= durable:
+                del self._compacted[segment_id]
+                retired.append(segment_id)
+        segments = log.segments()
+        active_id = log.active_segment_id
+        for info in segments:
+            if (
+                info.segment_id != active_id
+                and not info.retired
+                and info.segment_id not in self._compacted
+                and info.segment_id not in self._by_segment
+                and info.segment_id not in retired
+            ):
+                retired.append(info.segment_id)
+        deleted: list[int] = []
+        for segment_id in retired:
+            deleted += log.retire(segment_id)
+        compacting, copied = self._compact_oldest(segments, set(retired))
+        return Maintenance(tuple(retired), tuple(deleted), compacting, copied)
+
+    def _compact_oldest(self, segments: list[SegmentInfoLike], retired: set[int]) -> tuple[int | None, int]:
+        if self._compacted:
+            return None, 0  # one compaction at a time
+        log = self.log
+        candidates = [
+            info
+            for info in segments
+            if info.segment_id != log.active_segment_id
+            and not info.retired
+            and info.segment_id not in retired
+        ]
+        if not candidates:
+            return None, 0
+        oldest = candidates[0]
+        live = self._by_segment.get(oldest.segment_id, {})
+        if oldest.last_sequence > log.durable_sequence or not oldest.records:
+            return None, 0
+        if len(live) >= self.compaction_live_ratio_max * oldest.records:
+            return None, 0
+        payloads = log.read(oldest.segment_id, live.keys())
+        moved = sorted(live.values(), key=lambda entry: entry.sequence)
+        delivered: dict[str, list[int]] = {}
+        for entry in moved:
+            self._untrack(entry)
+            sequence = log.append(payloads[entry.sequence])
+            queue = self._queues[entry.queue_key]
+            self._track(queue, entry.queue_key, entry.msg_id, sequence, entry.delivered)
+            if entry.delivered:
+                delivered.setdefault(entry.queue_key, []).append(entry.msg_id)
+        for queue_key, msg_ids in delivered.items():
+            log.append(encode(Delivered(queue_key, tuple(msg_ids))))
+        self._compacted[oldest.segment_id] = log.next_sequence - 1
+        return oldest.segment_id, len(moved)

@@ -1,0 +1,810 @@
+"""An append-only log of opaque records in segment files, with CRCs and group commit.
+
+Theory of operation:
+1. A log is a directory of segment files ``00000001.wal``, ``00000002.wal`` … and a ``LOCK``
+   file (``flock``: one process per directory). A segment starts with a 32-byte header
+   (magic, format version, its own id, the sequence number of its first record, header CRC)
+   followed by records. A record is a 16-byte header (CRC32, payload length, sequence number)
+   and the payload. The CRC (zlib's CRC-32) covers the length, the sequence number and the
+   payload. Integers are little-endian.
+2. Sequence numbers start at 1 and grow by exactly one per record, across segments; the log
+   never reorders or renumbers. A record's sequence number is its identity for the caller.
+3. `append` only encodes into memory and returns the sequence number. `flush_and_sync` writes
+   everything appended since the last sync with one ``pwrite`` and one ``fdatasync`` per
+   segment touched (normally one) and returns the highest sequence number now durable. This
+   is group commit: the caller appends a batch, syncs once, and only then confirms. For a
+   caller that syncs on another thread, `seal` hands over the pending bytes as a `Batch` and
+   `sync_batch` writes it: appends may go on while one batch is in flight (at most one).
+4. The active segment (the last one) takes appends until the next record would take it past
+   `segment_max_bytes`; then a new segment is started (a record larger than that gets a
+   segment of its own). A new segment file is created, written and synced together with its
+   first batch, then the directory is synced.
+5. Recovery (`Log.open`) reads every segment in id order and checks every record: header
+   complete, length within bounds, payload complete, CRC, and sequence number one more than
+   the previous. The rules (`RecoveryReport` lists everything dropped):
+   - The last segment: from its first bad record to the end of the file is a torn tail; the
+     file is truncated there (and synced), and appends continue after the last good record.
+   - An older segment: replay of that segment stops at its first bad record and the rest of
+     it is dropped. The file is left as it is (evidence; it is deleted when retired). Replay
+     goes on with the next segment: a later segment holds confirmed records too, and losing
+     them is worse than a hole. The sequence numbers lost are reported as a gap.
+   - A segment whose header is missing or invalid (torn at creation, foreign, or overlapping
+     sequence numbers) is dropped whole and left untouched. If it was the last one, a fresh
+     segment is started after it: the log never appends behind damage it did not cut off.
+   The node always starts; nothing bad is silently accepted.
+6. Space: the log does not know what records mean. The caller keeps live counts per segment
+   (`segment_of`, `active_segment_id`) and calls `retire(segment_id)` when none of a sealed
+   segment's records matters any more. Retired segments are deleted oldest first and only as
+   a prefix of the log (a retired segment waits for every older segment to be deleted), and
+   only once all their records are durable. The prefix rule is what lets a caller treat
+   records that cancel earlier ones (acks, deletions) as dead the moment they are written:
+   they are deleted only together with, or after, whatever they cancel.
+   `compact(segment_id, live)` copies the still-live records of a mostly dead segment to the
+   head (new sequence numbers), syncs, and retires the old segment; `read` alone is the
+   building block for callers that compact without blocking on a sync.
+7. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
+   pages and not report it again): the log marks itself failed and refuses all further
+   appends and syncs with `LogFailed`. Durability can no longer be promised; the node must
+   stop and recover from disk.
+
+Threads: none inside. The log is not thread-safe, with one allowance: while `sync_batch` runs
+on one thread, `append`, `seal` (after it returned), `segment_of`, `active_segment_id` and
+`read` of a sealed segment may run on another. `retire`, `reclaim`, `compact` and `close`
+need that no batch is in flight.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import enum
+import errno
+import fcntl
+import os
+import re
+import struct
+import zlib
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "RECORD_HEADER_BYTES",
+    "RECORD_PAYLOAD_MAX_BYTES",
+    "SEGMENT_HEADER_BYTES",
+    "SEGMENT_MAX_BYTES_DEFAULT",
+    "Batch",
+    "Damage",
+    "DamageKind",
+    "Log",
+    "LogCorrupt",
+    "LogError",
+    "LogFailed",
+    "RecoveryReport",
+    "SegmentInfo",
+]
+
+SEGMENT_MAGIC: Final = b"WARRENLG"
+SEGMENT_FORMAT_VERSION: Final = 1
+# magic, format version, segment id, first sequence number, reserved, CRC of the first 28 bytes
+_SEGMENT_HEADER: Final = struct.Struct("<8sIIQII")
+SEGMENT_HEADER_BYTES: Final = _SEGMENT_HEADER.size  # 32
+# CRC, payload length, sequence number; the CRC covers bytes 4..16 and the payload
+_RECORD_HEADER: Final = struct.Struct("<IIQ")
+_RECORD_TAIL: Final = struct.Struct("<IQ")
+RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 16
+# RabbitMQ caps a message at 512 MiB; a length beyond this is garbage, not a record.
+RECORD_PAYLOAD_MAX_BYTES: Final = 512 * 1024 * 1024
+SEGMENT_MAX_BYTES_DEFAULT: Final = 64 * 1024 * 1024
+SEGMENT_MAX_BYTES_MIN: Final = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES
+# A short write on a regular file is rare; more than this many in a row is a broken disk.
+_WRITE_ATTEMPTS_MAX: Final = 1024
+
+_SEGMENT_NAME: Final = re.compile(r"^(\d{8,})\.wal$")
+LOCK_FILE_NAME: Final = "LOCK"
+
+
+class LogError(Exception):
+    """Base of the errors the log raises."""
+
+
+class LogFailed(LogError):
+    """A write or sync failed: durability can no longer be promised; the node must stop."""
+
+
+class LogCorrupt(LogError):
+    """A record that passed recovery no longer reads back intact."""
+
+
+class DamageKind(enum.Enum):
+    MISSING_HEADER = "segment header missing or torn"
+    BAD_HEADER = "segment header invalid"
+    OVERLAP = "segment overlaps the sequence numbers before it"
+    SEQUENCE_GAP = "sequence numbers missing between segments"
+    PARTIAL_RECORD = "partial record"
+    BAD_LENGTH = "record length out of bounds"
+    BAD_CHECKSUM = "record checksum mismatch"
+    BAD_SEQUENCE = "record sequence number out of order"
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """One thing recovery did not accept."""
+
+    segment_id: int
+    kind: DamageKind
+    offset: int  # byte offset in the segment file where the bad part starts
+    bytes_dropped: int
+    truncated: bool = False  # the bytes were cut off the file (torn tail of the last segment)
+    sequences_lost: tuple[int, int] | None = None  # inclusive range, when it is known
+
+    def describe(self) -> str:
+        text = f"{segment_file_name(self.segment_id)} at offset {self.offset}: {self.kind.value}"
+        if self.bytes_dropped:
+            action = "cut off" if self.truncated else "dropped"
+            text += f", {self.bytes_dropped} bytes {action}"
+        if self.sequences_lost is not None:
+            first, last = self.sequences_lost
+            text += f", sequences {first}..{last} lost"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What `Log.open` found on disk."""
+
+    directory: str
+    segments: int
+    records: int
+    first_sequence: int  # 0 when the log holds no record
+    last_sequence: int
+    bytes_kept: int
+    damage: tuple[Damage, ...] = ()
+    new_segment_id: int | None = None  # a segment started because the last one was unusable
+
+    @property
+    def clean(self) -> bool:
+        return not self.damage
+
+    @property
+    def bytes_dropped(self) -> int:
+        return sum(d.bytes_dropped for d in self.damage)
+
+    @property
+    def tail_bytes_truncated(self) -> int:
+        return sum(d.bytes_dropped for d in self.damage if d.truncated)
+
+    def summary(self) -> str:
+        if self.records:
+            held = f"{self.records} records (sequences {self.first_sequence}..{self.last_sequence})"
+        else:
+            held = "no records"
+        text = f"log {self.directory}: {self.segments} segments, {held}, {self.bytes_kept} bytes"
+        if self.clean:
+            return text + "; clean"
+        parts = "; ".join(d.describe() for d in self.damage)
+        return f"{text}; {len(self.damage)} problems, {self.bytes_dropped} bytes dropped: {parts}"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    segment_id: int
+    first_sequence: int
+    last_sequence: int  # first_sequence - 1 when the segment holds no record
+    size_bytes: int  # including appends not yet synced
+    retired: bool
+
+    @property
+    def records(self) -> int:
+        return self.last_sequence - self.first_sequence + 1
+
+
+@dataclass(slots=True)
+class _Segment:
+    segment_id: int
+    first_sequence: int
+    last_sequence: int
+    size_bytes: int  # valid bytes on disk plus pending appends
+    retired: bool = False
+
+    def info(self) -> SegmentInfo:
+        return SegmentInfo(
+            self.segment_id, self.first_sequence, self.last_sequence, self.size_bytes, self.retired
+        )
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """Pending bytes for one segment, to be written at `offset`."""
+
+    segment_id: int
+    offset: int
+    create: bool  # the file does not exist yet; `data` starts with its header
+    data: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Appends sealed for one write and sync (`Log.seal` → `Log.sync_batch`)."""
+
+    chunks: tuple[_Chunk, ...]
+    first_sequence: int
+    last_sequence: int
+
+    @property
+    def records(self) -> int:
+        return self.last_sequence - self.first_sequence + 1
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(c.data) for c in self.chunks)
+
+
+def segment_file_name(segment_id: int) -> str:
+    return f"{segment_id:08d}.wal"
+
+
+def encode_segment_header(segment_id: int, first_sequence: int) -> bytes:
+    head = _SEGMENT_HEADER.pack(
+        SEGMENT_MAGIC, SEGMENT_FORMAT_VERSION, segment_id, first_sequence, 0, 0
+    )
+    crc = zlib.crc32(head[: SEGMENT_HEADER_BYTES - 4])
+    return head[: SEGMENT_HEADER_BYTES - 4] + crc.to_bytes(4, "little")
+
+
+def encode_record(sequence: int, payload: bytes) -> bytes:
+    """One record's bytes, as `append` writes them (for tests and tools)."""
+    tail = _RECORD_TAIL.pack(len(payload), sequence)
+    crc = zlib.crc32(payload, zlib.crc32(tail))
+    return _RECORD_HEADER.pack(crc, len(payload), sequence) + payload
+
+
+def _decode_segment_header(data: bytes, segment_id: int) -> int | DamageKind:
+    """The segment's first sequence number, or why its header is not acceptable."""
+    if len(data) < SEGMENT_HEADER_BYTES:
+        return DamageKind.MISSING_HEADER
+    magic, version, header_segment_id, first_sequence, _reserved, crc = _SEGMENT_HEADER.unpack_from(
+        data, 0
+    )
+    if zlib.crc32(data[: SEGMENT_HEADER_BYTES - 4]) != crc:
+        return DamageKind.BAD_HEADER if magic == SEGMENT_MAGIC else DamageKind.MISSING_HEADER
+    if magic != SEGMENT_MAGIC or version != SEGMENT_FORMAT_VERSION:
+        return DamageKind.BAD_HEADER
+    if header_segment_id != segment_id or first_sequence < 1:
+        return DamageKind.BAD_HEADER
+    return int(first_sequence)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    valid_bytes: int  # the good prefix of the file, header included
+    last_sequence: int
+    damage: DamageKind | None
+
+
+def _scan_records(data: bytes, first_sequence: int) -> _Scan:
+    """Check the records after the segment header; stop at the first bad one."""
+    view = memoryview(data)
+    end = len(data)
+    position = SEGMENT_HEADER_BYTES
+    sequence_expected = first_sequence
+    unpack = _RECORD_HEADER.unpack_from
+    crc32 = zlib.crc32
+    # Every iteration consumes at least one record header, so this bounds the loop.
+    for _ in range(end // RECORD_HEADER_BYTES + 1):
+        if position == end:
+            return _Scan(position, sequence_expected - 1, None)
+        if end - position < RECORD_HEADER_BYTES:
+            return _Scan(position, sequence_expected - 1, DamageKind.PARTIAL_RECORD)
+        crc, length, sequence = unpack(data, position)
+        if length > RECORD_PAYLOAD_MAX_BYTES:
+            return _Scan(position, sequence_expected - 1, DamageKind.BAD_LENGTH)
+        payload_end = position + RECORD_HEADER_BYTES + length
+        if payload_end > end:
+            return _Scan(position, sequence_expected - 1, DamageKind.PARTIAL_RECORD)
+        actual = crc32(
+            view[position + RECORD_HEADER_BYTES : payload_end],
+            crc32(view[position + 4 : position + RECORD_HEADER_BYTES]),
+        )
+        if actual != crc:
+            return _Scan(position, sequence_expected - 1, DamageKind.BAD_CHECKSUM)
+        if sequence != sequence_expected:
+            return _Scan(position, sequence_expected - 1, DamageKind.BAD_SEQUENCE)
+        position = payload_end
+        sequence_expected += 1
+    raise AssertionError("unreachable: the record scan is bounded by the data length")
+
+
+def _iter_records(
+    data: bytes, segment_id: int, first_sequence: int, last_sequence: int
+) -> Iterator[tuple[int, memoryview]]:
+    """Records first..last of a segment recovery already checked; a mismatch is `LogCorrupt`."""
+    view = memoryview(data)
+    position = SEGMENT_HEADER_BYTES
+    sequence_expected = first_sequence
+    unpack = _RECORD_HEADER.unpack_from
+    crc32 = zlib.crc32
+    end = len(data)
+    for _ in range(end // RECORD_HEADER_BYTES + 1):
+        if sequence_expected > last_sequence:
+            return
+        if end - position < RECORD_HEADER_BYTES:
+            raise LogCorrupt(
+                f"{segment_file_name(segment_id)}: record {sequence_expected} is missing"
+            )
+        crc, length, sequence = unpack(data, position)
+        payload_end = position + RECORD_HEADER_BYTES + length
+        payload = view[position + RECORD_HEADER_BYTES : payload_end]
+        if (
+            payload_end > end
+            or sequence != sequence_expected
+            or crc32(payload, crc32(view[position + 4 : position + RECORD_HEADER_BYTES])) != crc
+        ):
+            raise LogCorrupt(
+                f"{segment_file_name(segment_id)} at offset {position}: record {sequence_expected}"
+                " no longer reads back intact"
+            )
+        yield sequence, payload
+        position = payload_end
+        sequence_expected += 1
+    if sequence_expected <= last_sequence:
+        raise LogCorrupt(f"{segment_file_name(segment_id)}: record {sequence_expected} is missing")
+
+
+def _read_file(path: Path) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+def _pwrite_all(fd: int, data: bytearray, offset: int) -> None:
+    view = memoryview(data)
+    written = 0
+    for _ in range(_WRITE_ATTEMPTS_MAX):
+        if written == len(data):
+            return
+        count = os.pwrite(fd, view[written:], offset + written)
+        if count <= 0:
+            raise OSError(errno.EIO, "pwrite wrote nothing")
+        written += count
+    if written != len(data):
+        raise OSError(errno.EIO, f"pwrite still short after {_WRITE_ATTEMPTS_MAX} attempts")
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+class Log:
+    """See the module docstring. Create with `Log.open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        segment_max_bytes: int,
+        segments: list[_Segment],
+        lock_fd: int,
+        directory_fd: int,
+    ) -> None:
+        self._directory = directory
+        self._segment_max_bytes = segment_max_bytes
+        self._segments = segments  # ordered by id; the last is the active one
+        self._firsts = [s.first_sequence for s in segments]  # for bisect in `segment_of`
+        self._lock_fd = lock_fd
+        self._directory_fd = directory_fd
+        active = segments[-1]
+        self._next_sequence = active.last_sequence + 1
+        self._durable_sequence = active.last_sequence
+        self._pending: list[_Chunk] = []
+        self._pending_first_sequence = self._next_sequence
+        self._in_flight = False
+        self._failed: BaseException | None = None
+        self._closed = False
+        # Writer state: touched only by `sync_batch` (possibly on another thread).
+        self._write_segment_id = 0
+        self._write_fd = -1
+
+    # --- opening and recovery --------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, directory: str | os.PathLike[str], segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT
+    ) -> tuple[Log, RecoveryReport]:
+        """Open (or create) the log in `directory`, recover it, and report what was found."""
+        if segment_max_bytes < SEGMENT_MAX_BYTES_MIN:
+            raise ValueError(f"segment_max_bytes must be at least {SEGMENT_MAX_BYTES_MIN}")
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(path / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise LogError(f"log directory {path} is in use by another process") from None
+        directory_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            segments, report = _recover(path, directory_fd)
+        except BaseException:
+            os.close(directory_fd)
+            os.close(lock_fd)
+            raise
+        return cls(path, segment_max_bytes, segments, lock_fd, directory_fd), report
+
+    # --- queries ---------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def active_segment_id(self) -> int:
+        """The segment the last appended record went to (the next one goes here or after)."""
+        return self._segments[-1].segment_id
+
+    @property
+    def next_sequence(self) -> int:
+        return self._next_sequence
+
+    @property
+    def durable_sequence(self) -> int:
+        """Every record up to this sequence number is on disk and synced."""
+        return self._durable_sequence
+
+    @property
+    def pending_records(self) -> int:
+        """Appended and not yet sealed for a sync."""
+        return self._next_sequence - self._pending_first_sequence
+
+    @property
+    def failed(self) -> bool:
+        return self._failed is not None
+
+    def segments(self) -> list[SegmentInfo]:
+        return [s.info() for s in self._segments]
+
+    def segment_of(self, sequence: int) -> int:
+        """The id of the segment that holds record `sequence` (KeyError if none does)."""
+        index = bisect.bisect_right(self._firsts, sequence) - 1
+        if index >= 0:
+            segment = self._segments[index]
+            if segment.first_sequence <= sequence <= segment.last_sequence:
+                return segment.segment_id
+        raise KeyError(sequence)
+
+    # --- appending and group commit --------------------------------------------------------
+
+    def append(self, payload: bytes | bytearray | memoryview) -> int:
+        """Buffer one record; return its sequence number. Durable only after a sync."""
+        if self._failed is not None or self._closed:
+            self._refuse()
+        length = len(payload)
+        if length > RECORD_PAYLOAD_MAX_BYTES:
+            raise ValueError(f"record of {length} bytes exceeds {RECORD_PAYLOAD_MAX_BYTES}")
+        record_bytes = RECORD_HEADER_BYTES + length
+        active = self._segments[-1]
+        pending = self._pending
+        if (
+            active.size_bytes + record_bytes > self._segment_max_bytes
+            and active.last_sequence >= active.first_sequence
+        ):
+            active = self._roll()
+            chunk = pending[-1]
+        elif pending and pending[-1].segment_id == active.segment_id:
+            chunk = pending[-1]
+        else:
+            chunk = _Chunk(active.segment_id, active.size_bytes, create=False)
+            pending.append(chunk)
+        sequence = self._next_sequence
+        tail = _RECORD_TAIL.pack(length, sequence)
+        data = chunk.data
+        data += _RECORD_HEADER.pack(zlib.crc32(payload, zlib.crc32(tail)), length, sequence)
+        data += payload
+        active.size_bytes += record_bytes
+        active.last_sequence = sequence
+        self._next_sequence = sequence + 1
+        return sequence
+
+    def _roll(self) -> _Segment:
+        sequence = self._next_sequence
+        segment = _Segment(
+            self._segments[-1].segment_id + 1,
+            first_sequence=sequence,
+            last_sequence=sequence - 1,
+            size_bytes=SEGMENT_HEADER_BYTES,
+        )
+        chunk = _Chunk(segment.segment_id, 0, create=True)
+        chunk.data += encode_segment_header(segment.segment_id, sequence)
+        self._pending.append(chunk)
+        self._segments.append(segment)
+        self._firsts.append(sequence)
+        return segment
+
+    def seal(self) -> Batch | None:
+        """Take the pending appends as a batch for `sync_batch`; None if there are none."""
+        if self._failed is not None or self._closed:
+            self._refuse()
+        if self._in_flight:
+            raise LogError("a batch is already in flight; sync it before sealing another")
+        if not self._pending:
+            return None
+        batch = Batch(tuple(self._pending), self._pending_first_sequence, self._next_sequence - 1)
+        self._pending = []
+        self._pending_first_sequence = self._next_sequence
+        self._in_flight = True
+        return batch
+
+    def sync_batch(self, batch: Batch) -> int:
+        """Write and sync a sealed batch; return the highest durable sequence number.
+
+        May run on a thread of its own (see the module docstring). Raises `LogFailed` if
+        the disk refused; the log is then unusable.
+        """
+        if self._failed is not None:
+            self._refuse()
+        if batch.first_sequence != self._durable_sequence + 1:
+            raise LogError(
+                f"batch {batch.first_sequence}..{batch.last_sequence} does not follow"
+                f" durable sequence {self._durable_sequence}"
+            )
+        try:
+            for chunk in batch.chunks:
+                fd = self._writer_fd(chunk)
+                _pwrite_all(fd, chunk.data, chunk.offset)
+                _datasync(fd)
+                if chunk.create:
+                    os.fsync(self._directory_fd)
+        except OSError as error:
+            self._failed = error
+            raise LogFailed(f"log write failed, durability lost: {error}") from error
+        self._durable_sequence = batch.last_sequence
+        self._in_flight = False
+        return batch.last_sequence
+
+    def _writer_fd(self, chunk: _Chunk) -> int:
+        if chunk.segment_id == self._write_segment_id:
+            return self._write_fd
+        if self._write_fd >= 0:
+            os.close(self._write_fd)
+            self._write_fd = -1
+        path = self._directory / segment_file_name(chunk.segment_id)
+        flags = os.O_WRONLY | (os.O_CREAT | os.O_EXCL if chunk.create else 0)
+        self._write_fd = os.open(path, flags, 0o644)
+        self._write_segment_id = chunk.segment_id
+        return self._write_fd
+
+    def flush_and_sync(self) -> int:
+        """Write and sync all pending appends; return the highest durable sequence number."""
+        batch = self.seal()
+        if batch is None:
+            return self._durable_sequence
+        return self.sync_batch(batch)
+
+    def _refuse(self) -> None:
+        if self._closed:
+            raise LogError("log is closed")
+        raise LogFailed(f"log failed earlier, durability lost: {self._failed}")
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def records(self) -> Iterator[tuple[int, bytes]]:
+        """Every durable record in order, as (sequence number, payload), reading the files."""
+        for segment in list(self._segments):
+            last = min(segment.last_sequence, self._durable_sequence)
+            if last < segment.first_sequence:
+                continue
+            data = _read_file(self._directory / segment_file_name(segment.segment_id))
+            for sequence, payload in _iter_records(
+                data, segment.segment_id, segment.first_sequence, last
+            ):
+                yield sequence, bytes(payload)
+
+    def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
+        """The payloads of the given records of a sealed, durable segment."""
+        segment = self._segment(segment_id)
+        if segment is self._segments[-1] or segment.last_sequence > self._durable_sequence:
+            raise ValueError(f"segment {segment_id} is still being written")
+        wanted = set(sequences)
+        for sequence in wanted:
+            if not segment.first_sequence <= sequence <= segment.last_sequence:
+                raise ValueError(f"record {sequence} is not in segment {segment_id}")
+        found: dict[int, bytes] = {}
+        if not wanted:
+            return found
+        data = _read_file(self._directory / segment_file_name(segment_id))
+        for sequence, payload in _iter_records(
+            data, segment_id, segment.first_sequence, segment.last_sequence
+        ):
+            if sequence in wanted:
+                found[sequence] = bytes(payload)
+        return found
+
+    def _segment(self, segment_id: int) -> _Segment:
+        for segment in self._segments:
+            if segment.segment_id == segment_id:
+                return segment
+        raise KeyError(segment_id)
+
+    # --- space reclaim ---------------------------------------------------------------------
+
+    def retire(self, segment_id: int) -> list[int]:
+        """Declare every record of a sealed segment dead; return the segment ids deleted now.
+
+        Deletion follows the prefix rule of the module docstring, so a retired segment may
+        wait for older ones; `reclaim` (also run here) deletes what has become deletable.
+        """
+        segment = self._segment(segment_id)
+        if segment is self._segments[-1]:
+            raise ValueError(f"segment {segment_id} is the active segment")
+        segment.retired = True
+        return self.reclaim()
+
+    def reclaim(self) -> list[int]:
+        """Delete the oldest segments while they are retired, sealed and durable."""
+        if self._in_flight:
+            raise LogError("cannot delete segments while a batch is in flight")
+        deleted: list[int] = []
+        # Bounded by the number of segments; the active one is never deleted.
+        for _ in range(len(self._segments)):
+            oldest = self._segments[0]
+            if (
+                not oldest.retired
+                or len(self._segments) == 1
+                or oldest.last_sequence > self._durable_sequence
+            ):
+                break
+            try:
+                os.unlink(self._directory / segment_file_name(oldest.segment_id))
+                # Sync each unlink before the next so no newer segment is gone while an
+                # older one could come back after a crash.
+                os.fsync(self._directory_fd)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                self._failed = error
+                raise LogFailed(f"deleting a segment failed: {error}") from error
+            del self._segments[0]
+            del self._firsts[0]
+            deleted.append(oldest.segment_id)
+        return deleted
+
+    def compact(self, segment_id: int, live_sequences: Collection[int]) -> dict[int, int]:
+        """Copy the live records of a sealed segment to the head, sync, retire the segment.
+
+        Returns old sequence number → new sequence number. The copies come after every
+        record written so far; the caller must make sure that moving a record later does not
+        change its meaning (see `warren.storage.journal`). Blocks for one sync.
+        """
+        if self._in_flight:
+            raise LogError("cannot compact while a batch is in flight")
+        payloads = self.read(segment_id, live_sequences)
+        moved = {old: self.append(payloads[old]) for old in sorted(payloads)}
+        self.flush_and_sync()
+        self.retire(segment_id)
+        return moved
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def close(self, flush: bool = True) -> None:
+        """Sync pending appends (unless `flush` is false: they are dropped, as in a crash)."""
+        if self._closed:
+            return
+        try:
+            if flush and self._failed is None and not self._in_flight:
+                self.flush_and_sync()
+        finally:
+            self._closed = True
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+                self._write_fd = -1
+            os.close(self._directory_fd)
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close(flush=exc_info[0] is None)
+
+
+# --- recovery --------------------------------------------------------------------------------
+
+
+def _list_segment_ids(path: Path) -> list[int]:
+    ids = []
+    for entry in os.listdir(path):
+        match = _SEGMENT_NAME.match(entry)
+        if match is not None and int(match.group(1)) > 0:
+            ids.append(int(match.group(1)))
+    return sorted(ids)
+
+
+def _recover(path: Path, directory_fd: int) -> tuple[list[_Segment], RecoveryReport]:
+    ids = _list_segment_ids(path)
+    segments: list[_Segment] = []
+    damage: list[Damage] = []
+    next_sequence = 0  # 0: no expectation yet (first segment sets it)
+    first_record_sequence = 0
+    last_record_sequence = 0
+    records = 0
+    bytes_kept = 0
+    for index, segment_id in enumerate(ids):
+        is_last = index == len(ids) - 1
+        file_path = path / segment_file_name(segment_id)
+        data = _read_file(file_path)
+        header = _decode_segment_header(data, segment_id)
+        if isinstance(header, int) and next_sequence and header < next_sequence:
+            header = DamageKind.OVERLAP
+        if isinstance(header, DamageKind):
+            damage.append(Damage(segment_id, header, 0, len(data)))
+            expected = max(next_sequence, 1)
+            segments.append(_Segment(segment_id, expected, expected - 1, len(data)))
+            continue
+        first_sequence = header
+        if next_sequence and first_sequence > next_sequence:
+            lost = (next_sequence, first_sequence - 1)
+            damage.append(Damage(segment_id, DamageKind.SEQUENCE_GAP, 0, 0, sequences_lost=lost))
+        scan = _scan_records(data, first_sequence)
+        if scan.damage is not None:
+            dropped = len(data) - scan.valid_bytes
+            damage.append(Damage(segment_id, scan.damage, scan.valid_bytes, dropped, is_last))
+            if is_last:
+                _truncate(file_path, scan.valid_bytes)
+        segments.append(_Segment(segment_id, first_sequence, scan.last_sequence, scan.valid_bytes))
+        count = scan.last_sequence - first_sequence + 1
+        if count and not first_record_sequence:
+            first_record_sequence = first_sequence
+        if count:
+            last_record_sequence = scan.last_sequence
+        records += count
+        bytes_kept += scan.valid_bytes
+        next_sequence = scan.last_sequence + 1
+    new_segment_id = None
+    if not segments or _unusable_as_active(segments[-1], damage):
+        new_segment_id = ids[-1] + 1 if ids else 1
+        first_sequence = max(next_sequence, 1)
+        _create_segment(path, directory_fd, new_segment_id, first_sequence)
+        segments.append(
+            _Segment(new_segment_id, first_sequence, first_sequence - 1, SEGMENT_HEADER_BYTES)
+        )
+        if not ids:
+            new_segment_id = None  # a new log, not a repair
+    report = RecoveryReport(
+        directory=str(path),
+        segments=len(segments),
+        records=records,
+        first_sequence=first_record_sequence,
+        last_sequence=last_record_sequence,
+        bytes_kept=bytes_kept,
+        damage=tuple(damage),
+        new_segment_id=new_segment_id,
+    )
+    return segments, report
+
+
+def _unusable_as_active(segment: _Segment, damage: list[Damage]) -> bool:
+    """A last segment dropped whole (bad header) takes no appends."""
+    return any(
+        d.segment_id == segment.segment_id
+        and d.kind in (DamageKind.MISSING_HEADER, DamageKind.BAD_HEADER, DamageKind.OVERLAP)
+        for d in damage
+    )
+
+
+def _truncate(file_path: Path, size_bytes: int) -> None:
+    fd = os.open(file_path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size_bytes)
+        _datasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _create_segment(path: Path, directory_fd: int, segment_id: int, first_sequence: int) -> None:
+    fd = os.open(path / segment_file_name(segment_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _pwrite_all(fd, bytearray(encode_segment_header(segment_id, first_sequence)), 0)
+        _datasync(fd)
+    finally:
+        os.close(fd)
+    os.fsync(directory_fd)

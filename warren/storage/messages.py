@@ -1,0 +1,368 @@
+"""The records a durable classic queue writes to the log, and the fold that recovers queues.
+
+Theory of operation:
+1. A durable classic queue writes five kinds of record (see `journal.py` for when):
+   `Enqueued` (a persistent message arrived, with everything needed to rebuild it),
+   `Delivered` (messages went to a consumer or basic.get for the first time, so that after a
+   restart they come back with ``redelivered`` set), `Settled` (messages are gone: acked,
+   dropped, expired or dead-lettered), `Purged` (queue.purge: everything enqueued so far is
+   gone except the listed unacked messages, which RabbitMQ keeps), `QueueDeleted`.
+2. Encoding is `struct`, little-endian, no pickle or JSON: byte 0 is the family (``C`` for
+   classic queue records, so that other subsystems can share the node's log), byte 1 the
+   record format version, byte 2 the kind. Strings are UTF-8 with ``surrogateescape`` (as
+   the AMQP codec decodes shortstrs), so any byte string survives. `decode` accepts any
+   bytes: it returns a record or raises `RecordFormatError`, nothing else.
+3. `recover` folds (sequence number, payload) pairs in log order into the live messages of
+   every queue, in msg_id order. Its meaning, per queue key, for any sequence of records:
+   - `QueueDeleted` forgets everything of that key before it (a key may be reused).
+   - A *kill* of a msg_id is a `Settled` naming it, or a `Purged` not keeping it.
+   - A message is live if an `Enqueued` for it comes after its last kill. Its fields and
+     `sequence` are those of the last such `Enqueued` (a compaction copy, when the original
+     survived a crash in the middle of compaction, is the same message again).
+   - It is redelivered if a `Delivered` names it after its last kill — before or after the
+     `Enqueued`, because compaction may move an `Enqueued` past its `Delivered`.
+   Records of other families are skipped; an undecodable classic queue record is an error
+   (`on_undecodable` may choose to skip it instead).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "FAMILY",
+    "RECORD_VERSION",
+    "Delivered",
+    "Enqueued",
+    "Purged",
+    "QueueDeleted",
+    "QueueRecord",
+    "RecordFormatError",
+    "RecoveredMessage",
+    "Settled",
+    "decode",
+    "encode",
+    "is_queue_record",
+    "recover",
+]
+
+FAMILY: Final = 0x43  # "C": classic queue records
+RECORD_VERSION: Final = 1
+
+_KIND_ENQUEUED: Final = 1
+_KIND_SETTLED: Final = 2
+_KIND_DELIVERED: Final = 3
+_KIND_PURGED: Final = 4
+_KIND_QUEUE_DELETED: Final = 5
+
+_PREFIX: Final = struct.Struct("<BBBH")  # family, version, kind, queue key length
+# msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, exchange length,
+# routing key length, properties length; the body is the rest of the record
+_ENQUEUED: Final = struct.Struct("<QqqBBBBI")
+_COUNT: Final = struct.Struct("<I")
+_MSG_ID_MAX: Final = 2**64 - 1
+_MSG_IDS_MAX: Final = 2**32 - 1
+_TEXT: Final = "surrogateescape"
+
+
+class RecordFormatError(ValueError):
+    """Bytes that are not a valid classic queue record."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    queue_key: str
+    msg_id: int
+    enqueued_at_ms: int
+    expires_at_ms: int | None
+    priority: int
+    exchange: str
+    routing_key: str
+    properties_raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """Acked, dropped, expired or dead-lettered: the messages are gone."""
+
+    queue_key: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Handed to a consumer (or basic.get) for the first time."""
+
+    queue_key: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """Every message enqueued before this is gone, except `kept_msg_ids` (unacked ones)."""
+
+    queue_key: str
+    kept_msg_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeleted:
+    queue_key: str
+
+
+QueueRecord = Enqueued | Settled | Delivered | Purged | QueueDeleted
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredMessage:
+    message: Enqueued
+    redelivered: bool
+    sequence: int  # the log record that holds it now
+
+    @property
+    def msg_id(self) -> int:
+        return self.message.msg_id
+
+
+# --- encoding ------------------------------------------------------------------------------
+
+
+def _key(kind: int, queue_key: str) -> bytes:
+    raw = queue_key.encode("utf-8", _TEXT)
+    if len(raw) > 0xFFFF:
+        raise ValueError(f"queue key of {len(raw)} bytes is longer than 65535")
+    return _PREFIX.pack(FAMILY, RECORD_VERSION, kind, len(raw)) + raw
+
+
+def _ids(msg_ids: Sequence[int]) -> bytes:
+    if len(msg_ids) > _MSG_IDS_MAX:
+        raise ValueError("too many msg_ids in one record")
+    try:
+        return _COUNT.pack(len(msg_ids)) + struct.pack(f"<{len(msg_ids)}Q", *msg_ids)
+    except struct.error as error:
+        raise ValueError(f"msg_id out of range: {error}") from None
+
+
+def _shortstr_bytes(text: str, what: str) -> bytes:
+    raw = text.encode("utf-8", _TEXT)
+    if len(raw) > 255:
+        raise ValueError(f"{what} of {len(raw)} bytes is longer than 255")
+    return raw
+
+
+def encode(record: QueueRecord) -> bytes:
+    """The record's bytes. Raises ValueError for values out of the format's range."""
+    if type(record) is Enqueued:
+        return _encode_enqueued(record)
+    if type(record) is Settled:
+        return _key(_KIND_SETTLED, record.queue_key) + _ids(record.msg_ids)
+    if type(record) is Delivered:
+        return _key(_KIND_DELIVERED, record.queue_key) + _ids(record.msg_ids)
+    if type(record) is Purged:
+        return _key(_KIND_PURGED, record.queue_key) + _ids(record.kept_msg_ids)
+    if type(record) is QueueDeleted:
+        return _key(_KIND_QUEUE_DELETED, record.queue_key)
+    raise TypeError(f"not a queue record: {record!r}")
+
+
+def _encode_enqueued(record: Enqueued) -> bytes:
+    exchange = _shortstr_bytes(record.exchange, "exchange name")
+    routing_key = _shortstr_bytes(record.routing_key, "routing key")
+    expires = record.expires_at_ms
+    try:
+        fixed = _ENQUEUED.pack(
+            record.msg_id,
+            record.enqueued_at_ms,
+            0 if expires is None else expires,
+            expires is not None,
+            record.priority,
+            len(exchange),
+            len(routing_key),
+            len(record.properties_raw),
+        )
+    except struct.error as error:
+        raise ValueError(f"enqueued record out of range: {error}") from None
+    return b"".join(
+        (
+            _key(_KIND_ENQUEUED, record.queue_key),
+            fixed,
+            exchange,
+            routing_key,
+            record.properties_raw,
+            record.body,
+        )
+    )
+
+
+# --- decoding ------------------------------------------------------------------------------
+
+
+def is_queue_record(payload: bytes) -> bool:
+    """Whether a log record belongs to the classic queue family (it may still be invalid)."""
+    return len(payload) > 0 and payload[0] == FAMILY
+
+
+def decode(payload: bytes) -> QueueRecord:
+    """The record in `payload`; `RecordFormatError` if it is not a valid one."""
+    if len(payload) < _PREFIX.size:
+        raise RecordFormatError(f"record of {len(payload)} bytes is too short")
+    family, version, kind, key_length = _PREFIX.unpack_from(payload, 0)
+    if family != FAMILY:
+        raise RecordFormatError(f"record family {family} is not a classic queue record")
+    if version != RECORD_VERSION:
+        raise RecordFormatError(f"record version {version} is not supported")
+    offset = _PREFIX.size + key_length
+    if offset > len(payload):
+        raise RecordFormatError("queue key runs past the end of the record")
+    queue_key = bytes(payload[_PREFIX.size : offset]).decode("utf-8", _TEXT)
+    if kind == _KIND_ENQUEUED:
+        return _decode_enqueued(payload, offset, queue_key)
+    if kind == _KIND_QUEUE_DELETED:
+        if offset != len(payload):
+            raise RecordFormatError("trailing bytes after a queue-deleted record")
+        return QueueDeleted(queue_key)
+    if kind in (_KIND_SETTLED, _KIND_DELIVERED, _KIND_PURGED):
+        msg_ids = _decode_ids(payload, offset)
+        if kind == _KIND_SETTLED:
+            return Settled(queue_key, msg_ids)
+        if kind == _KIND_DELIVERED:
+            return Delivered(queue_key, msg_ids)
+        return Purged(queue_key, msg_ids)
+    raise RecordFormatError(f"unknown record kind {kind}")
+
+
+def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
+    if offset + _COUNT.size > len(payload):
+        raise RecordFormatError("msg_id count runs past the end of the record")
+    (count,) = _COUNT.unpack_from(payload, offset)
+    offset += _COUNT.size
+    if offset + 8 * count != len(payload):
+        raise RecordFormatError(f"{count} msg_ids do not fill the rest of the record")
+    return struct.unpack_from(f"<{count}Q", payload, offset)
+
+
+def _decode_enqueued(payload: bytes, offset: int, queue_key: str) -> Enqueued:
+    if offset + _ENQUEUED.size > len(payload):
+        raise RecordFormatError("enqueued record is too short")
+    (
+        msg_id,
+        enqueued_at_ms,
+        expires_at_ms,
+        has_expiry,
+        priority,
+        exchange_length,
+        routing_key_length,
+        properties_length,
+    ) = _ENQUEUED.unpack_from(payload, offset)
+    if has_expiry > 1 or (not has_expiry and expires_at_ms != 0):
+        raise RecordFormatError("enqueued record has an invalid expiry flag")
+    offset += _ENQUEUED.size
+    exchange_end = offset + exchange_length
+    routing_key_end = exchange_end + routing_key_length
+    properties_end = routing_key_end + properties_length
+    if properties_end > len(payload):
+        raise RecordFormatError("enqueued record fields run past its end")
+    return Enqueued(
+        queue_key=queue_key,
+        msg_id=msg_id,
+        enqueued_at_ms=enqueued_at_ms,
+        expires_at_ms=expires_at_ms if has_expiry else None,
+        priority=priority,
+        exchange=bytes(payload[offset:exchange_end]).decode("utf-8", _TEXT),
+        routing_key=bytes(payload[exchange_end:routing_key_end]).decode("utf-8", _TEXT),
+        properties_raw=bytes(payload[routing_key_end:properties_end]),
+        body=bytes(payload[properties_end:]),
+    )
+
+
+# --- recovery ------------------------------------------------------------------------------
+
+
+class _Live:
+    __slots__ = ("record", "redelivered", "sequence")
+
+    def __init__(self, record: Enqueued, redelivered: bool, sequence: int) -> None:
+        self.record = record
+        self.redelivered = redelivered
+        self.sequence = sequence
+
+
+class _Queue:
+    __slots__ = ("delivered_early", "messages")
+
+    def __init__(self) -> None:
+        self.messages: dict[int, _Live] = {}
+        # Delivered marks seen before the message's Enqueued (moved later by compaction)
+        self.delivered_early: set[int] = set()
+
+
+def recover(
+    records: Iterable[tuple[int, bytes]],
+    on_undecodable: Callable[[int, RecordFormatError], None] | None = None,
+) -> dict[str, list[RecoveredMessage]]:
+    """Fold log records into the live messages of each queue (queues with none are left out).
+
+    `records` are (sequence number, payload) in log order, as `Log.records` yields them.
+    """
+    queues: dict[str, _Queue] = {}
+    for sequence, payload in records:
+        if not is_queue_record(payload):
+            continue
+        try:
+            record = decode(payload)
+        except RecordFormatError as error:
+            if on_undecodable is None:
+                raise RecordFormatError(f"log record {sequence}: {error}") from None
+            on_undecodable(sequence, error)
+            continue
+        _fold(queues, sequence, record)
+    result: dict[str, list[RecoveredMessage]] = {}
+    for queue_key in sorted(queues):
+        messages = queues[queue_key].messages
+        if messages:
+            result[queue_key] = [
+                RecoveredMessage(live.record, live.redelivered, live.sequence)
+                for _, live in sorted(messages.items())
+            ]
+    return result
+
+
+def _fold(queues: dict[str, _Queue], sequence: int, record: QueueRecord) -> None:
+    if isinstance(record, QueueDeleted):
+        queues.pop(record.queue_key, None)
+        return
+    queue = queues.get(record.queue_key)
+    if queue is None:
+        queue = queues[record.queue_key] = _Queue()
+    messages = queue.messages
+    if isinstance(record, Enqueued):
+        early = record.msg_id in queue.delivered_early
+        if early:
+            queue.delivered_early.discard(record.msg_id)
+        live = messages.get(record.msg_id)
+        if live is None:
+            messages[record.msg_id] = _Live(record, early, sequence)
+        else:
+            live.record = record
+            live.redelivered = live.redelivered or early
+            live.sequence = sequence
+    elif isinstance(record, Delivered):
+        for msg_id in record.msg_ids:
+            live = messages.get(msg_id)
+            if live is None:
+                queue.delivered_early.add(msg_id)
+            else:
+                live.redelivered = True
+    elif isinstance(record, Settled):
+        for msg_id in record.msg_ids:
+            messages.pop(msg_id, None)
+            queue.delivered_early.discard(msg_id)
+    else:
+        kept = set(record.kept_msg_ids)
+        for msg_id in [i for i in messages if i not in kept]:
+            del messages[msg_id]
+        queue.delivered_early &= kept
