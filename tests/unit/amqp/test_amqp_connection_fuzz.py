@@ -16,7 +16,7 @@ from warren.amqp.connection import NEED_DATA, ServerConnection
 from warren.amqp.frames import HEARTBEAT_FRAME, PROTOCOL_HEADER, build_frame
 from warren.errors import HardError, ReplyCode
 
-FUZZ = settings(max_examples=100, deadline=None)
+FUZZ = settings(max_examples=80, deadline=None)
 
 
 def feed_all(connection: ServerConnection, chunks: list[bytes]) -> None:

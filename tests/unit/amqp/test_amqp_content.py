@@ -77,7 +77,7 @@ def test_properties_round_trip(props: BasicProperties) -> None:
         assert same(getattr(decoded, name), getattr(props, name)), name
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(properties)
 def test_property_flags_mark_exactly_the_present_properties(props: BasicProperties) -> None:
     flags = property_flags(encode_properties(props))
@@ -173,7 +173,7 @@ def test_body_of_exactly_one_frame() -> None:
     assert [kind for kind, _, _ in split_frames(data, 4096)] == [1, 2, 3]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     channel=st.integers(1, 65535),
     consumer_tag=shortstrs,
@@ -182,7 +182,7 @@ def test_body_of_exactly_one_frame() -> None:
     exchange=shortstrs,
     routing_key=shortstrs,
     props=properties,
-    body=st.binary(max_size=10_000),
+    body=st.binary(max_size=6000),
 )
 def test_deliver_frames_match_the_method_table(
     channel: int,

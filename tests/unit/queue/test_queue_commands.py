@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from warren.errors import ReplyCode, SoftError
+from warren.model.settings import QueueSettings
 from warren.queue import (
+    EXPIRED,
+    MAXLEN,
     Cancel,
     Checkout,
     Command,
+    DeadLetter,
     Deliver,
     Discard,
     Dispatch,
@@ -20,7 +24,9 @@ from warren.queue import (
     QueueMachine,
     Refused,
     Return,
+    SetTimer,
     Settle,
+    Tick,
 )
 
 NOW = Meta(now_ms=0)
@@ -395,3 +401,54 @@ def test_purge_drops_ready_messages_only() -> None:
     apply(queue, Return([1]))
     assert [got_id(queue, no_ack=True), got_id(queue)] == [1, None]
     assert apply(queue, Purge()) == (0, [])
+
+
+# --- TTL bookkeeping: a message that left the queue cannot expire from it ----------------
+
+WITH_DLX = QueueSettings(dead_letter_exchange="dlx")
+
+
+def dead_letters(effects: list[object]) -> list[tuple[int, str]]:
+    return [(e.entry.msg_id, e.reason) for e in effects if isinstance(e, DeadLetter)]
+
+
+def test_message_delivered_without_ack_does_not_expire_later() -> None:
+    # Shrunk from the TTL model: ready_count went to -1 at the Tick.
+    queue = QueueMachine("q", settings=WITH_DLX)
+    queue.apply(Meta(0), Enqueue("m", 10, ttl_ms=1))
+    _, effects = queue.apply(Meta(0), Checkout("A", "ch", no_ack=True))
+    assert [type(e) for e in effects if not isinstance(e, SetTimer)] == [Deliver]
+    _, effects = queue.apply(Meta(1), Tick())
+    assert dead_letters(effects) == []
+    assert counts(queue) == (0, 0, 0)
+
+
+def test_message_fetched_and_settled_does_not_expire_later() -> None:
+    queue = QueueMachine("q", settings=WITH_DLX)
+    queue.apply(Meta(0), Enqueue("m", 10, ttl_ms=5))
+    assert isinstance(queue.apply(Meta(1), Get())[0], Got)
+    queue.apply(Meta(2), Settle([1]))
+    _, effects = queue.apply(Meta(10), Tick())
+    assert dead_letters(effects) == []
+    assert counts(queue) == (0, 0, 0)
+
+
+def test_message_expired_at_dispatch_is_dead_lettered_once() -> None:
+    queue = QueueMachine("q", settings=WITH_DLX)
+    queue.apply(Meta(0), Enqueue("m", 10, ttl_ms=5))
+    _, effects = queue.apply(Meta(10), Checkout("A", "ch"))
+    assert dead_letters(effects) == [(1, EXPIRED)]
+    _, effects = queue.apply(Meta(10), Tick())
+    assert dead_letters(effects) == []
+    assert counts(queue) == (0, 0, 0)
+
+
+def test_message_dropped_from_the_head_does_not_expire_later() -> None:
+    settings = QueueSettings(dead_letter_exchange="dlx", max_length=1)
+    queue = QueueMachine("q", settings=settings)
+    queue.apply(Meta(0), Enqueue("old", 10, ttl_ms=5))
+    _, effects = queue.apply(Meta(0), Enqueue("new", 20))
+    assert dead_letters(effects) == [(1, MAXLEN)]
+    _, effects = queue.apply(Meta(10), Tick())
+    assert dead_letters(effects) == []
+    assert counts(queue) == (1, 0, 20)

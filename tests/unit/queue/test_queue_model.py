@@ -19,10 +19,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from warren.errors import ReplyCode
+from warren.model.settings import QueueSettings
 from warren.queue import (
+    EXPIRED,
+    REJECTED,
     Cancel,
     Checkout,
     Command,
+    DeadLetter,
     Deliver,
     Discard,
     Dispatch,
@@ -34,10 +38,16 @@ from warren.queue import (
     QueueMachine,
     Refused,
     Return,
+    SetTimer,
     Settle,
+    Tick,
 )
 
 CHANNELS = ("c1", "c2", "c3")
+LIMITED_CHANNELS = ("c1", "c2")  # the only ones that get a channel-wide prefetch
+# Whether a channel-wide prefetch binds no-ack consumers is left open (RabbitMQ's limiter
+# does not count them): no-ack consumers consume on the channel that never has one.
+NO_ACK_CHANNEL = "c3"
 
 
 @dataclass
@@ -53,9 +63,12 @@ class ModelConsumer:
 
 
 class QueueAgainstModel(RuleBasedStateMachine):
+    dead_letter_everything = False
+
     def __init__(self) -> None:
         super().__init__()
-        self.queue = QueueMachine("q")
+        self.queue = self.new_queue()
+        self.rejecting: set[int] = set()
         self.ready: list[int] = []  # sorted msg_ids
         self.unacked: dict[int, Hashable | None] = {}  # msg_id -> consumer (None: basic.get)
         self.sizes: dict[int, int] = {}
@@ -66,6 +79,10 @@ class QueueAgainstModel(RuleBasedStateMachine):
         self.exclusive: Hashable | None = None
         self.next_id = 1
         self.next_consumer = 0
+        self.now_ms = 0
+
+    def new_queue(self) -> QueueMachine:
+        return QueueMachine("q")
 
     # --- the runtime's side: channel credit --------------------------------------------
 
@@ -81,13 +98,16 @@ class QueueAgainstModel(RuleBasedStateMachine):
 
     def apply(self, command: Command) -> object:
         credit = self.credit()
-        reply, effects = self.queue.apply(Meta(0, credit), command)
+        reply, effects = self.queue.apply(Meta(self.now_ms, credit), command)
         running = dict(credit) if credit else {}
         for effect in effects:
-            assert isinstance(effect, Deliver), effect
-            self.check_delivery(effect, running)
+            self.on_effect(effect, running)
         self.check_nothing_left_undelivered(running)
         return reply
+
+    def on_effect(self, effect: object, running: dict[Hashable, int]) -> None:
+        assert isinstance(effect, Deliver), effect
+        self.check_delivery(effect, running)
 
     def eligible(self, running: dict[Hashable, int]) -> list[Hashable]:
         return [
@@ -132,6 +152,9 @@ class QueueAgainstModel(RuleBasedStateMachine):
             released.append(msg_id)
         return released
 
+    def expired(self, msg_id: int) -> bool:
+        return False
+
     def some_ids(self, data: st.DataObject) -> list[int]:
         candidates = sorted(self.unacked) + self.ready[:2] + [self.next_id + 7]
         return data.draw(st.lists(st.sampled_from(candidates), max_size=4))
@@ -140,12 +163,16 @@ class QueueAgainstModel(RuleBasedStateMachine):
 
     @rule(size=st.integers(0, 1000))
     def enqueue(self, size: int) -> None:
+        command = self.enqueue_command(size)
+        assert self.apply(command) == self.next_id - 1
+
+    def enqueue_command(self, size: int, ttl_ms: int | None = None) -> Enqueue:
         msg_id = self.next_id
         self.next_id += 1
         self.sizes[msg_id] = size
         self.delivery_counts[msg_id] = 0
         self.ready.append(msg_id)
-        assert self.apply(Enqueue(f"m{msg_id}", size)) == msg_id
+        return Enqueue(f"m{msg_id}", size, ttl_ms=ttl_ms)
 
     @rule(
         channel=st.sampled_from(CHANNELS),
@@ -159,6 +186,8 @@ class QueueAgainstModel(RuleBasedStateMachine):
     ) -> None:
         key = f"ctag-{self.next_consumer}"
         self.next_consumer += 1
+        if no_ack:
+            channel = NO_ACK_CHANNEL
         refused = self.exclusive is not None or (exclusive and bool(self.consumers))
         if not refused:
             self.consumers[key] = ModelConsumer(channel, prefetch_count, no_ack, priority)
@@ -195,7 +224,9 @@ class QueueAgainstModel(RuleBasedStateMachine):
     def discard(self, data: st.DataObject) -> None:
         ids = self.some_ids(data)
         released = self.release(ids)
+        self.rejecting = set(released)
         assert self.apply(Discard(ids)) == len(released)
+        assert not (self.dead_letter_everything and self.rejecting), "not dead-lettered"
 
     @rule(data=st.data())
     def return_(self, data: st.DataObject) -> None:
@@ -206,8 +237,8 @@ class QueueAgainstModel(RuleBasedStateMachine):
 
     @rule(no_ack=st.booleans())
     def get(self, no_ack: bool) -> None:
-        expected = self.ready[0] if self.ready else None
         reply = self.apply(Get(no_ack))
+        expected = self.ready[0] if self.ready else None  # after what Get expired first
         if expected is None:
             assert reply is None
             return
@@ -224,7 +255,7 @@ class QueueAgainstModel(RuleBasedStateMachine):
         self.ready.clear()
         assert self.apply(Purge()) == count
 
-    @rule(channel=st.sampled_from(CHANNELS), limit=st.none() | st.integers(0, 4))
+    @rule(channel=st.sampled_from(LIMITED_CHANNELS), limit=st.none() | st.integers(0, 4))
     def set_channel_prefetch(self, channel: str, limit: int | None) -> None:
         # basic.qos global: the runtime passes the channel's credit, then asks for a dispatch.
         if limit is None:
@@ -256,17 +287,19 @@ class QueueAgainstModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         # Everything the model still holds comes back out, oldest first, exactly once.
+        meta = Meta(self.now_ms)
         for key in list(self.consumers):
-            self.queue.apply(Meta(0), Cancel(key))
-        self.queue.apply(Meta(0), Return(sorted(self.unacked)))
+            self.queue.apply(meta, Cancel(key))
+        self.queue.apply(meta, Return(sorted(self.unacked)))
         drained = []
         for _ in range(len(self.ready) + len(self.unacked) + 1):
-            reply, _ = self.queue.apply(Meta(0), Get(no_ack=True))
+            reply, _ = self.queue.apply(meta, Get(no_ack=True))
             if reply is None:
                 break
             assert isinstance(reply, Got)
             drained.append(reply.entry.msg_id)
-        assert drained == sorted(self.ready + list(self.unacked))
+        held = self.ready + list(self.unacked)
+        assert drained == sorted(msg_id for msg_id in held if not self.expired(msg_id))
         assert (self.queue.ready_count, self.queue.unacked_count, self.queue.ready_bytes) == (
             0,
             0,
@@ -274,7 +307,67 @@ class QueueAgainstModel(RuleBasedStateMachine):
         )
 
 
+class QueueWithTtlAgainstModel(QueueAgainstModel):
+    """The same, with message TTLs and a clock; a dead-letter exchange makes every message
+    the queue drops visible as a `DeadLetter` effect, which the model follows."""
+
+    dead_letter_everything = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadlines: dict[int, int | None] = {}
+
+    def new_queue(self) -> QueueMachine:
+        return QueueMachine("q", settings=QueueSettings(dead_letter_exchange="dlx"))
+
+    @rule(size=st.integers(0, 1000), ttl_ms=st.none() | st.integers(0, 30))
+    def enqueue_with_ttl(self, size: int, ttl_ms: int | None) -> None:
+        command = self.enqueue_command(size, ttl_ms)
+        msg_id = self.next_id - 1
+        self.deadlines[msg_id] = None if ttl_ms is None else self.now_ms + ttl_ms
+        assert self.apply(command) == msg_id
+
+    @rule(elapsed_ms=st.integers(0, 20))
+    def tick(self, elapsed_ms: int) -> None:
+        self.now_ms += elapsed_ms
+        assert self.apply(Tick()) is None
+        assert not [msg_id for msg_id in self.ready if self.expired(msg_id)], "due, not expired"
+
+    def expired(self, msg_id: int) -> bool:
+        deadline = self.deadlines.get(msg_id)
+        return deadline is not None and deadline <= self.now_ms
+
+    def on_effect(self, effect: object, running: dict[Hashable, int]) -> None:
+        if isinstance(effect, SetTimer):
+            return
+        if isinstance(effect, Deliver):
+            deadline = self.deadlines.get(effect.entry.msg_id)
+            assert deadline is None or deadline >= self.now_ms, "expired message delivered"
+            self.check_delivery(effect, running)
+            return
+        assert isinstance(effect, DeadLetter), effect
+        msg_id = effect.entry.msg_id
+        if effect.reason == REJECTED:
+            assert msg_id in self.rejecting, f"{msg_id} dead-lettered as rejected"
+            self.rejecting.discard(msg_id)
+            return
+        assert effect.reason == EXPIRED, effect.reason
+        assert msg_id in self.ready, f"{msg_id} expired while not ready"
+        assert self.expired(msg_id), f"{msg_id} expired before its deadline"
+        self.ready.remove(msg_id)
+
+    @invariant()
+    def a_timer_is_armed_for_the_next_deadline(self) -> None:
+        due = [d for d in (self.deadlines.get(msg_id) for msg_id in self.ready) if d is not None]
+        if due:
+            assert self.queue.timer_at_ms is not None and self.queue.timer_at_ms <= min(due)
+
+
 QueueAgainstModel.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
 test_queue_against_model = QueueAgainstModel.TestCase
+QueueWithTtlAgainstModel.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=40, deadline=None
+)
+test_queue_with_ttl_against_model = QueueWithTtlAgainstModel.TestCase
