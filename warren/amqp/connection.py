@@ -62,6 +62,7 @@ from warren.errors import (
 
 DEFAULT_FRAME_MAX: Final = 131072
 DEFAULT_CHANNEL_MAX: Final = 2047
+_CLOSE_IDS: Final = (b"\x00\x0a\x00\x32", b"\x00\x0a\x00\x33")  # connection.close, close-ok
 _PUBLISH_ID: Final = b"\x00\x3c\x00\x28"
 
 
@@ -172,9 +173,11 @@ class ServerConnection:
             if channel != 0:
                 raise frame_error(f"heartbeat frame on non-zero channel {channel}")
             return HEARTBEAT
-        if self.state is State.CLOSING and frame_type != FRAME_METHOD:
+        if self.state is State.CLOSING:
             # After our connection.close only close/close-ok matter (spec, connection.close);
-            # a client caught mid-publish still sends header and body frames.
+            # a client caught mid-publish still sends other methods, headers and bodies.
+            if channel == 0 and frame_type == FRAME_METHOD and payload[:4] in _CLOSE_IDS:
+                return self._on_handshake_method(channel, decode_method(payload))
             return None
         if channel in self._closing_channels:
             return self._on_closing_channel(frame_type, channel, payload)
@@ -201,8 +204,6 @@ class ServerConnection:
         if isinstance(method, ConnectionClose | ConnectionCloseOk) and channel == 0:
             self.state = State.CLOSED
             return MethodReceived(channel, method)
-        if self.state is State.CLOSING:
-            return MethodReceived(channel, method) if channel == 0 else HEARTBEAT
         expected, next_state = _HANDSHAKE[self.state]
         if channel != 0 or not isinstance(method, expected):
             raise command_invalid(

@@ -397,6 +397,8 @@ class QueueMachine:
         self.ready_bytes += entry.size_bytes
 
     def _checkout(self, meta: Meta, command: Checkout, effects: Effects) -> Reply:
+        if command.consumer in self._consumers:  # keep apply total: a repeat changes nothing
+            return None
         if self.exclusive_consumer is not None or (command.exclusive and self._consumers):
             in_use = f"{describe_queue(self.name, self.vhost)} in exclusive use"
             return Refused(access_refused(in_use))
