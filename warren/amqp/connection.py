@@ -273,9 +273,9 @@ class ServerConnection:
             assembly.body_size = body_size
             assembly.properties_raw = properties_raw
         elif frame_type != FRAME_BODY:
-            raise unexpected_frame(
-                "expected content body, got non content body frame instead"
-            ).at(60, 40)
+            raise unexpected_frame("expected content body, got non content body frame instead").at(
+                60, 40
+            )
         else:
             assembly.chunks.append(payload)
             assembly.received += len(payload)
