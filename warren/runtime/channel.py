@@ -180,35 +180,37 @@ class Channel:
             internal=method.internal,
             arguments=_typed_arguments(method.arguments),
         )
-        if not method.nowait:
-            self.send(m.ExchangeDeclareOk())
+        self._reply(method, m.ExchangeDeclareOk())
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
         self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
-        if not method.nowait:
-            self.send(m.ExchangeDeleteOk())
+        self._reply(method, m.ExchangeDeleteOk())
 
     def _exchange_bind(self, method: m.ExchangeBind) -> None:
-        self.vhost.bind(
-            method.destination,
-            DestinationKind.EXCHANGE,
-            method.source,
-            method.routing_key,
-            _plain_arguments(method.arguments),
-        )
-        if not method.nowait:
-            self.send(m.ExchangeBindOk())
+        exchange = DestinationKind.EXCHANGE
+        self._bind(self.vhost.bind, method.destination, exchange, method.source, method)
+        self._reply(method, m.ExchangeBindOk())
 
     def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
-        self.vhost.unbind(
-            method.destination,
-            DestinationKind.EXCHANGE,
-            method.source,
-            method.routing_key,
-            _plain_arguments(method.arguments),
-        )
-        if not method.nowait:
-            self.send(m.ExchangeUnbindOk())
+        exchange = DestinationKind.EXCHANGE
+        self._bind(self.vhost.unbind, method.destination, exchange, method.source, method)
+        self._reply(method, m.ExchangeUnbindOk())
+
+    def _bind(
+        self,
+        change: Callable[..., None],
+        destination: str,
+        kind: DestinationKind,
+        source: str,
+        method: m.ExchangeBind | m.ExchangeUnbind | m.QueueBind | m.QueueUnbind,
+    ) -> None:
+        """Add or remove one binding; `owner` lets the model refuse another's exclusive queue."""
+        arguments = _plain_arguments(method.arguments)
+        change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
+
+    def _reply(self, method: m.Method, reply: m.Method) -> None:
+        if not getattr(method, "nowait", False):
+            self.send(reply)
 
     # --- queues ----------------------------------------------------------------------------
 
@@ -262,34 +264,20 @@ class Channel:
             self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
 
     def _queue_bind(self, method: m.QueueBind) -> None:
-        self.vhost.bind(
-            self._queue_name(method.queue),
-            DestinationKind.QUEUE,
-            method.exchange,
-            method.routing_key,
-            _plain_arguments(method.arguments),
-            owner=self.connection,
-        )
-        if not method.nowait:
-            self.send(m.QueueBindOk())
+        queue = self._queue_name(method.queue)
+        self._bind(self.vhost.bind, queue, DestinationKind.QUEUE, method.exchange, method)
+        self._reply(method, m.QueueBindOk())
 
     def _queue_unbind(self, method: m.QueueUnbind) -> None:
-        self.vhost.unbind(
-            self._queue_name(method.queue),
-            DestinationKind.QUEUE,
-            method.exchange,
-            method.routing_key,
-            _plain_arguments(method.arguments),
-            owner=self.connection,
-        )
-        self.send(m.QueueUnbindOk())
+        queue = self._queue_name(method.queue)
+        self._bind(self.vhost.unbind, queue, DestinationKind.QUEUE, method.exchange, method)
+        self._reply(method, m.QueueUnbindOk())
 
     def _queue_purge(self, method: m.QueuePurge) -> None:
         host = self._host(self._queue_name(method.queue))
         count = host.apply(Purge())
         assert isinstance(count, int)
-        if not method.nowait:
-            self.send(m.QueuePurgeOk(count))
+        self._reply(method, m.QueuePurgeOk(count))
 
     def _queue_delete(self, method: m.QueueDelete) -> None:
         name = self._queue_name(method.queue)
@@ -305,8 +293,7 @@ class Channel:
                 raise precondition_failed(f"{where} not empty")
             count = self.broker.delete_queue(vhost, name)
             self.connection.forget_exclusive(name)
-        if not method.nowait:
-            self.send(m.QueueDeleteOk(count))
+        self._reply(method, m.QueueDeleteOk(count))
 
     # --- consumers -------------------------------------------------------------------------
 
@@ -348,8 +335,7 @@ class Channel:
         if isinstance(reply, Refused):
             raise reply.error
         self.consumers[tag] = consumer
-        if not method.nowait:
-            self.send(m.BasicConsumeOk(tag))
+        self._reply(method, m.BasicConsumeOk(tag))
         host.perform(effects)
 
     def _consume_reply_to(self, method: m.BasicConsume, tag: str) -> None:
@@ -360,13 +346,11 @@ class Channel:
         self.reply_token = _token()
         self.broker.reply_to[self.reply_token] = self
         self.consumers[tag] = _Consumer(tag, None, True)
-        if not method.nowait:
-            self.send(m.BasicConsumeOk(tag))
+        self._reply(method, m.BasicConsumeOk(tag))
 
     def _basic_cancel(self, method: m.BasicCancel) -> None:
         self._cancel_consumer(method.consumer_tag)
-        if not method.nowait:
-            self.send(m.BasicCancelOk(method.consumer_tag))
+        self._reply(method, m.BasicCancelOk(method.consumer_tag))
 
     def _cancel_consumer(self, tag: str) -> None:
         consumer = self.consumers.pop(tag, None)
@@ -651,8 +635,7 @@ class Channel:
         if self.transaction is not None:
             raise precondition_failed("cannot switch from tx to confirm mode")
         self.confirm = True
-        if not method.nowait:
-            self.send(m.ConfirmSelectOk())
+        self._reply(method, m.ConfirmSelectOk())
 
     def _tx_select(self, method: m.TxSelect) -> None:
         if self.confirm:
