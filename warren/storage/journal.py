@@ -16,6 +16,10 @@ Theory of operation:
    Invariant D: every live message marked delivered has a `Delivered` naming it after its
    current `Enqueued`. Compaction re-appends the marks of the messages it moves, and
    recovery re-appends the marks of every recovered delivered message.
+   A segment with no live record is retired only once the records that killed its
+   messages are durable. Then recovery always returns exactly the state of the durable
+   prefix of the log; deleting earlier would let a crash apply half a kill (a `Settled`
+   whose messages sit in two segments, one deleted, the record itself lost).
 3. `maintain` (call it between syncs, never while a batch is in flight) retires sealed
    segments with no live record, and compacts the oldest segment when less than
    `compaction_live_ratio_max` of its records are live: it reads that segment, appends
@@ -36,7 +40,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from warren.storage.log import Log
+from warren.storage.log import Log, SegmentInfo
 from warren.storage.messages import (
     Delivered,
     Enqueued,
@@ -89,6 +93,10 @@ class QueueJournal:
         self._by_segment: dict[int, dict[int, _Entry]] = {}
         # segments whose live records were copied: retire once this sequence is durable
         self._compacted: dict[int, int] = {}
+        # segment id -> the latest record that killed one of its messages: the segment may
+        # go only once that record is durable, or a crash would bring back an Enqueued-less
+        # kill and lose the message
+        self._killed_by: dict[int, int] = {}
 
     # --- recovery --------------------------------------------------------------------------
 
@@ -189,15 +197,12 @@ class QueueJournal:
         queue = self._queues.get(queue_key)
         if not queue:
             return None
-        gone = []
-        for msg_id in msg_ids:
-            entry = queue.pop(msg_id, None)
-            if entry is not None:
-                self._untrack(entry)
-                gone.append(msg_id)
+        gone = [queue.pop(msg_id) for msg_id in msg_ids if msg_id in queue]
         if not gone:
             return None
-        return self.log.append(encode(Settled(queue_key, tuple(gone))))
+        sequence = self.log.append(encode(Settled(queue_key, tuple(e.msg_id for e in gone))))
+        self._kill(gone, sequence)
+        return sequence
 
     def _untrack(self, entry: _Entry) -> None:
         segment = self._by_segment[entry.segment_id]
@@ -205,27 +210,34 @@ class QueueJournal:
         if not segment:
             del self._by_segment[entry.segment_id]
 
+    def _kill(self, entries: Iterable[_Entry], sequence: int) -> None:
+        """`entries` died by record `sequence`; their segments wait for it to be durable."""
+        killed_by = self._killed_by
+        for entry in entries:
+            self._untrack(entry)
+            killed_by[entry.segment_id] = sequence
+
     def purge(self, queue_key: str, kept_msg_ids: Collection[int] = ()) -> int | None:
         """Log queue.purge: all messages are gone except `kept_msg_ids` (the unacked ones)."""
         queue = self._queues.get(queue_key)
         if not queue:
             return None
         kept = set(kept_msg_ids)
-        gone = [msg_id for msg_id in queue if msg_id not in kept]
+        gone = [queue.pop(msg_id) for msg_id in list(queue) if msg_id not in kept]
         if not gone:
             return None
-        for msg_id in gone:
-            self._untrack(queue.pop(msg_id))
-        return self.log.append(encode(Purged(queue_key, tuple(sorted(queue)))))
+        sequence = self.log.append(encode(Purged(queue_key, tuple(sorted(queue)))))
+        self._kill(gone, sequence)
+        return sequence
 
     def delete_queue(self, queue_key: str) -> int | None:
         """Log that the queue is gone with all its messages."""
         queue = self._queues.pop(queue_key, None)
         if not queue:
             return None
-        for entry in queue.values():
-            self._untrack(entry)
-        return self.log.append(encode(QueueDeleted(queue_key)))
+        sequence = self.log.append(encode(QueueDeleted(queue_key)))
+        self._kill(queue.values(), sequence)
+        return sequence
 
     # --- space -----------------------------------------------------------------------------
 
@@ -250,15 +262,20 @@ class QueueJournal:
                 and info.segment_id not in self._compacted
                 and info.segment_id not in self._by_segment
                 and info.segment_id not in retired
+                and self._killed_by.get(info.segment_id, 0) <= durable
             ):
                 retired.append(info.segment_id)
         deleted: list[int] = []
         for segment_id in retired:
+            self._killed_by.pop(segment_id, None)
             deleted += log.retire(segment_id)
+        deleted += log.reclaim()  # segments retired earlier whose records became durable
         compacting, copied = self._compact_oldest(segments, set(retired))
         return Maintenance(tuple(retired), tuple(deleted), compacting, copied)
 
-    def _compact_oldest(self, segments: list[SegmentInfoLike], retired: set[int]) -> tuple[int | None, int]:
+    def _compact_oldest(
+        self, segments: list[SegmentInfo], retired: set[int]
+    ) -> tuple[int | None, int]:
         if self._compacted:
             return None, 0  # one compaction at a time
         log = self.log

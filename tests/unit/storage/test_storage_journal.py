@@ -1,0 +1,233 @@
+"""The queue journal: liveness, retire and compaction never change what recovery returns."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from warren.storage.journal import QueueJournal
+from warren.storage.log import Log
+from warren.storage.messages import Delivered, Enqueued, QueueDeleted, decode
+
+SEGMENT_MAX_BYTES = 400  # a handful of records per segment, so everything rolls and retires
+
+Model = dict[str, dict[int, tuple[Enqueued, bool]]]
+
+
+def message(queue_key: str, msg_id: int, body: bytes = b"body") -> Enqueued:
+    return Enqueued(queue_key, msg_id, 1_000 + msg_id, None, 0, "ex", "rk", b"\x00\x00", body)
+
+
+def recovered_as_model(recovered: dict[str, list]) -> Model:  # type: ignore[type-arg]
+    return {
+        key: {m.msg_id: (m.message, m.redelivered) for m in messages}
+        for key, messages in recovered.items()
+    }
+
+
+def copy_model(model: Model) -> Model:
+    return {key: dict(messages) for key, messages in model.items() if messages}
+
+
+class JournalMachine(RuleBasedStateMachine):
+    """Random queue traffic with syncs, maintenance and crashes, against a plain model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="journal"))
+        self.model: Model = {}
+        self.durable_model: Model = {}
+        self.next_id: dict[str, int] = {}
+
+    @initialize()
+    def open_log(self) -> None:
+        self.log, _ = Log.open(self.directory, SEGMENT_MAX_BYTES)
+        self.journal = QueueJournal(self.log)
+
+    def teardown(self) -> None:
+        self.log.close(flush=False)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def live_ids(self, key: str) -> list[int]:
+        return sorted(self.model.get(key, {}))
+
+    @rule(key=st.sampled_from(["a", "b", "c"]), body=st.binary(max_size=60))
+    def enqueue(self, key: str, body: bytes) -> None:
+        msg_id = self.next_id.get(key, 1)
+        self.next_id[key] = msg_id + 1
+        record = message(key, msg_id, body)
+        self.journal.enqueue(record)
+        self.model.setdefault(key, {})[msg_id] = (record, False)
+
+    @rule(key=st.sampled_from(["a", "b", "c"]), data=st.data())
+    def deliver(self, key: str, data: st.DataObject) -> None:
+        ids = data.draw(st.lists(st.sampled_from([*self.live_ids(key), 99]), max_size=4))
+        self.journal.deliver(key, ids)
+        for msg_id in ids:
+            if msg_id in self.model.get(key, {}):
+                self.model[key][msg_id] = (self.model[key][msg_id][0], True)
+
+    @rule(key=st.sampled_from(["a", "b", "c"]), data=st.data())
+    def settle(self, key: str, data: st.DataObject) -> None:
+        ids = data.draw(st.lists(st.sampled_from([*self.live_ids(key), 99]), max_size=4))
+        self.journal.settle(key, ids)
+        for msg_id in ids:
+            self.model.get(key, {}).pop(msg_id, None)
+
+    @rule(key=st.sampled_from(["a", "b", "c"]))
+    def ack_oldest(self, key: str) -> None:
+        """FIFO consumption, the common case, which lets old segments go."""
+        ids = self.live_ids(key)[:2]
+        self.journal.settle(key, ids)
+        for msg_id in ids:
+            del self.model[key][msg_id]
+
+    @rule(key=st.sampled_from(["a", "b", "c"]), data=st.data())
+    def purge(self, key: str, data: st.DataObject) -> None:
+        kept = data.draw(st.lists(st.sampled_from([*self.live_ids(key), 99]), max_size=3))
+        self.journal.purge(key, kept)
+        self.model[key] = {i: m for i, m in self.model.get(key, {}).items() if i in kept}
+
+    @rule(key=st.sampled_from(["a", "b", "c"]))
+    def delete_queue(self, key: str) -> None:
+        self.journal.delete_queue(key)
+        self.model.pop(key, None)
+        self.next_id.pop(key, None)  # a queue declared again under the same key starts over
+
+    @rule()
+    def sync(self) -> None:
+        self.log.flush_and_sync()
+        self.durable_model = copy_model(self.model)
+
+    @rule()
+    def maintain(self) -> None:
+        self.journal.maintain()
+
+    @rule()
+    def sync_then_maintain(self) -> None:
+        """What the runtime does after each group commit."""
+        self.sync()
+        self.journal.maintain()
+
+    @precondition(lambda self: self.log.durable_sequence > 0)
+    @rule(flush=st.booleans())
+    def crash_and_recover(self, flush: bool) -> None:
+        if flush:
+            self.sync()
+        self.log.close(flush=False)
+        self.log, report = Log.open(self.directory, SEGMENT_MAX_BYTES)
+        assert report.clean, report.summary()
+        self.journal, recovered = QueueJournal.recover(self.log)
+        assert recovered_as_model(recovered) == self.durable_model
+        # after recovery, every recovered message counts as delivered if it was
+        self.model = copy_model(self.durable_model)
+        for key, messages in self.model.items():
+            self.next_id[key] = max(self.next_id.get(key, 1), max(messages) + 1)
+
+    @invariant()
+    def ledger_matches_model(self) -> None:
+        if not hasattr(self, "journal"):
+            return
+        for key in ("a", "b", "c"):
+            assert self.journal.live_count(key) == len(self.model.get(key, {}))
+        segments = {s.segment_id for s in self.log.segments()}
+        assert set(self.journal.live_by_segment()) <= segments
+
+
+JournalMachine.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=100, deadline=None
+)
+test_journal_against_model = JournalMachine.TestCase
+
+
+# --- scenarios -------------------------------------------------------------------------------
+
+
+def test_settled_traffic_leaves_only_the_active_segment(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    journal = QueueJournal(log)
+    for msg_id in range(1, 201):
+        journal.enqueue(message("q", msg_id))
+        if msg_id % 10 == 0:
+            journal.settle("q", range(msg_id - 9, msg_id + 1))
+            log.flush_and_sync()
+            journal.maintain()
+    log.flush_and_sync()
+    journal.maintain()
+    assert [s.segment_id for s in log.segments()] == [log.active_segment_id]
+    log.close()
+
+
+def test_a_long_lived_message_is_moved_forward_and_keeps_its_delivered_mark(
+    tmp_path: Path,
+) -> None:
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    journal = QueueJournal(log)
+    old = message("q", 1, b"old and delivered")
+    journal.enqueue(old)
+    journal.deliver("q", [1])
+    for msg_id in range(2, 200):  # traffic that is acked at once
+        journal.enqueue(message("q", msg_id))
+        journal.settle("q", [msg_id])
+        log.flush_and_sync()
+        journal.maintain()
+    log.flush_and_sync()
+    journal.maintain()
+    first_segment = log.segments()[0].segment_id
+    assert first_segment > 1 and len(log.segments()) <= 4
+    log.close(flush=False)
+    log, report = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    assert report.clean
+    journal, recovered = QueueJournal.recover(log)
+    assert [(m.message, m.redelivered) for m in recovered["q"]] == [(old, True)]
+    log.close()
+
+
+def test_recovery_drops_queues_the_caller_no_longer_has_and_remarks_deliveries(
+    tmp_path: Path,
+) -> None:
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    journal = QueueJournal(log)
+    journal.enqueue(message("kept", 1))
+    journal.enqueue(message("kept", 2))
+    journal.deliver("kept", [2])
+    journal.enqueue(message("orphan", 1))
+    log.close()
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    journal, recovered = QueueJournal.recover(log, keep=lambda key: key != "orphan")
+    assert list(recovered) == ["kept"] and journal.live_count() == 2
+    tail = [decode(payload) for _, payload in list(log.records())[-2:]]
+    assert tail == [Delivered("kept", (2,)), QueueDeleted("orphan")]
+    log.close()
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    _, recovered = QueueJournal.recover(log)
+    assert list(recovered) == ["kept"]
+    log.close()
+
+
+def test_transient_messages_are_ignored_and_double_enqueue_refused(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    journal = QueueJournal(log)
+    assert journal.settle("q", [1, 2]) is None
+    assert journal.deliver("q", [1]) is None
+    assert journal.purge("q") is None
+    assert journal.delete_queue("q") is None
+    assert log.pending_records == 0
+    journal.enqueue(message("q", 1))
+    with pytest.raises(ValueError, match="already live"):
+        journal.enqueue(message("q", 1))
+    assert journal.deliver("q", [1, 5]) is not None
+    assert journal.deliver("q", [1]) is None  # only the first delivery is logged
+    log.close()
