@@ -47,8 +47,10 @@ from warren.storage.messages import (
     Purged,
     QueueDeleted,
     RecoveredMessage,
-    Settled,
     encode,
+    encode_delivered,
+    encode_enqueued,
+    encode_settled,
     recover,
 )
 
@@ -159,11 +161,33 @@ class QueueJournal:
 
     def enqueue(self, record: Enqueued) -> int:
         """Log a persistent message; return its sequence number (confirm once durable)."""
-        queue = self._queues.setdefault(record.queue_key, {})
-        if record.msg_id in queue:
-            raise ValueError(f"msg_id {record.msg_id} of {record.queue_key!r} is already live")
-        sequence = self.log.append(encode(record))
-        self._track(queue, record.queue_key, record.msg_id, sequence, delivered=False)
+        return self._enqueue(record.queue_key, record.msg_id, encode(record))
+
+    def enqueue_fields(
+        self,
+        queue_key: str,
+        msg_id: int,
+        enqueued_at_ms: int,
+        expires_at_ms: int | None,
+        priority: int,
+        route: bytes,
+        properties_raw: bytes,
+        body: bytes,
+    ) -> int:
+        """`enqueue` from the fields the broker holds (`route` as in ``Message.route``)."""
+        payload = encode_enqueued(
+            queue_key, msg_id, enqueued_at_ms, expires_at_ms, priority, route, properties_raw, body
+        )
+        return self._enqueue(queue_key, msg_id, payload)
+
+    def _enqueue(self, queue_key: str, msg_id: int, payload: bytes) -> int:
+        queue = self._queues.get(queue_key)
+        if queue is None:
+            queue = self._queues[queue_key] = {}
+        elif msg_id in queue:
+            raise ValueError(f"msg_id {msg_id} of {queue_key!r} is already live")
+        sequence = self.log.append(payload)
+        self._track(queue, queue_key, msg_id, sequence, delivered=False)
         return sequence
 
     def _track(
@@ -190,17 +214,21 @@ class QueueJournal:
                 first_time.append(msg_id)
         if not first_time:
             return None
-        return self.log.append(encode(Delivered(queue_key, tuple(first_time))))
+        return self.log.append(encode_delivered(queue_key, first_time))
 
     def settle(self, queue_key: str, msg_ids: Iterable[int]) -> int | None:
         """Log that these messages are gone (acked, dropped, expired, dead-lettered)."""
         queue = self._queues.get(queue_key)
         if not queue:
             return None
-        gone = [queue.pop(msg_id) for msg_id in msg_ids if msg_id in queue]
+        gone = []
+        for msg_id in msg_ids:
+            entry = queue.pop(msg_id, None)
+            if entry is not None:
+                gone.append(entry)
         if not gone:
             return None
-        sequence = self.log.append(encode(Settled(queue_key, tuple(e.msg_id for e in gone))))
+        sequence = self.log.append(encode_settled(queue_key, [entry.msg_id for entry in gone]))
         self._kill(gone, sequence)
         return sequence
 
@@ -212,9 +240,13 @@ class QueueJournal:
 
     def _kill(self, entries: Iterable[_Entry], sequence: int) -> None:
         """`entries` died by record `sequence`; their segments wait for it to be durable."""
+        by_segment = self._by_segment
         killed_by = self._killed_by
         for entry in entries:
-            self._untrack(entry)
+            segment = by_segment[entry.segment_id]
+            del segment[entry.sequence]
+            if not segment:
+                del by_segment[entry.segment_id]
             killed_by[entry.segment_id] = sequence
 
     def purge(self, queue_key: str, kept_msg_ids: Collection[int] = ()) -> int | None:

@@ -10,8 +10,10 @@ Theory of operation:
 2. Encoding is `struct`, little-endian, no pickle or JSON: byte 0 is the family (``C`` for
    classic queue records, so that other subsystems can share the node's log), byte 1 the
    record format version, byte 2 the kind. Strings are UTF-8 with ``surrogateescape`` (as
-   the AMQP codec decodes shortstrs), so any byte string survives. `decode` accepts any
-   bytes: it returns a record or raises `RecordFormatError`, nothing else.
+   the AMQP codec decodes shortstrs), so any byte string survives. An `Enqueued` keeps the
+   exchange and routing key as the two shortstrs that end basic.deliver, so the broker can
+   hand over ``Message.route`` as it is (`encode_enqueued`). `decode` accepts any bytes: it
+   returns a record or raises `RecordFormatError`, nothing else.
 3. `recover` folds (sequence number, payload) pairs in log order into the live messages of
    every queue, in msg_id order. Its meaning, per queue key, for any sequence of records:
    - `QueueDeleted` forgets everything of that key before it (a key may be reused).
@@ -27,6 +29,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +48,9 @@ __all__ = [
     "Settled",
     "decode",
     "encode",
+    "encode_delivered",
+    "encode_enqueued",
+    "encode_settled",
     "is_queue_record",
     "recover",
 ]
@@ -59,9 +65,10 @@ _KIND_PURGED: Final = 4
 _KIND_QUEUE_DELETED: Final = 5
 
 _PREFIX: Final = struct.Struct("<BBBH")  # family, version, kind, queue key length
-# msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, exchange length,
-# routing key length, properties length; the body is the rest of the record
-_ENQUEUED: Final = struct.Struct("<QqqBBBBI")
+# msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, properties length; then the
+# route (exchange and routing key as two AMQP shortstrs, as basic.deliver ends), the
+# properties, and the body, which is the rest of the record
+_ENQUEUED: Final = struct.Struct("<QqqBBI")
 _COUNT: Final = struct.Struct("<I")
 _MSG_ID_MAX: Final = 2**64 - 1
 _MSG_IDS_MAX: Final = 2**32 - 1
@@ -131,6 +138,7 @@ class RecoveredMessage:
 # --- encoding ------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def _key(kind: int, queue_key: str) -> bytes:
     raw = queue_key.encode("utf-8", _TEXT)
     if len(raw) > 0xFFFF:
@@ -139,19 +147,30 @@ def _key(kind: int, queue_key: str) -> bytes:
 
 
 def _ids(msg_ids: Sequence[int]) -> bytes:
-    if len(msg_ids) > _MSG_IDS_MAX:
+    count = len(msg_ids)
+    if count > _MSG_IDS_MAX:
         raise ValueError("too many msg_ids in one record")
     try:
-        return _COUNT.pack(len(msg_ids)) + struct.pack(f"<{len(msg_ids)}Q", *msg_ids)
+        return struct.pack(f"<I{count}Q", count, *msg_ids)
     except struct.error as error:
         raise ValueError(f"msg_id out of range: {error}") from None
 
 
-def _shortstr_bytes(text: str, what: str) -> bytes:
+def encode_settled(queue_key: str, msg_ids: Sequence[int]) -> bytes:
+    """`encode(Settled(queue_key, msg_ids))` without building the record."""
+    return _key(_KIND_SETTLED, queue_key) + _ids(msg_ids)
+
+
+def encode_delivered(queue_key: str, msg_ids: Sequence[int]) -> bytes:
+    """`encode(Delivered(queue_key, msg_ids))` without building the record."""
+    return _key(_KIND_DELIVERED, queue_key) + _ids(msg_ids)
+
+
+def _shortstr(text: str, what: str) -> bytes:
     raw = text.encode("utf-8", _TEXT)
     if len(raw) > 255:
         raise ValueError(f"{what} of {len(raw)} bytes is longer than 255")
-    return raw
+    return bytes((len(raw),)) + raw
 
 
 def encode(record: QueueRecord) -> bytes:
@@ -159,9 +178,9 @@ def encode(record: QueueRecord) -> bytes:
     if type(record) is Enqueued:
         return _encode_enqueued(record)
     if type(record) is Settled:
-        return _key(_KIND_SETTLED, record.queue_key) + _ids(record.msg_ids)
+        return encode_settled(record.queue_key, record.msg_ids)
     if type(record) is Delivered:
-        return _key(_KIND_DELIVERED, record.queue_key) + _ids(record.msg_ids)
+        return encode_delivered(record.queue_key, record.msg_ids)
     if type(record) is Purged:
         return _key(_KIND_PURGED, record.queue_key) + _ids(record.kept_msg_ids)
     if type(record) is QueueDeleted:
@@ -170,32 +189,56 @@ def encode(record: QueueRecord) -> bytes:
 
 
 def _encode_enqueued(record: Enqueued) -> bytes:
-    exchange = _shortstr_bytes(record.exchange, "exchange name")
-    routing_key = _shortstr_bytes(record.routing_key, "routing key")
-    expires = record.expires_at_ms
+    route = _shortstr(record.exchange, "exchange name") + _shortstr(
+        record.routing_key, "routing key"
+    )
+    return encode_enqueued(
+        record.queue_key,
+        record.msg_id,
+        record.enqueued_at_ms,
+        record.expires_at_ms,
+        record.priority,
+        route,
+        record.properties_raw,
+        record.body,
+    )
+
+
+def _is_route(route: bytes) -> bool:
+    """Two shortstrs and nothing else."""
+    if not route or 1 + route[0] >= len(route):
+        return False
+    return len(route) == 2 + route[0] + route[1 + route[0]]
+
+
+def encode_enqueued(
+    queue_key: str,
+    msg_id: int,
+    enqueued_at_ms: int,
+    expires_at_ms: int | None,
+    priority: int,
+    route: bytes,
+    properties_raw: bytes,
+    body: bytes,
+) -> bytes:
+    """An `Enqueued` record from the fields the broker holds, without building one.
+
+    `route` is the exchange and routing key as two AMQP shortstrs (``Message.route``).
+    """
+    if not _is_route(route):
+        raise ValueError("route is not two shortstrs")
     try:
         fixed = _ENQUEUED.pack(
-            record.msg_id,
-            record.enqueued_at_ms,
-            0 if expires is None else expires,
-            expires is not None,
-            record.priority,
-            len(exchange),
-            len(routing_key),
-            len(record.properties_raw),
+            msg_id,
+            enqueued_at_ms,
+            0 if expires_at_ms is None else expires_at_ms,
+            expires_at_ms is not None,
+            priority,
+            len(properties_raw),
         )
     except struct.error as error:
         raise ValueError(f"enqueued record out of range: {error}") from None
-    return b"".join(
-        (
-            _key(_KIND_ENQUEUED, record.queue_key),
-            fixed,
-            exchange,
-            routing_key,
-            record.properties_raw,
-            record.body,
-        )
-    )
+    return b"".join((_key(_KIND_ENQUEUED, queue_key), fixed, route, properties_raw, body))
 
 
 # --- decoding ------------------------------------------------------------------------------
@@ -246,25 +289,21 @@ def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
 
 
 def _decode_enqueued(payload: bytes, offset: int, queue_key: str) -> Enqueued:
-    if offset + _ENQUEUED.size > len(payload):
+    end = len(payload)
+    if offset + _ENQUEUED.size + 2 > end:
         raise RecordFormatError("enqueued record is too short")
-    (
-        msg_id,
-        enqueued_at_ms,
-        expires_at_ms,
-        has_expiry,
-        priority,
-        exchange_length,
-        routing_key_length,
-        properties_length,
-    ) = _ENQUEUED.unpack_from(payload, offset)
+    msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, properties_length = (
+        _ENQUEUED.unpack_from(payload, offset)
+    )
     if has_expiry > 1 or (not has_expiry and expires_at_ms != 0):
         raise RecordFormatError("enqueued record has an invalid expiry flag")
-    offset += _ENQUEUED.size
-    exchange_end = offset + exchange_length
-    routing_key_end = exchange_end + routing_key_length
+    exchange_start = offset + _ENQUEUED.size + 1
+    exchange_end = exchange_start + payload[exchange_start - 1]
+    if exchange_end >= end:
+        raise RecordFormatError("enqueued record fields run past its end")
+    routing_key_end = exchange_end + 1 + payload[exchange_end]
     properties_end = routing_key_end + properties_length
-    if properties_end > len(payload):
+    if properties_end > end:
         raise RecordFormatError("enqueued record fields run past its end")
     return Enqueued(
         queue_key=queue_key,
@@ -272,8 +311,8 @@ def _decode_enqueued(payload: bytes, offset: int, queue_key: str) -> Enqueued:
         enqueued_at_ms=enqueued_at_ms,
         expires_at_ms=expires_at_ms if has_expiry else None,
         priority=priority,
-        exchange=bytes(payload[offset:exchange_end]).decode("utf-8", _TEXT),
-        routing_key=bytes(payload[exchange_end:routing_key_end]).decode("utf-8", _TEXT),
+        exchange=bytes(payload[exchange_start:exchange_end]).decode("utf-8", _TEXT),
+        routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
         properties_raw=bytes(payload[routing_key_end:properties_end]),
         body=bytes(payload[properties_end:]),
     )
