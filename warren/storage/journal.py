@@ -24,8 +24,12 @@ Theory of operation:
    segments with no live record, and compacts the oldest segment when less than
    `compaction_live_ratio_max` of its records are live: it reads that segment, appends
    copies of the live `Enqueued` records (and `Delivered` marks for those delivered) and
-   retires the segment once the copies are durable, at a later `maintain`. It never syncs,
-   so it never blocks for long; the copies ride on the caller's next group commit.
+   retires the segment once the copies are durable, at a later `maintain`. It never syncs;
+   the copies ride on the caller's next group commit. Compaction only ever takes the
+   oldest segment, because only a prefix of the log can be deleted. For a caller that must
+   not block on reading a segment, compaction splits into `compaction_plan` (which segment,
+   which records), `Log.read` (any thread) and `apply_compaction` (copies what is still
+   live by then).
 4. `QueueJournal.recover` rebuilds the ledger from the log at startup with `messages.recover`,
    writes `QueueDeleted` for queue keys the caller no longer has (deleted in the definitions
    store before the crash let the log say so), re-appends delivered marks, and syncs.
@@ -36,11 +40,11 @@ per-segment live counts of every user must be added up before a segment is retir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from warren.storage.log import Log, SegmentInfo
+from warren.storage.log import Log
 from warren.storage.messages import (
     Delivered,
     Enqueued,
@@ -54,7 +58,7 @@ from warren.storage.messages import (
     recover,
 )
 
-__all__ = ["Maintenance", "QueueJournal"]
+__all__ = ["CompactionPlan", "Maintenance", "QueueJournal"]
 
 COMPACTION_LIVE_RATIO_MAX_DEFAULT: Final = 0.5
 
@@ -70,6 +74,14 @@ class _Entry:
         self.sequence = sequence
         self.segment_id = segment_id
         self.delivered = delivered
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """Which records of which segment to copy (see `QueueJournal.compaction_plan`)."""
+
+    segment_id: int
+    sequences: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +107,7 @@ class QueueJournal:
         self._by_segment: dict[int, dict[int, _Entry]] = {}
         # segments whose live records were copied: retire once this sequence is durable
         self._compacted: dict[int, int] = {}
+        self._compacting: int | None = None  # planned, copies not yet appended
         # segment id -> the latest record that killed one of its messages: the segment may
         # go only once that record is durable, or a crash would bring back an Enqueued-less
         # kill and lose the message
@@ -273,10 +286,13 @@ class QueueJournal:
 
     # --- space -----------------------------------------------------------------------------
 
-    def maintain(self) -> Maintenance:
-        """Retire dead segments and compact the oldest one if it is mostly dead.
+    def maintain(self, compact: bool = True) -> Maintenance:
+        """Retire dead segments; with `compact`, also compact the oldest if mostly dead.
 
-        Call between syncs (no batch in flight). Appends copies but never syncs.
+        Call between syncs (no batch in flight). Appends copies but never syncs. Compaction
+        here reads the old segment on the calling thread; a caller that must not block
+        passes ``compact=False`` and uses `compaction_plan`, `Log.read` on another thread,
+        then `apply_compaction`.
         """
         log = self.log
         durable = log.durable_sequence
@@ -285,13 +301,13 @@ class QueueJournal:
             if needed <= durable:
                 del self._compacted[segment_id]
                 retired.append(segment_id)
-        segments = log.segments()
         active_id = log.active_segment_id
-        for info in segments:
+        for info in log.segments():
             if (
                 info.segment_id != active_id
                 and not info.retired
                 and info.segment_id not in self._compacted
+                and info.segment_id != self._compacting
                 and info.segment_id not in self._by_segment
                 and info.segment_id not in retired
                 and self._killed_by.get(info.segment_id, 0) <= durable
@@ -302,32 +318,50 @@ class QueueJournal:
             self._killed_by.pop(segment_id, None)
             deleted += log.retire(segment_id)
         deleted += log.reclaim()  # segments retired earlier whose records became durable
-        compacting, copied = self._compact_oldest(segments, set(retired))
+        compacting, copied = None, 0
+        if compact:
+            plan = self.compaction_plan()
+            if plan is not None:
+                compacting = plan.segment_id
+                copied = self.apply_compaction(plan, log.read(plan.segment_id, plan.sequences))
         return Maintenance(tuple(retired), tuple(deleted), compacting, copied)
 
-    def _compact_oldest(
-        self, segments: list[SegmentInfo], retired: set[int]
-    ) -> tuple[int | None, int]:
-        if self._compacted:
-            return None, 0  # one compaction at a time
+    def compaction_plan(self) -> CompactionPlan | None:
+        """The oldest sealed segment, if less than the ratio of its records is live.
+
+        Until `apply_compaction` or `cancel_compaction`, that segment is not retired, so
+        `Log.read(plan.segment_id, plan.sequences)` may run on another thread meanwhile.
+        """
+        if self._compacted or self._compacting is not None:
+            return None  # one compaction at a time
         log = self.log
         candidates = [
             info
-            for info in segments
-            if info.segment_id != log.active_segment_id
-            and not info.retired
-            and info.segment_id not in retired
+            for info in log.segments()
+            if info.segment_id != log.active_segment_id and not info.retired
         ]
         if not candidates:
-            return None, 0
+            return None
         oldest = candidates[0]
-        live = self._by_segment.get(oldest.segment_id, {})
-        if oldest.last_sequence > log.durable_sequence or not oldest.records:
-            return None, 0
+        live = self._by_segment.get(oldest.segment_id)
+        if not live or oldest.last_sequence > log.durable_sequence:
+            return None  # nothing live: `maintain` retires it once its kills are durable
         if len(live) >= self.compaction_live_ratio_max * oldest.records:
-            return None, 0
-        payloads = log.read(oldest.segment_id, live.keys())
-        moved = sorted(live.values(), key=lambda entry: entry.sequence)
+            return None
+        self._compacting = oldest.segment_id
+        return CompactionPlan(oldest.segment_id, tuple(sorted(live)))
+
+    def apply_compaction(self, plan: CompactionPlan, payloads: Mapping[int, bytes]) -> int:
+        """Append copies of the planned records that are still live; return how many.
+
+        The old segment is retired by a later `maintain` once the copies are durable.
+        """
+        if self._compacting != plan.segment_id:
+            raise ValueError(f"segment {plan.segment_id} is not being compacted")
+        self._compacting = None
+        log = self.log
+        live = self._by_segment.get(plan.segment_id, {})
+        moved = [live[sequence] for sequence in plan.sequences if sequence in live]
         delivered: dict[str, list[int]] = {}
         for entry in moved:
             self._untrack(entry)
@@ -337,6 +371,10 @@ class QueueJournal:
             if entry.delivered:
                 delivered.setdefault(entry.queue_key, []).append(entry.msg_id)
         for queue_key, msg_ids in delivered.items():
-            log.append(encode(Delivered(queue_key, tuple(msg_ids))))
-        self._compacted[oldest.segment_id] = log.next_sequence - 1
-        return oldest.segment_id, len(moved)
+            log.append(encode_delivered(queue_key, msg_ids))  # invariant D
+        self._compacted[plan.segment_id] = log.next_sequence - 1
+        return len(moved)
+
+    def cancel_compaction(self) -> None:
+        """Give up the planned compaction (reading the segment failed)."""
+        self._compacting = None

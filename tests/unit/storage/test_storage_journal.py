@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -114,6 +115,19 @@ class JournalMachine(RuleBasedStateMachine):
     @rule()
     def maintain(self) -> None:
         self.journal.maintain()
+
+    @rule(key=st.sampled_from(["a", "b", "c"]))
+    def compact_in_steps_while_traffic_goes_on(self, key: str) -> None:
+        """The runtime's non-blocking compaction: plan, read elsewhere, ack, then apply."""
+        self.sync()
+        self.journal.maintain(compact=False)
+        plan = self.journal.compaction_plan()
+        if plan is None:
+            return
+        payloads = self.log.read(plan.segment_id, plan.sequences)
+        self.journal.maintain(compact=False)  # must not retire the planned segment
+        self.ack_oldest(key)
+        self.journal.apply_compaction(plan, payloads)
 
     @rule()
     def sync_then_maintain(self) -> None:
@@ -230,4 +244,56 @@ def test_transient_messages_are_ignored_and_double_enqueue_refused(tmp_path: Pat
         journal.enqueue(message("q", 1))
     assert journal.deliver("q", [1, 5]) is not None
     assert journal.deliver("q", [1]) is None  # only the first delivery is logged
+    log.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_long_random_traffic_with_crashes_recovers_exactly_and_stays_small(
+    tmp_path: Path, seed: int
+) -> None:
+    """Thousands of steps (the state machine above takes few): compaction happens often."""
+    rng = random.Random(seed)
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    journal = QueueJournal(log)
+    model: Model = {}
+    durable: Model = {}
+    next_id = dict.fromkeys("abc", 1)
+    compactions = 0
+    for step in range(4000):
+        key = rng.choice("abc")
+        live = sorted(model.get(key, {}))
+        roll = rng.random()
+        if roll < 0.4:
+            record = message(key, next_id[key], b"x" * rng.randrange(60))
+            next_id[key] += 1
+            journal.enqueue(record)
+            model.setdefault(key, {})[record.msg_id] = (record, False)
+        elif roll < 0.65:
+            acked = live[:2] if rng.random() < 0.9 else live[-1:]  # mostly FIFO
+            journal.settle(key, acked)
+            for msg_id in acked:
+                del model[key][msg_id]
+        elif roll < 0.75:
+            delivered = live[:3]
+            journal.deliver(key, delivered)
+            for msg_id in delivered:
+                model[key][msg_id] = (model[key][msg_id][0], True)
+        elif roll < 0.76:
+            journal.purge(key, live[:1])
+            model[key] = {i: m for i, m in model.get(key, {}).items() if i in live[:1]}
+        else:
+            log.flush_and_sync()
+            durable = copy_model(model)
+            compactions += journal.maintain().compacting is not None
+        if step % 500 == 499:
+            log.close(flush=False)
+            log, report = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+            assert report.clean, report.summary()
+            journal, recovered = QueueJournal.recover(log)
+            assert recovered_as_model(recovered) == durable
+            model = copy_model(durable)
+            for queue_key, messages in model.items():
+                next_id[queue_key] = max(next_id[queue_key], max(messages) + 1)
+    assert compactions > 20
+    assert len(log.segments()) < 20  # live data is a few dozen messages: so is the log
     log.close()
