@@ -50,6 +50,7 @@ from warren.storage.messages import (
     Enqueued,
     Purged,
     QueueDeleted,
+    RecordFormatError,
     RecoveredMessage,
     encode,
     encode_delivered,
@@ -109,8 +110,7 @@ class QueueJournal:
         self._compacted: dict[int, int] = {}
         self._compacting: int | None = None  # planned, copies not yet appended
         # segment id -> the latest record that killed one of its messages: the segment may
-        # go only once that record is durable, or a crash would bring back an Enqueued-less
-        # kill and lose the message
+        # go only once that record is durable (see the module docstring, point 2)
         self._killed_by: dict[int, int] = {}
 
     # --- recovery --------------------------------------------------------------------------
@@ -121,13 +121,16 @@ class QueueJournal:
         log: Log,
         keep: Callable[[str], bool] = lambda queue_key: True,
         compaction_live_ratio_max: float = COMPACTION_LIVE_RATIO_MAX_DEFAULT,
+        on_undecodable: Callable[[int, RecordFormatError], None] | None = None,
     ) -> tuple[QueueJournal, dict[str, list[RecoveredMessage]]]:
         """Rebuild the ledger from `log` (just opened); return the live messages per queue.
 
-        Queue keys for which `keep` is false are dropped and a `QueueDeleted` written.
+        Queue keys for which `keep` is false are dropped and a `QueueDeleted` written. An
+        undecodable record raises `RecordFormatError` unless `on_undecodable` takes it.
+        Syncs before it returns.
         """
         journal = cls(log, compaction_live_ratio_max)
-        recovered = recover(log.records())
+        recovered = recover(log.records(), on_undecodable)
         kept: dict[str, list[RecoveredMessage]] = {}
         for queue_key, messages in recovered.items():
             if not keep(queue_key):

@@ -160,9 +160,7 @@ class JournalMachine(RuleBasedStateMachine):
         assert set(self.journal.live_by_segment()) <= segments
 
 
-JournalMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=100, deadline=None
-)
+JournalMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=100, deadline=None)
 test_journal_against_model = JournalMachine.TestCase
 
 
