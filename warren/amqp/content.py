@@ -143,6 +143,36 @@ def property_flags(raw: bytes) -> int:
     return int(_SHORT.unpack_from(raw)[0])
 
 
+_CONTENT_TYPE_FLAG: Final = 1 << 15
+_CONTENT_ENCODING_FLAG: Final = 1 << 14
+_LONG_PREFIX: Final = struct.Struct(">I")
+
+
+def delivery_mode(raw: bytes) -> int | None:
+    """The delivery-mode property of raw properties, without decoding the others.
+
+    It is the fourth property: only content-type, content-encoding and the headers table
+    come before it, and each of those says its own length. None when absent or when the
+    bytes end early (`decode_properties` is the one that reports malformed properties).
+    """
+    if len(raw) < 3:
+        return None
+    flags = (raw[0] << 8) | raw[1]
+    if not flags & DELIVERY_MODE_FLAG:
+        return None
+    offset = 2
+    try:
+        if flags & _CONTENT_TYPE_FLAG:
+            offset += 1 + raw[offset]
+        if flags & _CONTENT_ENCODING_FLAG:
+            offset += 1 + raw[offset]
+        if flags & HEADERS_FLAG:
+            offset += 4 + _LONG_PREFIX.unpack_from(raw, offset)[0]
+        return raw[offset]
+    except (IndexError, struct.error):
+        return None
+
+
 def method_frame(channel: int, method: Method) -> bytes:
     return build_frame(FRAME_METHOD, channel, encode_method(method))
 

@@ -17,6 +17,7 @@ from warren.amqp.content import (
     content_frames,
     decode_properties,
     deliver_frames,
+    delivery_mode,
     encode_properties,
     get_ok_frames,
     parse_content_header,
@@ -85,6 +86,17 @@ def test_property_flags_mark_exactly_the_present_properties(props: BasicProperti
         present = getattr(props, name) is not None
         assert bool(flags & (1 << (15 - index))) == present, name
     assert flags & 0b11 == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(properties)
+def test_delivery_mode_is_read_without_decoding(props: BasicProperties) -> None:
+    assert delivery_mode(encode_properties(props)) == props.delivery_mode
+
+
+@given(st.binary(max_size=40))
+def test_delivery_mode_of_any_bytes_is_a_value_or_none(raw: bytes) -> None:
+    assert delivery_mode(raw) is None or 0 <= delivery_mode(raw) <= 255  # type: ignore[operator]
 
 
 def test_no_properties_is_two_zero_bytes() -> None:
