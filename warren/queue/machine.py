@@ -52,6 +52,10 @@ from warren.errors import SoftError, access_refused, describe_queue
 from warren.model.settings import DEFAULT_SETTINGS, Overflow, QueueSettings
 
 MACHINE_VERSION: Final = 1
+# Deliveries one command may hand out. A no-ack consumer has no credit limit, so without a
+# bound one command could move a whole backlog into a socket buffer at once; the runtime
+# asks for more (`Dispatch`) as the consumer's socket drains.
+DISPATCH_BATCH_MAX: Final = 256
 
 EXPIRED: Final = "expired"
 REJECTED: Final = "rejected"
@@ -597,7 +601,9 @@ class QueueMachine:
         credit = dict(meta.channel_credit) if meta.channel_credit else None
         blocked = meta.blocked_channels
         now = meta.now_ms
-        while self.ready_count:
+        for _ in range(DISPATCH_BATCH_MAX):
+            if not self.ready_count:
+                break
             consumer = self._next_consumer(credit, blocked)
             if consumer is None:
                 break

@@ -306,7 +306,7 @@ class Channel:
                 if consumer.host is not None:
                     consumer.host.limit(self)
             self.send(m.BasicQosOk())
-            self._dispatch_consumers()
+            self.dispatch_consumers()
         else:
             self.prefetch_count = method.prefetch_count
             self.send(m.BasicQosOk())
@@ -393,6 +393,7 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (host, entry.msg_id, True)
             self.counted_unacked += 1
+        self.connection.delivered = True
         self.connection.send(
             deliver_frames(
                 self.number,
@@ -421,7 +422,7 @@ class Channel:
                 )
                 return
 
-    def _dispatch_consumers(self) -> None:
+    def dispatch_consumers(self) -> None:
         for host in {id(c.host): c.host for c in self.consumers.values() if c.host}.values():
             host.dispatch()
 
@@ -500,7 +501,7 @@ class Channel:
         for host, msg_ids in by_host.values():
             host.apply(command(msg_ids))
         if self.global_prefetch and counted:
-            self._dispatch_consumers()
+            self.dispatch_consumers()
 
     def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
         if not method.requeue:

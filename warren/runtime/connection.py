@@ -44,6 +44,12 @@ log = logging.getLogger("warren.connection")
 
 HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_OK_TIMEOUT_S = 3.0
+# Events one connection may handle per event-loop turn. A publisher can hand the loop
+# megabytes in one read event; without a bound the loop would spend seconds on it while
+# consumers' sockets and timers wait. Past the bound the connection stops reading and
+# carries on in the next turn, so TCP slows the publisher down (RabbitMQ's credit flow
+# plays this part there).
+EVENTS_PER_TURN_MAX = 512
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -73,6 +79,7 @@ class AmqpConnection(asyncio.Protocol):
         self.peer = ""
         self.cancel_notify = False
         self.paused = False
+        self.delivered = False  # deliveries were written since the last pump
         self.exclusive_queues: list[str] = []
         self.heartbeat_s = 0
         self._out: list[bytes] = []
@@ -81,6 +88,7 @@ class AmqpConnection(asyncio.Protocol):
         self._last_read = self._last_write = self.loop.time()
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._throttled = False  # reading paused until the buffered events are handled
 
     @property
     def frame_max(self) -> int:
@@ -98,14 +106,23 @@ class AmqpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
+        self.protocol.receive_data(data)
+        if not self._throttled:
+            self._handle_events()
+
+    def _handle_events(self) -> None:
+        """Handle at most a turn's worth of events; if more are buffered, stop reading and
+        come back next turn."""
         protocol = self.protocol
-        protocol.receive_data(data)
         channels = self.channels
         event: object = None
         try:
-            while True:
+            for _ in range(EVENTS_PER_TURN_MAX):
                 event = protocol.next_event()
                 if event is NEED_DATA:
+                    if self._throttled:
+                        self._throttled = False
+                        self._resume_reading()
                     break
                 try:
                     if type(event) is Content:  # nearly every event: keep this path flat
@@ -118,12 +135,24 @@ class AmqpConnection(asyncio.Protocol):
                     self._on_error(event, error)
                 if self._closed:
                     return
+            else:
+                self._throttle()
         except HardError as error:
             self.close_with(error)
         except Exception:
             log.exception("internal error on connection %s", self.peer)
             self.close_with(HardError(ReplyCode.INTERNAL_ERROR, "internal error"))
         self.flush()
+
+    def _throttle(self) -> None:
+        if not self._throttled and self.transport is not None:
+            self._throttled = True
+            self.transport.pause_reading()
+        self.loop.call_soon(self._handle_events)
+
+    def _resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
@@ -140,7 +169,7 @@ class AmqpConnection(asyncio.Protocol):
         log.debug("connection %s: write buffer drained, deliveries resumed", self.peer)
         self.paused = False
         for channel in list(self.channels.values()):
-            channel._dispatch_consumers()
+            channel.dispatch_consumers()
         self.flush()
 
     # --- output ----------------------------------------------------------------------------
@@ -173,8 +202,18 @@ class AmqpConnection(asyncio.Protocol):
             self._out.clear()
             self.transport.write(data)
             self._last_write = self.loop.time()
+            if self.delivered and not self.paused:
+                self._pump()
         else:
             self._out.clear()
+
+    def _pump(self) -> None:
+        """Deliveries went out and the socket takes more: ask the queues this connection
+        consumes from for the next batch (a queue hands out a bounded batch per command)."""
+        self.delivered = False
+        for channel in list(self.channels.values()):
+            if channel.consumers:
+                channel.dispatch_consumers()
 
     # --- events ----------------------------------------------------------------------------
 
