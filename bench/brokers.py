@@ -2,7 +2,8 @@
 
 Owns starting Warren as a subprocess on free ports with a fresh data directory, waiting for
 it to accept AMQP, stopping it, finding a reachable RabbitMQ (`RABBITMQ_URL` or the local
-default) and the PIDs used for CPU and memory accounting (Warren's process, beam.smp).
+default) and the PIDs used for CPU and memory accounting (Warren's process, beam.smp) plus
+RabbitMQ's management API for its VM memory.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import stats
 from bench.wire import AmqpError, BrokerUrl, Connection, connect
 
 LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -31,6 +33,7 @@ class Broker:
     name: str  # "warren" | "rabbitmq"
     url: str
     pid: int = 0  # 0 = unknown: no CPU or RSS accounting
+    memory_api: str = ""  # RabbitMQ management URL, for the Erlang VM's memory
     process: subprocess.Popen[bytes] | None = None
     workdir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -119,9 +122,21 @@ def find_rabbitmq(pid: int = 0) -> tuple[Broker | None, str]:
     why = reachable(url)
     if why:
         return None, f"no RabbitMQ reachable at {url} ({why}); skipping RabbitMQ"
-    if not pid and BrokerUrl.parse(url).host in LOCAL_HOSTS:
+    parsed = BrokerUrl.parse(url)
+    if not pid and parsed.host in LOCAL_HOSTS:
         pid = beam_pid()
-    return Broker("rabbitmq", url, pid), ""
+    default_api = f"http://{parsed.user}:{parsed.password}@{parsed.host}:15672"
+    return Broker("rabbitmq", url, pid, memory_api=management_api(default_api)), ""
+
+
+def management_api(default: str) -> str:
+    """RABBITMQ_API_URL or `default` when its /api/nodes answers, else "" (no VM memory)."""
+    url = os.environ.get("RABBITMQ_API_URL", default)
+    try:
+        stats.rabbitmq_vm_memory(url)
+    except (OSError, ValueError, KeyError, IndexError):
+        return ""
+    return url
 
 
 def beam_pid() -> int:

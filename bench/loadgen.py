@@ -76,7 +76,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--broker-pid", type=int, default=0, help="for CPU and RSS accounting")
     p.add_argument("--timeout", type=float, default=600.0, help="limit for --count runs")
     p.add_argument(
-        "--settle", type=float, default=0.0, help="seconds to wait before each broker RSS reading"
+        "--memory-api",
+        default="",
+        help="RabbitMQ management URL (http://user:pass@host:15672) to also read VM memory",
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="wait up to this many seconds for the broker's RSS to settle before reading it",
     )
     args = p.parse_args(argv)
     if args.size < 8:
@@ -302,11 +310,23 @@ def _sleep_checking(fleet: Fleet, seconds: float) -> None:
         time.sleep(min(POLL_S, left))
 
 
-def broker_rss(args: argparse.Namespace) -> int:
-    if not args.broker_pid:
-        return 0
-    time.sleep(args.settle)
-    return stats.tree_rss_bytes(args.broker_pid)
+def broker_memory(args: argparse.Namespace) -> dict[str, int]:
+    """Broker RSS (settled, from /proc) and, with --memory-api, the Erlang VM's memory."""
+    memory = {}
+    if args.broker_pid:
+        memory["rss"] = stats.settled_tree_rss(args.broker_pid, args.settle)
+    if args.memory_api:
+        memory["vm_mem"] = stats.rabbitmq_vm_memory(args.memory_api)
+    return memory
+
+
+def memory_results(before: dict[str, int], after: dict[str, int], count: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in before:
+        out[f"broker_{kind}_before"], out[f"broker_{kind}_after"] = before[kind], after[kind]
+        if count:
+            out[f"{kind}_bytes_per_msg"] = round((after[kind] - before[kind]) / count, 1)
+    return out
 
 
 def drive(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
@@ -316,18 +336,15 @@ def drive(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
             started = [fleet.start(spec) for spec in worker_specs(args, names, role)]
             if not fleet.wait_status(started, READY, READY_TIMEOUT_S):
                 raise RunFailed(f"{role}s not ready within {READY_TIMEOUT_S} s")
-        rss_before = broker_rss(args)
+        memory_before = broker_memory(args)
         first, last = (measure_count if args.count else measure_duration)(fleet, args)
-        rss_after = broker_rss(args)
+        memory_after = broker_memory(args)
     except BaseException:
         fleet.stop()
         raise
     out = window_results(first, last, args.broker_pid)
     out.update(latency_results(fleet.stop()))
-    if args.broker_pid:
-        out.update(broker_rss_before=rss_before, broker_rss_after=rss_after)
-        if args.count:
-            out["rss_bytes_per_msg"] = round((rss_after - rss_before) / max(1, args.count), 1)
+    out.update(memory_results(memory_before, memory_after, args.count))
     return out
 
 
@@ -341,8 +358,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return dict(record, error=f"queue.declare failed: {exc}")
     try:
         record.update(drive(args, names))
-    except (RunFailed, AmqpError, OSError) as exc:
-        record["error"] = str(exc)
+    except (RunFailed, AmqpError, OSError, ValueError, KeyError) as exc:
+        record["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         try:
             asyncio.run(delete_queues(args.url, names))

@@ -81,7 +81,8 @@ def _add(found: list[Broker], broker: Broker | None, why: str) -> None:
     if broker is None:
         err.print(why, markup=True, highlight=False)
         return
-    err.print(f"  {broker.name} at {broker.url} (pid {broker.pid or 'unknown'})")
+    api = f", management API {broker.memory_api}" if broker.memory_api else ""
+    err.print(f"  {broker.name} at {broker.url} (pid {broker.pid or 'unknown'}{api})")
     found.append(broker)
 
 
@@ -91,6 +92,8 @@ def _add(found: list[Broker], broker: Broker | None, why: str) -> None:
 def loadgen_command(workload: Workload, broker: Broker, args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "bench.loadgen", "--url", broker.url]
     command += workload.loadgen_args(args.duration, args.quick)
+    if broker.memory_api:
+        command += ["--memory-api", broker.memory_api]
     return command + (["--broker-pid", str(broker.pid)] if broker.pid else [])
 
 

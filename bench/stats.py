@@ -3,15 +3,21 @@
 Owns `LatencyHistogram` (log-linear buckets of microseconds, ~0.2 % precision, mergeable
 across consumer processes) and the Linux /proc readers for CPU time (utime + stime) and
 resident memory (VmRSS) of a process and its descendants, and the whole machine's busy CPU
-time (to tell when something else was competing for the cores during a measurement).
+time (to tell when something else was competing for the cores during a measurement), plus
+the Erlang VM memory of a RabbitMQ node from its management API.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
+import urllib.parse
+import urllib.request
 from array import array
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -158,3 +164,45 @@ def foreign_cpu_share(exclude_pid: int, window_s: float = 1.0) -> float:
     time.sleep(window_s)
     excluded = (tree_cpu_seconds(exclude_pid) if exclude_pid else 0) - excluded
     return (machine_busy_seconds() - machine - excluded) / window_s
+
+
+def settled_tree_rss(pid: int, max_wait_s: float, tolerance: int = 1 << 20) -> int:
+    """The tree's RSS once it changes by less than `tolerance` over a second (or at timeout).
+
+    Freed memory (a queue deleted by the previous run, a garbage collection) goes back to
+    the OS with some delay; reading RSS before it settles skews a before/after delta.
+    """
+    deadline = time.monotonic() + max_wait_s
+    last = tree_rss_bytes(pid)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        current = tree_rss_bytes(pid)
+        if abs(current - last) < tolerance:
+            return current
+        last = current
+    return last
+
+
+# ---------------------------------------------------------------------------- RabbitMQ API
+
+
+def rabbitmq_vm_memory(api_url: str) -> int:
+    """Memory the Erlang VM of the first node has allocated (`erlang:memory(total)`), in bytes.
+
+    `api_url` is the management API base with credentials, e.g. http://guest:guest@host:15672.
+    Unlike RSS this drops when a queue is deleted: beam keeps freed carriers mapped, so RSS
+    deltas after an earlier large queue read too low (even negative).
+    """
+    node = _api_get(api_url, "/api/nodes")[0]["name"]
+    memory = _api_get(api_url, f"/api/nodes/{urllib.parse.quote(node)}/memory")["memory"]
+    return int(memory["total"]["erlang"])
+
+
+def _api_get(api_url: str, path: str) -> Any:
+    parts = urllib.parse.urlsplit(api_url)
+    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}"
+    user, password = parts.username or "guest", parts.password or "guest"
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Basic {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)

@@ -30,6 +30,9 @@ METRICS = {
     "latency_p99_ms": Metric("latency_p99_ms", "latency p99", "ms", lower_is_better=True),
     "latency_p999_ms": Metric("latency_p999_ms", "latency p99.9", "ms", lower_is_better=True),
     "rss_bytes_per_msg": Metric("rss_bytes_per_msg", "RSS per message", "B", lower_is_better=True),
+    "vm_mem_bytes_per_msg": Metric(
+        "vm_mem_bytes_per_msg", "Erlang VM memory per message", "B", lower_is_better=True
+    ),
 }
 
 
@@ -73,8 +76,8 @@ STANDARD = (
     Workload(
         "W6",
         "broker RSS per queued message (no consumer, confirms 1000)",
-        ("--consumers", "0", "--confirm", "1000", "--settle", "3"),
-        ("rss_bytes_per_msg", "published_per_s"),
+        ("--consumers", "0", "--confirm", "1000", "--settle", "30"),
+        ("rss_bytes_per_msg", "vm_mem_bytes_per_msg", "published_per_s"),
         counted=True,
     ),
     Workload(
