@@ -4,8 +4,9 @@ Theory of operation (after rabbit_fifo: ``apply(Meta, Command, State) -> {State,
 Effects}``):
 1. `QueueMachine.apply(meta, command)` is the only way to change a queue. It returns
    ``(reply, effects)``: the reply answers the caller; effects are what the runtime must do
-   (`Deliver` a message, `DeadLetter` one, arm a timer with `SetTimer`, delete the queue on
-   `QueueExpired`). `meta.now_ms` is the only clock; a timer comes back as a `Tick`.
+   (`Deliver` a message, `DeadLetter` one, report one gone without a dead-letter exchange
+   with `Dropped`, arm a timer with `SetTimer`, delete the queue on `QueueExpired`).
+   `meta.now_ms` is the only clock; a timer comes back as a `Tick`.
 2. `apply` is total: it never raises on a command; a command the queue refuses gets a
    `Refused` reply carrying the AMQP error, a publish it refuses gets `Rejected`.
 3. Every message gets a `msg_id` from a counter when it is enqueued; ids only grow, so they
@@ -31,9 +32,17 @@ Effects}``):
 7. Commands, replies and effects are values. The ones built for every message (`Meta`,
    `Enqueue`, `Deliver`, `DeadLetter`) are not ``frozen`` only because a frozen dataclass
    costs four times as much to construct; nothing mutates them.
-8. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
-   same machine is later applied from a replicated log, where old entries keep their
-   meaning.
+8. A message leaves the queue in one of these ways only: settled (`Settle`, or a delivery or
+   `Get` without ack, which the caller sees), purged (`Purge`), or through an effect:
+   `DeadLetter` when the queue has a dead-letter exchange, else `Dropped`, with the reason
+   (``rejected``, ``expired``, ``maxlen``). So a caller that keeps a copy of the messages
+   (the durable classic queue's journal) can follow every departure.
+9. `Restore` rebuilds a queue from what a journal kept: messages with their original
+   msg_id, absolute deadline (a TTL keeps counting across a restart), priority and whether
+   they were delivered before (so that the next delivery is marked redelivered).
+10. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
+    same machine is later applied from a replicated log, where old entries keep their
+    meaning.
 
 Invariants (tests/unit/queue checks them after every step): ready_count and ready_bytes
 equal the live entries in the ready structures; a message is in at most one of
@@ -184,6 +193,30 @@ class Touch(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class Restored:
+    """One message of `Restore`: what the durable journal kept of it."""
+
+    msg_id: int
+    message: object
+    size_bytes: int
+    expires_at_ms: int | None = None  # absolute, fixed when it was first enqueued
+    priority: int = 0
+    redelivered: bool = False  # delivered before the restart: the next delivery says so
+
+
+@dataclass(frozen=True, slots=True)
+class Restore(Command):
+    """Messages recovered from disk, in msg_id order, become ready again.
+
+    Ids at or below the highest the queue has handed out are skipped (so `apply` stays
+    total and ids stay unique and ordered); `next_msg_id` moves past the highest restored.
+    Due messages expire at once, and a drop-head length limit applies, as after `Configure`.
+    """
+
+    messages: Sequence[Restored]
+
+
+@dataclass(frozen=True, slots=True)
 class Dispatch(Command):
     """Try to deliver again: a channel-wide prefetch window opened elsewhere."""
 
@@ -231,6 +264,14 @@ class DeadLetter:
     reason: str
 
 
+@dataclass(slots=True)
+class Dropped:
+    """A message left without a dead-letter exchange to go to (reason as in `DeadLetter`)."""
+
+    entry: Entry
+    reason: str
+
+
 @dataclass(frozen=True, slots=True)
 class SetTimer:
     at_ms: int
@@ -242,7 +283,7 @@ class QueueExpired:
 
 
 REJECTED_REPLY: Final = Rejected()
-Effect = Deliver | DeadLetter | SetTimer | QueueExpired
+Effect = Deliver | DeadLetter | Dropped | SetTimer | QueueExpired
 Reply = object
 Effects = list[Effect]
 
@@ -324,6 +365,17 @@ class QueueMachine:
     def consumers(self) -> list[Hashable]:
         return list(self._consumers)
 
+    def unacked_msg_ids(self) -> list[int]:
+        """The msg_ids delivered or fetched and not yet settled (what a purge keeps)."""
+        return sorted(self._unacked)
+
+    def message_deadline(self, now_ms: int, ttl_ms: int | None) -> int | None:
+        """The absolute deadline `Enqueue` gives a message with expiration `ttl_ms` now."""
+        ttl = self.settings.message_ttl_ms
+        if ttl_ms is not None and (ttl is None or ttl_ms < ttl):
+            ttl = ttl_ms
+        return None if ttl is None else now_ms + ttl
+
     # --- the transition function ---------------------------------------------------------
 
     def apply(self, meta: Meta, command: Command) -> tuple[Reply, Effects]:
@@ -337,11 +389,16 @@ class QueueMachine:
         settings = self.settings
         size = command.size_bytes
         if settings.overflow is not Overflow.DROP_HEAD and self._full_for(size):
-            if settings.overflow is Overflow.REJECT_PUBLISH_DLX:
+            if (
+                settings.overflow is Overflow.REJECT_PUBLISH_DLX
+                and settings.dead_letter_exchange is not None
+            ):
+                # never enqueued, so nothing to report without a dead-letter exchange
                 entry = Entry(self._take_id(), command.message, size, None, 0)
-                self._dead_letter(entry, MAXLEN, effects)
+                effects.append(DeadLetter(entry, MAXLEN))
             return REJECTED_REPLY
-        entry = Entry(self._take_id(), command.message, size, self._deadline(meta, command), 0)
+        deadline = self.message_deadline(meta.now_ms, command.ttl_ms)
+        entry = Entry(self._take_id(), command.message, size, deadline, 0)
         if self._levels_count > 1:
             entry.level = min(command.priority, self._levels_count - 1)
         if self._consumers and not self.ready_count:
@@ -368,12 +425,6 @@ class QueueMachine:
     @property
     def _levels_count(self) -> int:
         return len(self._levels)
-
-    def _deadline(self, meta: Meta, command: Enqueue) -> int | None:
-        ttl = self.settings.message_ttl_ms
-        if command.ttl_ms is not None and (ttl is None or command.ttl_ms < ttl):
-            ttl = command.ttl_ms
-        return None if ttl is None else meta.now_ms + ttl
 
     def _full_for(self, size: int) -> bool:
         settings = self.settings
@@ -518,6 +569,26 @@ class QueueMachine:
         self.ready_bytes = 0
         return count
 
+    def _restore(self, meta: Meta, command: Restore, effects: Effects) -> Reply:
+        restored = 0
+        top = self._levels_count - 1
+        for item in command.messages:
+            if item.msg_id < self.next_msg_id:
+                continue
+            self.next_msg_id = item.msg_id + 1
+            level = min(max(item.priority, 0), top)
+            entry = Entry(item.msg_id, item.message, item.size_bytes, item.expires_at_ms, level)
+            entry.delivery_count = 1 if item.redelivered else 0
+            self._push_ready(entry)
+            if entry.expires_at_ms is not None:
+                heapq.heappush(self._deadlines, (entry.expires_at_ms, entry.msg_id, entry))
+            restored += 1
+        self._expire(meta, effects)
+        if self.settings.overflow is Overflow.DROP_HEAD:
+            self._drop_head_over_limit(effects)
+        self._dispatch(meta, effects)
+        return restored
+
     def _touch(self, meta: Meta, command: Touch, effects: Effects) -> Reply:
         self.last_used_ms = meta.now_ms
         return None
@@ -592,6 +663,8 @@ class QueueMachine:
     def _dead_letter(self, entry: Entry, reason: str, effects: Effects) -> None:
         if self.settings.dead_letter_exchange is not None:
             effects.append(DeadLetter(entry, reason))
+        else:
+            effects.append(Dropped(entry, reason))
 
     # --- delivery --------------------------------------------------------------------------
 
@@ -669,6 +742,7 @@ _HANDLERS: dict[type[Command], _Handler] = {
     Discard: QueueMachine._discard,
     Get: QueueMachine._get,
     Purge: QueueMachine._purge,
+    Restore: QueueMachine._restore,
     Touch: QueueMachine._touch,
     Dispatch: QueueMachine._dispatch_command,
     Tick: QueueMachine._tick,

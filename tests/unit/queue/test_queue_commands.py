@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from warren.errors import ReplyCode, SoftError
-from warren.model.settings import QueueSettings
+from warren.model.settings import Overflow, QueueSettings
 from warren.queue import (
     EXPIRED,
     MAXLEN,
+    REJECTED,
+    REJECTED_REPLY,
     Cancel,
     Checkout,
     Command,
@@ -16,6 +18,7 @@ from warren.queue import (
     Deliver,
     Discard,
     Dispatch,
+    Dropped,
     Enqueue,
     Get,
     Got,
@@ -23,6 +26,8 @@ from warren.queue import (
     Purge,
     QueueMachine,
     Refused,
+    Restore,
+    Restored,
     Return,
     SetTimer,
     Settle,
@@ -33,13 +38,18 @@ NOW = Meta(now_ms=0)
 
 
 def apply(queue: QueueMachine, command: Command, meta: Meta = NOW) -> tuple[object, list[Deliver]]:
+    """Apply a command that may only deliver (and drop, which `drops` checks separately)."""
     reply, effects = queue.apply(meta, command)
-    assert all(isinstance(effect, Deliver) for effect in effects), effects
-    return reply, effects  # type: ignore[return-value]
+    assert all(isinstance(effect, Deliver | Dropped) for effect in effects), effects
+    return reply, [effect for effect in effects if isinstance(effect, Deliver)]
+
+
+def drops(effects: list[object]) -> list[tuple[int, str]]:
+    return [(e.entry.msg_id, e.reason) for e in effects if isinstance(e, Dropped)]
 
 
 def deliveries(effects: list[Deliver]) -> list[tuple[Hashable, int]]:
-    return [(effect.consumer, effect.entry.msg_id) for effect in effects]
+    return [(e.consumer, e.entry.msg_id) for e in effects if isinstance(e, Deliver)]
 
 
 def fill(queue: QueueMachine, count: int, size_bytes: int = 10) -> list[int]:
@@ -355,9 +365,10 @@ def test_discard_drops_without_requeue_and_frees_credit() -> None:
     queue = QueueMachine("q")
     fill(queue, 3)
     apply(queue, Checkout("A", "ch", prefetch_count=1))
-    reply, effects = apply(queue, Discard([1, 1, 3]))
+    reply, effects = queue.apply(NOW, Discard([1, 1, 3]))
     assert reply == 1
-    assert deliveries(effects) == [("A", 2)]
+    assert drops(effects) == [(1, REJECTED)]  # no dead-letter exchange: reported as dropped
+    assert deliveries(effects) == [("A", 2)]  # type: ignore[arg-type]
     assert counts(queue) == (1, 1, 10)
     apply(queue, Cancel("A"))
     apply(queue, Return([2]))
@@ -452,3 +463,101 @@ def test_message_dropped_from_the_head_does_not_expire_later() -> None:
     _, effects = queue.apply(Meta(10), Tick())
     assert dead_letters(effects) == []
     assert counts(queue) == (1, 0, 20)
+
+
+# --- Dropped: every departure without a dead-letter exchange is reported -----------------
+
+
+def test_messages_leaving_without_a_dlx_are_reported_as_dropped() -> None:
+    queue = QueueMachine("q", settings=QueueSettings(max_length=1))
+    queue.apply(Meta(0), Enqueue("old", 10, ttl_ms=50))
+    _, effects = queue.apply(Meta(0), Enqueue("new", 20, ttl_ms=5))
+    assert drops(effects) == [(1, MAXLEN)]
+    _, effects = queue.apply(Meta(10), Tick())
+    assert drops(effects) == [(2, EXPIRED)]
+    assert counts(queue) == (0, 0, 0)
+
+
+def test_a_publish_refused_for_length_is_not_reported() -> None:
+    settings = QueueSettings(max_length=0, overflow=Overflow.REJECT_PUBLISH_DLX)
+    queue = QueueMachine("q", settings=settings)
+    reply, effects = queue.apply(NOW, Enqueue("m", 1))
+    assert reply is REJECTED_REPLY
+    assert effects == []
+
+
+def test_with_a_dlx_nothing_is_reported_as_dropped() -> None:
+    queue = QueueMachine("q", settings=QueueSettings(dead_letter_exchange="dlx", max_length=1))
+    fill_effects = [queue.apply(NOW, Enqueue(f"m{i}", 1))[1] for i in range(3)]
+    assert [drops(effects) for effects in fill_effects] == [[], [], []]
+
+
+def test_unacked_msg_ids_are_what_a_purge_keeps() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 4)
+    got_id(queue)
+    got_id(queue, no_ack=True)
+    got_id(queue)
+    assert queue.unacked_msg_ids() == [1, 3]
+    apply(queue, Purge())
+    assert queue.unacked_msg_ids() == [1, 3]
+
+
+# --- Restore: messages a journal kept come back with their ids, deadlines, marks ---------
+
+
+def restored(msg_id: int, **fields: object) -> Restored:
+    return Restored(msg_id, f"m{msg_id}", 10, **fields)  # type: ignore[arg-type]
+
+
+def test_restore_keeps_ids_and_order_and_moves_the_counter() -> None:
+    queue = QueueMachine("q")
+    reply, effects = queue.apply(NOW, Restore([restored(3), restored(7), restored(9)]))
+    assert (reply, effects) == (3, [])
+    assert counts(queue) == (3, 0, 30)
+    assert queue.next_msg_id == 10
+    assert apply(queue, Enqueue("new", 1))[0] == 10
+    assert [got_id(queue, no_ack=True) for _ in range(5)] == [3, 7, 9, 10, None]
+
+
+def test_restored_delivered_message_is_redelivered() -> None:
+    queue = QueueMachine("q")
+    queue.apply(NOW, Restore([restored(1, redelivered=True), restored(2)]))
+    _, effects = apply(queue, Checkout("A", "ch"))
+    assert [(e.entry.msg_id, e.entry.redelivered) for e in effects] == [(1, True), (2, False)]
+
+
+def test_restore_skips_ids_the_queue_already_handed_out() -> None:
+    queue = QueueMachine("q")
+    fill(queue, 2)
+    reply, _ = queue.apply(NOW, Restore([restored(2), restored(5)]))
+    assert reply == 1
+    assert [got_id(queue, no_ack=True) for _ in range(4)] == [1, 2, 5, None]
+    assert queue.apply(NOW, Restore([restored(5)]))[0] == 0
+
+
+def test_restore_keeps_absolute_deadlines_and_expires_what_is_due() -> None:
+    queue = QueueMachine("q", settings=WITH_DLX)
+    reply, effects = queue.apply(
+        Meta(100), Restore([restored(1, expires_at_ms=90), restored(2, expires_at_ms=150)])
+    )
+    assert reply == 2
+    assert dead_letters(effects) == [(1, EXPIRED)]
+    assert queue.timer_at_ms == 150
+    _, effects = queue.apply(Meta(150), Tick())
+    assert dead_letters(effects) == [(2, EXPIRED)]
+    assert counts(queue) == (0, 0, 0)
+
+
+def test_restore_puts_messages_on_their_priority_levels() -> None:
+    queue = QueueMachine("q", settings=QueueSettings(max_priority=2))
+    queue.apply(NOW, Restore([restored(1, priority=0), restored(2, priority=9), restored(3)]))
+    assert [got_id(queue, no_ack=True) for _ in range(4)] == [2, 1, 3, None]
+
+
+def test_restore_applies_a_drop_head_limit() -> None:
+    queue = QueueMachine("q", settings=QueueSettings(max_length=2))
+    reply, effects = queue.apply(NOW, Restore([restored(1), restored(2), restored(3)]))
+    assert reply == 3
+    assert drops(effects) == [(1, MAXLEN)]
+    assert counts(queue) == (2, 0, 20)

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from warren.errors import ReplyCode
 from warren.model.settings import QueueSettings
@@ -30,6 +36,7 @@ from warren.queue import (
     Deliver,
     Discard,
     Dispatch,
+    Dropped,
     Enqueue,
     Get,
     Got,
@@ -37,6 +44,8 @@ from warren.queue import (
     Purge,
     QueueMachine,
     Refused,
+    Restore,
+    Restored,
     Return,
     SetTimer,
     Settle,
@@ -63,8 +72,6 @@ class ModelConsumer:
 
 
 class QueueAgainstModel(RuleBasedStateMachine):
-    dead_letter_everything = False
-
     def __init__(self) -> None:
         super().__init__()
         self.queue = self.new_queue()
@@ -106,6 +113,11 @@ class QueueAgainstModel(RuleBasedStateMachine):
         return reply
 
     def on_effect(self, effect: object, running: dict[Hashable, int]) -> None:
+        if isinstance(effect, Dropped):  # no dead-letter exchange: only discards drop here
+            assert effect.reason == REJECTED, effect.reason
+            assert effect.entry.msg_id in self.rejecting, f"{effect.entry.msg_id} dropped"
+            self.rejecting.discard(effect.entry.msg_id)
+            return
         assert isinstance(effect, Deliver), effect
         self.check_delivery(effect, running)
 
@@ -226,7 +238,7 @@ class QueueAgainstModel(RuleBasedStateMachine):
         released = self.release(ids)
         self.rejecting = set(released)
         assert self.apply(Discard(ids)) == len(released)
-        assert not (self.dead_letter_everything and self.rejecting), "not dead-lettered"
+        assert not self.rejecting, "discarded without a DeadLetter or Dropped effect"
 
     @rule(data=st.data())
     def return_(self, data: st.DataObject) -> None:
@@ -308,17 +320,20 @@ class QueueAgainstModel(RuleBasedStateMachine):
 
 
 class QueueWithTtlAgainstModel(QueueAgainstModel):
-    """The same, with message TTLs and a clock; a dead-letter exchange makes every message
-    the queue drops visible as a `DeadLetter` effect, which the model follows."""
+    """The same, with message TTLs and a clock; every message the queue drops is visible as
+    a `DeadLetter` effect (with a dead-letter exchange) or a `Dropped` one (without), which
+    the model follows."""
 
-    dead_letter_everything = True
+    dead_letter_exchange: str | None = "dlx"
 
     def __init__(self) -> None:
         super().__init__()
         self.deadlines: dict[int, int | None] = {}
 
     def new_queue(self) -> QueueMachine:
-        return QueueMachine("q", settings=QueueSettings(dead_letter_exchange="dlx"))
+        return QueueMachine(
+            "q", settings=QueueSettings(dead_letter_exchange=self.dead_letter_exchange)
+        )
 
     @rule(size=st.integers(0, 1000), ttl_ms=st.none() | st.integers(0, 30))
     def enqueue_with_ttl(self, size: int, ttl_ms: int | None) -> None:
@@ -345,7 +360,8 @@ class QueueWithTtlAgainstModel(QueueAgainstModel):
             assert deadline is None or deadline >= self.now_ms, "expired message delivered"
             self.check_delivery(effect, running)
             return
-        assert isinstance(effect, DeadLetter), effect
+        expected = Dropped if self.dead_letter_exchange is None else DeadLetter
+        assert isinstance(effect, expected), effect
         msg_id = effect.entry.msg_id
         if effect.reason == REJECTED:
             assert msg_id in self.rejecting, f"{msg_id} dead-lettered as rejected"
@@ -363,6 +379,45 @@ class QueueWithTtlAgainstModel(QueueAgainstModel):
             assert self.queue.timer_at_ms is not None and self.queue.timer_at_ms <= min(due)
 
 
+class QueueWithTtlNoDlxAgainstModel(QueueWithTtlAgainstModel):
+    """Without a dead-letter exchange the same departures come as `Dropped` effects."""
+
+    dead_letter_exchange = None
+
+
+class RestoredQueueAgainstModel(QueueWithTtlAgainstModel):
+    """A queue that starts from `Restore` (as after a restart): ids with gaps, absolute
+    deadlines some of which have passed, some messages delivered before the restart."""
+
+    @initialize(
+        items=st.lists(
+            st.tuples(
+                st.integers(1, 3),  # gap to the previous msg_id
+                st.integers(0, 1000),  # size
+                st.none() | st.integers(-20, 40),  # deadline relative to the restart
+                st.booleans(),  # delivered before the restart
+            ),
+            max_size=8,
+        )
+    )
+    def restore(self, items: list[tuple[int, int, int | None, bool]]) -> None:
+        self.now_ms = 100
+        restored = []
+        msg_id = 0
+        for gap, size, deadline, redelivered in items:
+            msg_id += gap
+            at_ms = None if deadline is None else self.now_ms + deadline
+            restored.append(Restored(msg_id, f"m{msg_id}", size, at_ms, 0, redelivered))
+            self.sizes[msg_id] = size
+            self.delivery_counts[msg_id] = int(redelivered)
+            self.deadlines[msg_id] = at_ms
+            self.ready.append(msg_id)
+        self.next_id = msg_id + 1
+        assert self.apply(Restore(restored)) == len(restored)
+        assert self.queue.next_msg_id == self.next_id
+        assert not [msg_id for msg_id in self.ready if self.expired(msg_id)], "due, not expired"
+
+
 QueueAgainstModel.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
@@ -371,3 +426,11 @@ QueueWithTtlAgainstModel.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
 test_queue_with_ttl_against_model = QueueWithTtlAgainstModel.TestCase
+QueueWithTtlNoDlxAgainstModel.TestCase.settings = settings(
+    max_examples=50, stateful_step_count=40, deadline=None
+)
+test_queue_with_ttl_without_dlx_against_model = QueueWithTtlNoDlxAgainstModel.TestCase
+RestoredQueueAgainstModel.TestCase.settings = settings(
+    max_examples=50, stateful_step_count=30, deadline=None
+)
+test_restored_queue_against_model = RestoredQueueAgainstModel.TestCase
