@@ -90,7 +90,7 @@ def start_warren() -> tuple[Broker | None, str]:
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
-    broker = Broker("warren", url, process.pid, process, workdir)
+    broker = Broker("warren", url, process.pid, process=process, workdir=workdir)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:

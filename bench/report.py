@@ -8,6 +8,7 @@ comparison and CPU tables, and the matplotlib bar chart (Agg backend, no display
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def chart(records: list[dict[str, Any]], workloads: list[Workload], path: Path) 
     import matplotlib.pyplot as plt
 
     panels = _panels(workloads)
-    widths = [max(2, len(bars)) for _, bars in panels]
+    widths = [max(3, len(bars)) for _, bars in panels]
     fig, axes = plt.subplots(
         1, len(panels), figsize=(1.1 * sum(widths) + 2, 4.5), width_ratios=widths, squeeze=False
     )
@@ -125,6 +126,7 @@ def _panel(ax: Any, records: list[dict[str, Any]], unit: str, bars: list[tuple[s
         xs = [p + offset for p in positions]
         ax.bar(xs, heights, 0.4, label=LABELS[broker], color=COLOURS[broker])
     ax.set_xticks(list(positions))
-    ax.set_xticklabels([f"{w}\n{METRICS[key].label}" for w, key in bars], fontsize=7)
+    labels = [f"{w}\n" + textwrap.fill(METRICS[key].label, 14) for w, key in bars]
+    ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel(unit)
     ax.legend(fontsize=8)
