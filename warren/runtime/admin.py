@@ -12,6 +12,8 @@ Theory of operation:
    RabbitMQ's statistics database, they are never stale.
 4. Failures are `NotFound` (a vhost, queue or policy that does not exist) and
    `warren.model.policy.PolicyError` (a policy RabbitMQ would refuse).
+5. A policy change is committed to the definitions store (when the node has one) before
+   the call returns, so the HTTP reply means it survives a restart.
 """
 
 from __future__ import annotations
@@ -113,6 +115,8 @@ def set_policy(
         apply_to=apply_to,
         operator=operator,
     )
+    if broker.durability is not None:
+        broker.durability.policy_set(policy, operator=operator)
     created = _store(target, operator).put(policy)
     apply_policies(broker, target)
     return created
@@ -122,6 +126,8 @@ def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> No
     target = vhost_of(broker, vhost)
     if _store(target, operator).remove(name) is None:
         raise NotFound()
+    if broker.durability is not None:
+        broker.durability.policy_cleared(vhost, name, operator=operator)
     apply_policies(broker, target)
 
 

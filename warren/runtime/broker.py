@@ -9,6 +9,11 @@ Theory of operation:
    socket whose write buffer is full) is passed to the machine as credit in `Meta`.
 3. The broker holds the vhosts of `warren.model` and maps (vhost, queue name) to hosts.
    Deleting a queue cancels its consumers (consumer_cancel_notify) and forgets its host.
+4. A durable queue's host has a `journal_key` and reports to the broker's `Durability`
+   what its machine did to messages: the command's own outcome first (an `Enqueue`'s
+   record must come before anything its effects do to the message), then the effects
+   (deliveries, settlements by no-ack delivery, dead-lettering or dropping). A host
+   without a key (non-durable queue, or a broker without storage) pays one test for it.
 """
 
 from __future__ import annotations
@@ -29,18 +34,25 @@ from warren.queue import (
     DeadLetter,
     Deliver,
     Dispatch,
+    Dropped,
     Effect,
+    Enqueue,
+    Get,
+    Got,
     Meta,
+    Purge,
     QueueExpired,
     QueueMachine,
     Refused,
     SetTimer,
+    Settle,
     Tick,
 )
 from warren.runtime.deadletter import dead_letter
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
+    from warren.runtime.durability import Durability
 
 log = logging.getLogger("warren.broker")
 
@@ -64,11 +76,12 @@ class Subscriber(Protocol):
 
 
 class ConsumerRef:
-    __slots__ = ("channel", "tag")
+    __slots__ = ("channel", "no_ack", "tag")
 
-    def __init__(self, channel: Subscriber, tag: str) -> None:
+    def __init__(self, channel: Subscriber, tag: str, no_ack: bool = False) -> None:
         self.channel = channel
         self.tag = tag
+        self.no_ack = no_ack
 
 
 class QueueHost:
@@ -80,6 +93,7 @@ class QueueHost:
         "_timer",
         "broker",
         "ever_consumed",
+        "journal_key",
         "machine",
         "operator_policy",
         "policy",
@@ -94,6 +108,8 @@ class QueueHost:
         self._limited: set[Subscriber] = set()
         self._timer: asyncio.TimerHandle | None = None
         self.ever_consumed = False
+        # the durable queue's key in the message journal; None: nothing is logged
+        self.journal_key: str | None = None
         self.policy: Policy | None = None
         self.operator_policy: Policy | None = None
         self.refresh_policies()
@@ -116,23 +132,64 @@ class QueueHost:
         return Meta(now_ms(), credit or None, blocked)
 
     def apply(self, command: Command) -> object:
-        reply, effects = self.machine.apply(self.meta(), command)
+        meta = self.meta()
+        reply, effects = self.machine.apply(meta, command)
+        if self.journal_key is not None:
+            self._journal(command, reply, meta)
         if effects:
             self.perform(effects)
         return reply
 
+    def _journal(self, command: Command, reply: object, meta: Meta) -> None:
+        """Log what the command itself did to messages (its effects follow in `perform`)."""
+        durability = self.broker.durability
+        key = self.journal_key
+        assert durability is not None and key is not None
+        if type(command) is Enqueue:
+            if type(reply) is int:
+                durability.enqueued(self, reply, command, meta.now_ms)
+        elif type(command) is Settle:
+            durability.settled(key, command.msg_ids)
+        elif type(command) is Get:
+            if type(reply) is Got:
+                msg_ids = (reply.entry.msg_id,)
+                if command.no_ack:
+                    durability.settled(key, msg_ids)
+                else:
+                    durability.delivered(key, msg_ids)
+        elif type(command) is Purge:
+            durability.purged(key, self.machine.unacked_msg_ids())
+
     def perform(self, effects: list[Effect]) -> None:
         consumers = self._consumers
+        key = self.journal_key
+        delivered: list[int] = []
+        gone: list[int] = []
         for effect in effects:
             if type(effect) is Deliver:
                 ref = consumers[effect.consumer]
                 ref.channel.deliver(ref.tag, effect.entry, self)
+                if key is not None:
+                    (gone if ref.no_ack else delivered).append(effect.entry.msg_id)
             elif type(effect) is DeadLetter:
+                # the copy's record in the target queue comes before the settlement here
                 dead_letter(self, effect.entry, effect.reason)
+                if key is not None:
+                    gone.append(effect.entry.msg_id)
+            elif type(effect) is Dropped:
+                if key is not None:
+                    gone.append(effect.entry.msg_id)
             elif type(effect) is SetTimer:
                 self._arm(effect.at_ms)
             elif type(effect) is QueueExpired:
                 self.broker.expire_queue(self)
+        if delivered or gone:
+            durability = self.broker.durability
+            assert durability is not None and key is not None
+            if delivered:
+                durability.delivered(key, delivered)
+            if gone:
+                durability.settled(key, gone)
 
     def _arm(self, at_ms: int) -> None:
         if self._timer is not None:
@@ -165,7 +222,7 @@ class QueueHost:
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
     ) -> tuple[object, list[Effect]]:
         """Add a consumer; the caller performs the effects after it sent consume-ok."""
-        ref = ConsumerRef(channel, tag)
+        ref = ConsumerRef(channel, tag, command.no_ack)
         self._consumers[command.consumer] = ref
         if limited:
             self._limited.add(channel)
@@ -215,6 +272,8 @@ class Broker:
         self.users: dict[str, str] = {config.default_user: config.default_pass}
         self.connections: set[object] = set()
         self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
+        # durable definitions and messages; None when the node keeps nothing on disk
+        self.durability: Durability | None = None
 
     def queue(self, vhost: str, name: str) -> QueueHost | None:
         return self.queues.get((vhost, name))
@@ -222,6 +281,13 @@ class Broker:
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = QueueHost(self, record)
         self.queues[record.vhost, record.name] = host
+        return host
+
+    def declare_queue(self, record: QueueRecord) -> QueueHost:
+        """A queue the model just created: its host, and its definition stored if durable."""
+        host = self.add_queue(record)
+        if self.durability is not None:
+            self.durability.queue_declared(host)
         return host
 
     def expire_queue(self, host: QueueHost) -> None:
@@ -240,6 +306,8 @@ class Broker:
             return 0
         host.stop()
         host.cancel_all()
+        if self.durability is not None:
+            self.durability.queue_deleted(vhost, host)
         return host.machine.ready_count
 
     def authenticate(self, user: str, password: str) -> bool:

@@ -9,9 +9,14 @@ Theory of operation:
    queue's msg_id, in tag order, so `multiple` acks take a prefix of it.
 3. Publisher confirms: every publish in confirm mode gets the next sequence number; acks
    are merged into one ``basic.ack(multiple)`` when the connection flushes, after any
-   ``basic.return`` of the same message.
+   ``basic.return`` of the same message. A publish that wrote to the message log (a
+   persistent message in a durable queue) is *held* with the log sequence it needs until
+   the log is durable that far (`durable_reached`); confirms stay in publish order, so a
+   later publish is not acked (nor nacked) before a held one.
 4. Transactions buffer publishes and settlements until ``tx.commit``; a rollback drops the
-   publishes and puts the settled tags back as unacknowledged.
+   publishes and puts the settled tags back as unacknowledged. A commit that wrote to the
+   message log answers ``tx.commit-ok`` once that is durable; methods the channel sends
+   meanwhile wait behind it, so replies keep their order.
 5. Direct reply-to: a consumer on ``amq.rabbitmq.reply-to`` gets a token; a publish to the
    default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -117,6 +123,12 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0
         self.confirmed_upto = 0
+        self.durability = self.broker.durability
+        # confirms waiting for the log, in publish order: (publish seq, log seq, nack)
+        self._held: deque[tuple[int, int, bool]] = deque()
+        # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
+        self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
+        self._wait_upto = 0  # the highest log sequence anything here waits for
         self.transaction: _Transaction | None = None
         self.last_queue = ""
         self.reply_token: str | None = None
@@ -150,6 +162,9 @@ class Channel:
     # --- plumbing --------------------------------------------------------------------------
 
     def send(self, method: m.Method) -> None:
+        if self._deferred is not None:
+            self._deferred.append((0, method))
+            return
         self.connection.send_method(self.number, method)
 
     def handle(self, method: m.Method) -> None:
@@ -171,7 +186,7 @@ class Channel:
     # --- exchanges -------------------------------------------------------------------------
 
     def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
-        self.vhost.declare_exchange(
+        exchange = self.vhost.declare_exchange(
             method.exchange,
             method.type,
             passive=method.passive,
@@ -180,10 +195,14 @@ class Channel:
             internal=method.internal,
             arguments=_typed_arguments(method.arguments),
         )
+        if self.durability is not None and not method.passive:
+            self.durability.exchange_declared(self.vhost, exchange)
         self._reply(method, m.ExchangeDeclareOk())
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
         self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
+        if self.durability is not None:
+            self.durability.exchanges_changed(self.vhost)
         self._reply(method, m.ExchangeDeleteOk())
 
     def _exchange_bind(self, method: m.ExchangeBind) -> None:
@@ -204,9 +223,21 @@ class Channel:
         source: str,
         method: m.ExchangeBind | m.ExchangeUnbind | m.QueueBind | m.QueueUnbind,
     ) -> None:
-        """Add or remove one binding; `owner` lets the model refuse another's exclusive queue."""
+        """Add or remove one binding; `owner` lets the model refuse another's exclusive queue.
+        A binding between durable ends is stored (or deleted) before the reply."""
         arguments = _plain_arguments(method.arguments)
+        vhost = self.vhost
         change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
+        durability = self.durability
+        if durability is not None:
+            if change == vhost.bind:
+                durability.binding_added(
+                    vhost, destination, kind, source, method.routing_key, arguments
+                )
+            else:
+                durability.binding_removed(
+                    vhost, destination, kind, source, method.routing_key, arguments
+                )
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
         if not getattr(method, "nowait", False):
@@ -250,7 +281,7 @@ class Channel:
                 server_named=server_named,
             )
             if created:
-                host = self.broker.add_queue(record)
+                host = self.broker.declare_queue(record)
                 if method.exclusive:
                     self.connection.exclusive_queues.append(name)
             else:
@@ -439,7 +470,7 @@ class Channel:
         self.next_tag = tag + 1
         if not method.no_ack:
             self.unacked[tag] = (host, entry.msg_id, False)
-        self.connection.send(
+        self._send_frames(
             get_ok_frames(
                 self.number,
                 tag,
@@ -548,6 +579,9 @@ class Channel:
         vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
+        durability = self.durability if self.confirm else None
+        # a durable queue that logs the message appends to the log: the confirm waits
+        logged_from = durability.log.next_sequence if durability is not None else 0
         for name in queues:
             if broker_queues[vhost_name, name].apply(enqueue) is REJECTED_REPLY:
                 rejected = True
@@ -557,12 +591,28 @@ class Channel:
             self.publish_seq += 1
             if rejected:
                 self._nack_latest()
+            elif durability is not None and durability.log.next_sequence != logged_from:
+                self._hold(durability.log.next_sequence - 1)
             else:
                 self.connection.confirm_later(self)
+
+    def _hold(self, log_sequence: int) -> None:
+        """The latest publish is confirmed once the log is durable up to `log_sequence`."""
+        durability = self.durability
+        assert durability is not None
+        if log_sequence <= durability.log.durable_sequence:
+            self.connection.confirm_later(self)
+            return
+        self._held.append((self.publish_seq, log_sequence, False))
+        self._wait_upto = log_sequence
+        durability.wait(self)
 
     def _nack_latest(self) -> None:
         """A queue refused the latest publish: ack what came before, then nack it."""
         seq = self.publish_seq
+        if self._held:  # after the held ones, in order
+            self._held.append((seq, 0, True))
+            return
         if seq - 1 > self.confirmed_upto:
             self.send(m.BasicAck(seq - 1, seq - 1 - self.confirmed_upto > 1))
         self.send(m.BasicNack(seq, False, False))
@@ -621,14 +671,61 @@ class Channel:
             )
         )
 
-    def pending_confirm(self) -> m.BasicAck | None:
-        """The ack that confirms everything published since the last one, if any."""
+    def pending_confirms(self) -> list[m.Method]:
+        """The acks (and nacks) that may go now, in publish order: everything published
+        since the last ack, up to the first publish still waiting for the log."""
+        if self._held:
+            return self._release_held()
         upto = self.publish_seq
         if upto <= self.confirmed_upto:
-            return None
+            return []
         multiple = upto - self.confirmed_upto > 1
         self.confirmed_upto = upto
-        return m.BasicAck(upto, multiple)
+        return [m.BasicAck(upto, multiple)]
+
+    def _release_held(self) -> list[m.Method]:
+        assert self.durability is not None
+        durable = self.durability.log.durable_sequence
+        held = self._held
+        out: list[m.Method] = []
+        while held and held[0][1] <= durable:
+            seq, _log_sequence, nack = held.popleft()
+            if nack:
+                self._ack_upto(seq - 1, out)
+                out.append(m.BasicNack(seq, False, False))
+                self.confirmed_upto = seq
+        self._ack_upto(held[0][0] - 1 if held else self.publish_seq, out)
+        return out
+
+    def _ack_upto(self, upto: int, out: list[m.Method]) -> None:
+        if upto > self.confirmed_upto:
+            out.append(m.BasicAck(upto, upto - self.confirmed_upto > 1))
+            self.confirmed_upto = upto
+
+    def durable_reached(self, durable_sequence: int) -> bool:
+        """The log is durable up to `durable_sequence`: release held confirms and a waiting
+        tx.commit-ok. True while something here still waits for more."""
+        held = self._held
+        if held and held[0][1] <= durable_sequence:
+            self.connection.confirm_later(self)
+        deferred = self._deferred
+        if deferred is not None:
+            while deferred and deferred[0][0] <= durable_sequence:
+                _, item = deferred.popleft()
+                if isinstance(item, bytes):
+                    self.connection.send(item)
+                else:
+                    self.connection.send_method(self.number, item)
+            if not deferred:
+                self._deferred = None
+        return self._wait_upto > durable_sequence
+
+    def _send_frames(self, data: bytes) -> None:
+        """Frames of a reply (basic.get-ok): behind a waiting tx.commit-ok if there is one."""
+        if self._deferred is not None:
+            self._deferred.append((0, data))
+            return
+        self.connection.send(data)
 
     # --- confirms and transactions ---------------------------------------------------------
 
@@ -653,10 +750,22 @@ class Channel:
     def _tx_commit(self, method: m.TxCommit) -> None:
         transaction = self._require_transaction()
         self.transaction = _Transaction()
+        durability = self.durability
+        logged_from = durability.log.next_sequence if durability is not None else 0
         for content in transaction.publishes:
             self._publish(content)
         for command, taken in transaction.settlements:
             self._apply_settlement(command, taken)
+        if durability is not None and durability.log.next_sequence != logged_from:
+            needed = durability.log.next_sequence - 1
+            if needed > durability.log.durable_sequence:
+                # persistent messages (or acks) went to the log: commit-ok once it is durable
+                if self._deferred is None:
+                    self._deferred = deque()
+                self._deferred.append((needed, m.TxCommitOk()))
+                self._wait_upto = needed
+                durability.wait(self)
+                return
         self.send(m.TxCommitOk())
 
     def _tx_rollback(self, method: m.TxRollback) -> None:
@@ -671,6 +780,10 @@ class Channel:
 
     def close(self) -> None:
         """The channel is gone: cancel its consumers and requeue what it held."""
+        if self.durability is not None:
+            self.durability.forget(self)
+        self._held.clear()
+        self._deferred = None
         for tag in list(self.consumers):
             self._cancel_consumer(tag)
         self._drop_reply_to()

@@ -193,9 +193,8 @@ class AmqpConnection(asyncio.Protocol):
         self._flush_scheduled = False
         if self._confirming:
             for channel in self._confirming.values():
-                ack = channel.pending_confirm()
-                if ack is not None:
-                    self._out.append(method_frame(channel.number, ack))
+                for confirm in channel.pending_confirms():
+                    self._out.append(method_frame(channel.number, confirm))
             self._confirming.clear()
         if self._out and self.transport is not None and not self.transport.is_closing():
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]

@@ -1,0 +1,605 @@
+"""What survives a restart: durable definitions in SQLite, persistent messages in the log.
+
+Theory of operation:
+1. Layout under the node's data directory: ``definitions.sqlite3`` (`DefinitionsStore`:
+   vhosts, durable exchanges and queues, bindings between durable ends, policies and
+   operator policies) and ``log/`` (the node's `Log`, written by the `QueueJournal`).
+   Non-durable and exclusive objects are never stored; neither are transient messages,
+   nor persistent ones in non-durable queues.
+2. Startup (`open_durability`, before any listener opens): load the definitions and rebuild
+   the model from them (vhosts, policies, exchanges, queues, bindings, in that order so
+   that each finds what it refers to); open the log and log its recovery report (WARNING
+   when it dropped anything); recover the journal, keeping the queue keys of the durable
+   queues just rebuilt (a queue's key is its store incarnation, so a queue deleted and
+   declared again never inherits the old one's messages); give every queue its messages
+   with `Restore`, all queues first and the effects (expiry, dead-lettering) after, so a
+   dead-lettered message never takes a msg_id a recovered message still has.
+3. Definitions are committed on the event loop before the -ok reply: one SQLite
+   transaction with ``synchronous=FULL``. The model's cascades (a deleted queue or exchange
+   takes its bindings; an auto-delete exchange goes with its last binding) are mirrored by
+   `exchanges_changed`, which drops stored exchanges the model no longer has; the store
+   cascades their bindings the same way the model does.
+4. Messages: a durable queue's `QueueHost` reports what its machine did (`enqueued`,
+   `delivered`, `settled`, `purged`, `queue_deleted`); the journal ignores msg_ids it
+   never logged, so transient messages cost a lookup at most. Only persistent messages
+   (delivery-mode 2) are logged.
+5. Group commit: every append asks for one ``call_soon`` callback per loop turn (`_kick`).
+   When no batch is in flight it seals the appends of the turn into a batch and syncs it
+   on a single thread of its own; when the sync returns, waiters (channels holding
+   publisher confirms or a tx.commit-ok) are told the new durable sequence, the journal
+   retires dead segments, a compaction step runs (plan here, read on a reader thread,
+   apply here) and the next batch is sealed if anything was appended meanwhile.
+6. Rule: a confirm for a persistent message in a durable queue leaves only once the log
+   sequence of its record is durable (see `warren.runtime.channel`). Deliveries do not
+   wait: a consumer may see a message before it is on disk, as in RabbitMQ.
+7. A failed sync (`LogFailed`) means durability can no longer be promised: it is logged as
+   critical and the node stops with a non-zero exit status (`on_failure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from warren.amqp.content import Message, delivery_mode
+from warren.amqp.table import decode_table, decode_table_typed, encode_table
+from warren.errors import AmqpError
+from warren.model import DestinationKind, Exchange, VHost
+from warren.model.policy import Policy, PolicyError, make_policy
+from warren.model.vhost import RESERVED_PREFIX
+from warren.queue import Enqueue, Restore, Restored
+from warren.storage.definitions import (
+    BindingDefinition,
+    Definitions,
+    DefinitionsStore,
+    ExchangeDefinition,
+    PolicyDefinition,
+    QueueDefinition,
+    VHostDefinition,
+)
+from warren.storage.journal import CompactionPlan, QueueJournal
+from warren.storage.log import Batch, Log, LogError
+from warren.storage.messages import RecordFormatError, RecoveredMessage
+
+if TYPE_CHECKING:
+    from warren.runtime.broker import Broker, QueueHost
+
+log = logging.getLogger("warren.durability")
+
+DEFINITIONS_FILE = "definitions.sqlite3"
+LOG_DIRECTORY = "log"
+PERSISTENT = 2  # delivery-mode of a persistent message
+CLOSE_WAIT_S = 10.0
+
+
+class Waiter(Protocol):
+    """Something that holds replies until the log is durable up to some sequence."""
+
+    def durable_reached(self, durable_sequence: int) -> bool:
+        """Release what the durable sequence allows; True while it still waits for more."""
+
+
+class Durability:
+    """The node's durable state and the group commit driver. See the module docstring."""
+
+    def __init__(
+        self,
+        definitions: DefinitionsStore,
+        wal: Log,
+        journal: QueueJournal,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.definitions = definitions
+        self.log = wal
+        self.journal = journal
+        self.on_failure = on_failure
+        self.failed = False
+        self._loop = asyncio.get_running_loop()
+        # one thread syncs, another reads segments for compaction, so a read never delays a
+        # sync (the log allows reading a sealed segment while a batch is being synced)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warren-log")
+        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warren-read")
+        self._scheduled = False  # a `_drive` callback is queued
+        self._syncing: asyncio.Future[int] | None = None
+        self._reading: asyncio.Future[dict[int, bytes]] | None = None  # compaction read
+        self._waiters: dict[Waiter, None] = {}
+        # what the store holds, so redeclares and repeated binds cost no transaction
+        self._exchanges: dict[str, dict[str, None]] = {}  # vhost -> names
+        self._bindings: set[BindingDefinition] = set()
+        self.syncs = 0
+
+    # --- definitions: exchanges ------------------------------------------------------------
+
+    def exchange_declared(self, vhost: VHost, exchange: Exchange) -> None:
+        """After exchange.declare: store the exchange if it is durable and not yet stored."""
+        stored = self._exchanges.setdefault(vhost.name, {})
+        if not exchange.durable or exchange.name in stored:
+            return
+        if not exchange.name or exchange.name.startswith(RESERVED_PREFIX):
+            return  # predeclared in every vhost
+        self.definitions.put_exchange(
+            ExchangeDefinition(
+                vhost.name,
+                exchange.name,
+                exchange.type.value,
+                durable=True,
+                auto_delete=exchange.auto_delete,
+                internal=exchange.internal,
+                arguments=encode_table(exchange.arguments),
+            )
+        )
+        stored[exchange.name] = None
+
+    def exchanges_changed(self, vhost: VHost) -> None:
+        """After anything that may delete exchanges (directly or by auto-delete cascade):
+        drop the stored ones the model no longer has, with their bindings."""
+        stored = self._exchanges.get(vhost.name)
+        if not stored:
+            return
+        gone = [name for name in stored if name not in vhost.exchanges]
+        if not gone:
+            return
+        with self.definitions.transaction():
+            for name in gone:
+                self.definitions.delete_exchange(vhost.name, name)
+        for name in gone:
+            del stored[name]
+        gone_set = set(gone)
+        self._bindings = {
+            b
+            for b in self._bindings
+            if b.vhost != vhost.name
+            or (
+                b.source not in gone_set
+                and not (b.destination_kind == "exchange" and b.destination in gone_set)
+            )
+        }
+
+    # --- definitions: bindings -------------------------------------------------------------
+
+    def _binding(
+        self,
+        vhost: VHost,
+        destination: str,
+        kind: DestinationKind,
+        source: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> BindingDefinition | None:
+        """The stored form of a binding, or None if it is not durable (both ends must be)."""
+        exchange = vhost.exchanges.get(source)
+        if exchange is None or not exchange.durable:
+            return None
+        if kind is DestinationKind.QUEUE:
+            record = vhost.queues.get(destination)
+            if record is None or not record.durable:
+                return None
+        else:
+            target = vhost.exchanges.get(destination)
+            if target is None or not target.durable:
+                return None
+        # Canonical bytes: the model compares arguments as mappings, so must the store.
+        encoded = encode_table(dict(sorted(arguments.items())))
+        return BindingDefinition(vhost.name, source, destination, kind.value, routing_key, encoded)
+
+    def binding_added(
+        self,
+        vhost: VHost,
+        destination: str,
+        kind: DestinationKind,
+        source: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> None:
+        binding = self._binding(vhost, destination, kind, source, routing_key, arguments)
+        if binding is not None and binding not in self._bindings:
+            self.definitions.put_binding(binding)
+            self._bindings.add(binding)
+
+    def binding_removed(
+        self,
+        vhost: VHost,
+        destination: str,
+        kind: DestinationKind,
+        source: str,
+        routing_key: str,
+        arguments: Mapping[str, object],
+    ) -> None:
+        """After unbind (whose source exchange may have been auto-deleted with it)."""
+        encoded = encode_table(dict(sorted(arguments.items())))
+        binding = BindingDefinition(
+            vhost.name, source, destination, kind.value, routing_key, encoded
+        )
+        if binding in self._bindings:
+            self.definitions.delete_binding(binding)
+            self._bindings.discard(binding)
+        self.exchanges_changed(vhost)
+
+    # --- definitions: queues ---------------------------------------------------------------
+
+    def queue_declared(self, host: QueueHost) -> None:
+        """A queue was created: store it if durable; its incarnation keys its messages."""
+        record = host.record
+        if not record.durable or record.exclusive:
+            return
+        incarnation = self.definitions.put_queue(
+            QueueDefinition(
+                record.vhost,
+                record.name,
+                durable=True,
+                auto_delete=record.auto_delete,
+                arguments=encode_table(record.arguments),
+                type=record.queue_type.value,
+            )
+        )
+        host.journal_key = str(incarnation)
+
+    def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
+        """After the model and the broker dropped a queue (and maybe auto-delete exchanges)."""
+        key = host.journal_key
+        if key is not None:
+            host.journal_key = None
+            self.definitions.delete_queue(vhost.name, host.record.name)
+            target = (vhost.name, "queue", host.record.name)
+            self._bindings = {
+                b for b in self._bindings if (b.vhost, b.destination_kind, b.destination) != target
+            }
+            if self.journal.delete_queue(key) is not None:
+                self._kick()
+        self.exchanges_changed(vhost)
+
+    # --- definitions: policies -------------------------------------------------------------
+
+    def policy_set(self, policy: Policy, *, operator: bool) -> None:
+        definition = PolicyDefinition(
+            policy.vhost,
+            policy.name,
+            policy.pattern,
+            policy.apply_to,
+            policy.priority,  # type: ignore[arg-type]  # RabbitMQ also accepts a float
+            dict(policy.definition),
+        )
+        if operator:
+            self.definitions.put_operator_policy(definition)
+        else:
+            self.definitions.put_policy(definition)
+
+    def policy_cleared(self, vhost: str, name: str, *, operator: bool) -> None:
+        if operator:
+            self.definitions.delete_operator_policy(vhost, name)
+        else:
+            self.definitions.delete_policy(vhost, name)
+
+    # --- messages (called by the hosts of durable queues) ------------------------------------
+
+    def enqueued(self, host: QueueHost, msg_id: int, command: Enqueue, now_ms: int) -> None:
+        """The machine took a message: log it if it is persistent. Runs before the effects
+        of the same command, so its record precedes any delivery or settlement of it."""
+        message = command.message
+        assert isinstance(message, Message)
+        if delivery_mode(message.properties_raw) != PERSISTENT:
+            return
+        key = host.journal_key
+        assert key is not None
+        self.journal.enqueue_fields(
+            key,
+            msg_id,
+            now_ms,
+            host.machine.message_deadline(now_ms, command.ttl_ms),
+            command.priority,
+            message.route,
+            message.properties_raw,
+            message.body,
+        )
+        self._kick()
+
+    def delivered(self, key: str, msg_ids: Iterable[int]) -> None:
+        if self.journal.deliver(key, msg_ids) is not None:
+            self._kick()
+
+    def settled(self, key: str, msg_ids: Iterable[int]) -> None:
+        if self.journal.settle(key, msg_ids) is not None:
+            self._kick()
+
+    def purged(self, key: str, kept_msg_ids: list[int]) -> None:
+        if self.journal.purge(key, kept_msg_ids) is not None:
+            self._kick()
+
+    # --- group commit ------------------------------------------------------------------------
+
+    def wait(self, waiter: Waiter) -> None:
+        """`waiter.durable_reached` is called after every sync until it returns False."""
+        self._waiters[waiter] = None
+
+    def forget(self, waiter: Waiter) -> None:
+        self._waiters.pop(waiter, None)
+
+    def _kick(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._drive)
+
+    def _drive(self) -> None:
+        """Seal what this loop turn appended and sync it, unless a sync is under way (its
+        completion seals the next batch)."""
+        self._scheduled = False
+        if self._syncing is not None or self.failed:
+            return
+        try:
+            batch = self.log.seal()
+        except LogError as error:
+            self._fail(error)
+            return
+        if batch is None:
+            return
+        self._syncing = future = self._loop.run_in_executor(self._executor, self._sync, batch)
+        future.add_done_callback(self._synced)
+
+    def _sync(self, batch: Batch) -> int:
+        return self.log.sync_batch(batch)
+
+    def _synced(self, future: asyncio.Future[int]) -> None:
+        self._syncing = None
+        try:
+            durable = future.result()
+        except BaseException as error:  # LogFailed, or a bug: durability is gone either way
+            self._fail(error)
+            return
+        self.syncs += 1
+        for waiter in list(self._waiters):
+            if not waiter.durable_reached(durable):
+                self._waiters.pop(waiter, None)
+        try:
+            self.journal.maintain(compact=False)
+            self._compaction_step()
+        except LogError as error:
+            self._fail(error)
+            return
+        if self.log.pending_records:
+            self._drive()
+
+    def _compaction_step(self) -> None:
+        if self._reading is not None:
+            return
+        plan = self.journal.compaction_plan()
+        if plan is None:
+            return
+        self._reading = future = self._loop.run_in_executor(
+            self._reader, self.log.read, plan.segment_id, plan.sequences
+        )
+        future.add_done_callback(lambda done: self._compaction_read(plan, done))
+
+    def _compaction_read(
+        self, plan: CompactionPlan, future: asyncio.Future[dict[int, bytes]]
+    ) -> None:
+        self._reading = None
+        if self.failed:
+            return
+        try:
+            payloads = future.result()
+        except (LogError, OSError) as error:
+            log.warning("compaction of log segment %s skipped: %s", plan.segment_id, error)
+            self.journal.cancel_compaction()
+            return
+        copied = self.journal.apply_compaction(plan, payloads)
+        log.debug("compacting log segment %s: %s live records copied", plan.segment_id, copied)
+        self._kick()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        log.critical("the message log failed, durability is lost; stopping: %s", error)
+        self.on_failure()
+
+    # --- closing ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wait for the batch in flight, sync what is pending, close the files."""
+        for future in (self._syncing, self._reading):
+            if future is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(future), CLOSE_WAIT_S)
+                except BaseException as error:  # already handled by its callback
+                    log.debug("waiting for the log thread at close: %r", error)
+        await asyncio.sleep(0)  # let the done callbacks run
+        try:
+            if self._syncing is None:
+                self.log.close(flush=not self.failed)
+            else:
+                log.error("the log thread did not finish; closing without a final sync")
+        except LogError as error:
+            log.critical("final sync of the message log failed: %s", error)
+            self.failed = True
+        finally:
+            self.definitions.close()
+            self._executor.shutdown(wait=False)
+            self._reader.shutdown(wait=False)
+        log.info("message log closed after %s group commits", self.syncs)
+
+
+# --- startup ---------------------------------------------------------------------------------
+
+
+def open_durability(
+    broker: Broker, data_dir: Path, on_failure: Callable[[], None] = lambda: None
+) -> Durability:
+    """Rebuild the broker's durable state from `data_dir` and return the driver (which is
+    also set as `broker.durability`). Call on the event loop, before listeners open."""
+    definitions = DefinitionsStore.open(data_dir / DEFINITIONS_FILE)
+    try:
+        loaded = definitions.load()
+        hosts = _rebuild(broker, definitions, loaded)
+        wal, report = Log.open(data_dir / LOG_DIRECTORY)
+    except BaseException:
+        definitions.close()
+        raise
+    level = logging.INFO if report.clean else logging.WARNING
+    log.log(level, "recovered %s", report.summary())
+    try:
+        journal, recovered = QueueJournal.recover(
+            wal, keep=lambda key: key in hosts, on_undecodable=_skip_undecodable
+        )
+    except BaseException:
+        wal.close(flush=False)
+        definitions.close()
+        raise
+    durability = Durability(definitions, wal, journal, on_failure)
+    for name, exchanges in _stored_exchanges(loaded).items():
+        durability._exchanges[name] = exchanges
+    durability._bindings = {b for b in loaded.bindings if _exists(broker, b)}
+    broker.durability = durability
+    _restore_messages(hosts, recovered)
+    journal.maintain()
+    durability._kick()
+    count = sum(len(messages) for messages in recovered.values())
+    log.info("recovered %s durable queues, %s persistent messages", len(hosts), count)
+    return durability
+
+
+def _skip_undecodable(sequence: int, error: RecordFormatError) -> None:
+    log.error("log record %s is not a valid queue record, skipped: %s", sequence, error)
+
+
+def _stored_exchanges(loaded: Definitions) -> dict[str, dict[str, None]]:
+    stored: dict[str, dict[str, None]] = {}
+    for exchange in loaded.exchanges:
+        stored.setdefault(exchange.vhost, {})[exchange.name] = None
+    return stored
+
+
+def _exists(broker: Broker, binding: BindingDefinition) -> bool:
+    vhost = broker.vhosts.get(binding.vhost)
+    return vhost is not None and binding.source in vhost.exchanges
+
+
+def _vhost(broker: Broker, name: str) -> VHost:
+    vhost = broker.vhosts.get(name)
+    if vhost is None:
+        vhost = broker.vhosts[name] = VHost(name)
+    return vhost
+
+
+def _rebuild(
+    broker: Broker, definitions: DefinitionsStore, loaded: Definitions
+) -> dict[str, QueueHost]:
+    """The model from the stored definitions; returns the durable queues' hosts by key."""
+    if not any(v.name == "/" for v in loaded.vhosts):
+        definitions.put_vhost(VHostDefinition("/", "Default virtual host"))
+    for stored_vhost in loaded.vhosts:
+        _vhost(broker, stored_vhost.name)
+    for policies, operator in ((loaded.policies, False), (loaded.operator_policies, True)):
+        for policy in policies:
+            _restore_policy(broker, policy, operator)
+    for exchange in loaded.exchanges:
+        _restore_exchange(broker, exchange)
+    hosts: dict[str, QueueHost] = {}
+    for queue in loaded.queues:
+        host = _restore_queue(broker, queue)
+        if host is not None:
+            hosts[host.journal_key or ""] = host
+    for binding in loaded.bindings:
+        _restore_binding(broker, binding)
+    return hosts
+
+
+def _restore_policy(broker: Broker, stored: PolicyDefinition, operator: bool) -> None:
+    try:
+        policy = make_policy(
+            stored.vhost,
+            stored.name,
+            pattern=stored.pattern,
+            definition=dict(stored.definition),
+            priority=stored.priority,
+            apply_to=stored.apply_to,
+            operator=operator,
+        )
+    except PolicyError as error:
+        log.warning("policy %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
+        return
+    vhost = _vhost(broker, stored.vhost)
+    (vhost.operator_policies if operator else vhost.policies).put(policy)
+
+
+def _restore_exchange(broker: Broker, stored: ExchangeDefinition) -> None:
+    vhost = _vhost(broker, stored.vhost)
+    try:
+        vhost.declare_exchange(
+            stored.name,
+            stored.type,
+            passive=False,
+            durable=True,
+            auto_delete=stored.auto_delete,
+            internal=stored.internal,
+            arguments=decode_table_typed(stored.arguments),
+        )
+    except (AmqpError, ValueError) as error:
+        log.warning("exchange %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
+
+
+def _restore_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
+    vhost = _vhost(broker, stored.vhost)
+    try:
+        record, _created = vhost.declare_queue(
+            stored.name,
+            owner=None,
+            passive=False,
+            durable=True,
+            exclusive=False,
+            auto_delete=stored.auto_delete,
+            arguments=decode_table_typed(stored.arguments),
+            server_named=stored.name.startswith(RESERVED_PREFIX),
+        )
+    except (AmqpError, ValueError) as error:
+        log.warning("queue %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
+        return None
+    host = broker.add_queue(record)
+    host.journal_key = str(stored.incarnation)
+    return host
+
+
+def _restore_binding(broker: Broker, stored: BindingDefinition) -> None:
+    vhost = _vhost(broker, stored.vhost)
+    try:
+        vhost.bind(
+            stored.destination,
+            DestinationKind(stored.destination_kind),
+            stored.source,
+            stored.routing_key,
+            decode_table(stored.arguments) if stored.arguments else {},
+        )
+    except (AmqpError, ValueError) as error:
+        log.warning("stored binding %r not restored: %s", stored, error)
+
+
+def _restore_messages(
+    hosts: Mapping[str, QueueHost], recovered: Mapping[str, list[RecoveredMessage]]
+) -> None:
+    """Every queue first, effects (expiry, dead-lettering, drop-head) after: a message
+    dead-lettered into another durable queue must not take an id recovered there."""
+    pending: list[tuple[QueueHost, list[Any]]] = []
+    for key, messages in recovered.items():
+        host = hosts[key]
+        command = Restore([_restored(message) for message in messages])
+        _reply, effects = host.machine.apply(host.meta(), command)
+        pending.append((host, effects))
+    for host, effects in pending:
+        if effects:
+            host.perform(effects)
+
+
+def _restored(recovered: RecoveredMessage) -> Restored:
+    record = recovered.message
+    message = Message(record.exchange, record.routing_key, record.properties_raw, record.body)
+    return Restored(
+        record.msg_id,
+        message,
+        len(record.body),
+        record.expires_at_ms,
+        record.priority,
+        recovered.redelivered,
+    )
