@@ -58,7 +58,9 @@ async def serve(config: Config) -> int:
     broker = Broker(config)
     stop = asyncio.Event()
     # Durable state is back before anything listens: a client never sees a half-loaded node.
-    durability = open_durability(broker, config.data_dir, on_failure=stop.set)
+    durability = open_durability(
+        broker, config.data_dir, stop.set, segment_max_bytes=config.log_segment_max_bytes
+    )
     try:
         await _run(broker, stop)
     finally:

@@ -31,6 +31,7 @@ class Config:
     frame_max: int = 131072
     channel_max: int = 2047
     log_level: str = "info"
+    log_segment_max_bytes: int = 64 * 1024 * 1024
 
 
 _HELP = {
@@ -46,6 +47,7 @@ _HELP = {
     "frame_max": "largest frame the server accepts, bytes",
     "channel_max": "most channels per connection",
     "log_level": "debug, info, warning or error",
+    "log_segment_max_bytes": "size at which the message log starts a new segment file, bytes",
 }
 
 

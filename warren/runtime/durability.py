@@ -22,7 +22,10 @@ Theory of operation:
 4. Messages: a durable queue's `QueueHost` reports what its machine did (`enqueued`,
    `delivered`, `settled`, `purged`, `queue_deleted`); the journal ignores msg_ids it
    never logged, so transient messages cost a lookup at most. Only persistent messages
-   (delivery-mode 2) are logged.
+   (delivery-mode 2) are logged. First deliveries are collected per queue and logged as
+   one `Delivered` record per queue just before the batch is sealed, not one per message:
+   a mark only matters once it is durable, and the journal drops marks of messages that
+   left meanwhile (settled, purged, deleted), so the later record means the same.
 5. Group commit: every append asks for one ``call_soon`` callback per loop turn (`_kick`).
    When no batch is in flight it seals the appends of the turn into a batch and syncs it
    on a single thread of its own; when the sync returns, waiters (channels holding
@@ -62,7 +65,7 @@ from warren.storage.definitions import (
     VHostDefinition,
 )
 from warren.storage.journal import CompactionPlan, QueueJournal
-from warren.storage.log import Batch, Log, LogError
+from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT, Batch, Log, LogError
 from warren.storage.messages import RecordFormatError, RecoveredMessage
 
 if TYPE_CHECKING:
@@ -107,6 +110,7 @@ class Durability:
         self._syncing: asyncio.Future[int] | None = None
         self._reading: asyncio.Future[dict[int, bytes]] | None = None  # compaction read
         self._waiters: dict[Waiter, None] = {}
+        self._marks: dict[str, list[int]] = {}  # first deliveries not yet logged, per queue
         # what the store holds, so redeclares and repeated binds cost no transaction
         self._exchanges: dict[str, dict[str, None]] = {}  # vhost -> names
         self._bindings: set[BindingDefinition] = set()
@@ -298,8 +302,20 @@ class Durability:
         self._kick()
 
     def delivered(self, key: str, msg_ids: Iterable[int]) -> None:
-        if self.journal.deliver(key, msg_ids) is not None:
+        marks = self._marks.get(key)
+        if marks is None:
+            self._marks[key] = list(msg_ids)
             self._kick()
+        else:
+            marks.extend(msg_ids)
+
+    def _log_marks(self) -> None:
+        marks = self._marks
+        if marks:
+            self._marks = {}
+            deliver = self.journal.deliver
+            for key, msg_ids in marks.items():
+                deliver(key, msg_ids)
 
     def settled(self, key: str, msg_ids: Iterable[int]) -> None:
         if self.journal.settle(key, msg_ids) is not None:
@@ -327,9 +343,12 @@ class Durability:
         """Seal what this loop turn appended and sync it, unless a sync is under way (its
         completion seals the next batch)."""
         self._scheduled = False
-        if self._syncing is not None or self.failed:
+        if self.failed:
             return
         try:
+            self._log_marks()
+            if self._syncing is not None:
+                return
             batch = self.log.seal()
         except LogError as error:
             self._fail(error)
@@ -408,6 +427,8 @@ class Durability:
                     log.debug("waiting for the log thread at close: %r", error)
         await asyncio.sleep(0)  # let the done callbacks run
         try:
+            if not self.failed:
+                self._log_marks()
             if self._syncing is None:
                 self.log.close(flush=not self.failed)
             else:
@@ -426,7 +447,10 @@ class Durability:
 
 
 def open_durability(
-    broker: Broker, data_dir: Path, on_failure: Callable[[], None] = lambda: None
+    broker: Broker,
+    data_dir: Path,
+    on_failure: Callable[[], None] = lambda: None,
+    segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
 ) -> Durability:
     """Rebuild the broker's durable state from `data_dir` and return the driver (which is
     also set as `broker.durability`). Call on the event loop, before listeners open."""
@@ -434,7 +458,7 @@ def open_durability(
     try:
         loaded = definitions.load()
         hosts = _rebuild(broker, definitions, loaded)
-        wal, report = Log.open(data_dir / LOG_DIRECTORY)
+        wal, report = Log.open(data_dir / LOG_DIRECTORY, segment_max_bytes)
     except BaseException:
         definitions.close()
         raise
