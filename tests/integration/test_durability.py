@@ -277,6 +277,59 @@ def test_a_message_delivered_and_not_acked_is_redelivered_after_a_crash(server_f
     assert seen == [(b"first", True), (b"second", False)]
 
 
+# --- settlements: whatever left a queue before the crash stays gone after it ---------------
+
+
+def test_messages_that_left_a_queue_stay_gone_and_dead_letters_stay(server_factory):
+    server = server_factory()
+    with connected(server) as connection:
+        channel = connection.channel()
+        channel.queue_declare("dead", durable=True)
+        dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+        channel.queue_declare("rejecting", durable=True, arguments=dlx)
+        channel.queue_declare("expiring", durable=True, arguments={**dlx, "x-message-ttl": 1000})
+        channel.queue_declare("capped", durable=True, arguments={"x-max-length": 2})
+        channel.queue_declare("purged", durable=True)
+        channel.queue_declare("fetched", durable=True)
+        channel.confirm_delivery()
+        for queue, body in [
+            ("rejecting", "rejected"),
+            ("expiring", "expired"),
+            ("capped", "c1"),
+            ("capped", "c2"),
+            ("capped", "c3"),
+            ("purged", "p1"),
+            ("fetched", "f1"),
+            ("fetched", "f2"),
+        ]:
+            properties = pika.BasicProperties(delivery_mode=2, headers={"mine": body})
+            channel.basic_publish("", queue, body.encode(), properties)
+        method, _, _ = channel.basic_get("rejecting", auto_ack=False)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+        channel.queue_purge("purged")
+        assert channel.basic_get("fetched", auto_ack=True)[2] == b"f1"
+        channel.basic_publish("", "dead", b"marker", PERSISTENT)  # the log is durable to here
+        server.kill()
+    time.sleep(1.0)  # "expired" is due while the node is down: dead-lettered at startup
+    restarted = server_factory(data_dir=server.data_dir)
+    with connected(restarted) as connection:
+        channel = connection.channel()
+        dead = []
+        while (got := channel.basic_get("dead", auto_ack=True))[0] is not None:
+            headers = got[1].headers or {}
+            reasons = [death["reason"] for death in headers.get("x-death", [])]
+            dead.append((got[2].decode(), reasons, headers.get("mine")))
+        assert dead == [
+            ("rejected", ["rejected"], "rejected"),
+            ("marker", [], None),
+            ("expired", ["expired"], "expired"),
+        ]
+        assert bodies(connection, "capped") == ["c2", "c3"]
+        assert bodies(connection, "purged") == []
+        assert bodies(connection, "fetched") == ["f2"]
+        assert bodies(connection, "rejecting") == bodies(connection, "expiring") == []
+
+
 # --- (e) definitions: durable ones survive, transient and exclusive ones do not -------------
 
 
