@@ -101,6 +101,7 @@ class Durability:
         self.journal = journal
         self.on_failure = on_failure
         self.failed = False
+        self._closing = False  # no new syncs or compaction steps; `close` does the last sync
         self._loop = asyncio.get_running_loop()
         # one thread syncs, another reads segments for compaction, so a read never delays a
         # sync (the log allows reading a sealed segment while a batch is being synced)
@@ -327,6 +328,16 @@ class Durability:
 
     # --- group commit ------------------------------------------------------------------------
 
+    @property
+    def caught_up(self) -> bool:
+        """Everything appended (or marked delivered) so far is durable; no sync in flight."""
+        wal = self.log
+        return (
+            not self._marks
+            and self._syncing is None
+            and wal.durable_sequence == wal.next_sequence - 1
+        )
+
     def wait(self, waiter: Waiter) -> None:
         """`waiter.durable_reached` is called after every sync until it returns False."""
         self._waiters[waiter] = None
@@ -343,7 +354,7 @@ class Durability:
         """Seal what this loop turn appended and sync it, unless a sync is under way (its
         completion seals the next batch)."""
         self._scheduled = False
-        if self.failed:
+        if self.failed or self._closing:
             return
         try:
             self._log_marks()
@@ -372,9 +383,14 @@ class Durability:
         for waiter in list(self._waiters):
             if not waiter.durable_reached(durable):
                 self._waiters.pop(waiter, None)
+        if self._closing:
+            return
         try:
-            self.journal.maintain(compact=False)
-            self._compaction_step()
+            if self._reading is None:
+                # Retiring deletes segments from the log's list, which the reader thread
+                # searches: not while it reads; the next sync retires what waits.
+                self.journal.maintain(compact=False)
+                self._compaction_step()
         except LogError as error:
             self._fail(error)
             return
@@ -382,8 +398,6 @@ class Durability:
             self._drive()
 
     def _compaction_step(self) -> None:
-        if self._reading is not None:
-            return
         plan = self.journal.compaction_plan()
         if plan is None:
             return
@@ -396,12 +410,12 @@ class Durability:
         self, plan: CompactionPlan, future: asyncio.Future[dict[int, bytes]]
     ) -> None:
         self._reading = None
-        if self.failed:
+        if self.failed or self._closing:
             return
         try:
             payloads = future.result()
-        except (LogError, OSError) as error:
-            log.warning("compaction of log segment %s skipped: %s", plan.segment_id, error)
+        except Exception as error:  # compaction only saves space: skip it, plan again later
+            log.warning("compaction of log segment %s skipped: %r", plan.segment_id, error)
             self.journal.cancel_compaction()
             return
         copied = self.journal.apply_compaction(plan, payloads)
@@ -418,25 +432,29 @@ class Durability:
     # --- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Wait for the batch in flight, sync what is pending, close the files."""
-        for future in (self._syncing, self._reading):
-            if future is not None:
-                try:
-                    await asyncio.wait_for(asyncio.shield(future), CLOSE_WAIT_S)
-                except BaseException as error:  # already handled by its callback
-                    log.debug("waiting for the log thread at close: %r", error)
-        await asyncio.sleep(0)  # let the done callbacks run
+        """Let the sync and read in flight finish, then sync what is pending, close files."""
+        self._closing = True
+        deadline = self._loop.time() + CLOSE_WAIT_S
+        while self._loop.time() < deadline:
+            in_flight = [f for f in (self._syncing, self._reading) if f is not None]
+            if not in_flight:
+                break
+            await asyncio.wait(in_flight, timeout=max(0.0, deadline - self._loop.time()))
+            await asyncio.sleep(0)  # their done callbacks run
         try:
-            if not self.failed:
-                self._log_marks()
-            if self._syncing is None:
-                self.log.close(flush=not self.failed)
-            else:
+            if self._syncing is not None:
                 log.error("the log thread did not finish; closing without a final sync")
+            elif not self.failed:
+                self._log_marks()
+                self.log.close(flush=True)
+                for waiter in list(self._waiters):
+                    waiter.durable_reached(self.log.durable_sequence)
         except LogError as error:
             log.critical("final sync of the message log failed: %s", error)
             self.failed = True
         finally:
+            if self._syncing is None:
+                self.log.close(flush=False)  # no-op when closed above
             self.definitions.close()
             self._executor.shutdown(wait=False)
             self._reader.shutdown(wait=False)

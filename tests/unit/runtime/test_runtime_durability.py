@@ -1,0 +1,185 @@
+"""The durability driver on a real data directory, without sockets: what is logged, group
+commit, what waiters hear, a failed sync, and a restart on the same directory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from warren.amqp.content import BasicProperties, Message, encode_properties
+from warren.queue import Enqueue, Get, Got, Settle
+from warren.runtime.broker import Broker, QueueHost
+from warren.runtime.config import Config
+from warren.runtime.durability import Durability, open_durability
+from warren.storage.log import LogFailed
+
+PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
+TRANSIENT = encode_properties(BasicProperties(delivery_mode=1))
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 10))
+
+
+class Node:
+    """A broker with its durable state opened on `data_dir`, as the server builds it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.broker = Broker(Config(data_dir=data_dir))
+        self.failures = 0
+        self.durability: Durability = open_durability(self.broker, data_dir, self._failed)
+
+    def _failed(self) -> None:
+        self.failures += 1
+
+    def declare(self, name: str, durable: bool = True, **arguments: Any) -> QueueHost:
+        record, created = self.broker.vhosts["/"].declare_queue(
+            name,
+            owner=None,
+            passive=False,
+            durable=durable,
+            exclusive=False,
+            auto_delete=False,
+            arguments={},
+        )
+        assert created
+        return self.broker.declare_queue(record)
+
+    def host(self, name: str) -> QueueHost:
+        host = self.broker.queue("/", name)
+        assert host is not None
+        return host
+
+    @property
+    def records(self) -> int:
+        return self.durability.log.next_sequence - 1
+
+    async def synced(self) -> None:
+        """Until everything appended so far is durable."""
+        for _ in range(1000):
+            if self.durability.caught_up:
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("the log was not synced")
+
+
+def publish(host: QueueHost, body: bytes, properties: bytes = PERSISTENT) -> int:
+    msg_id = host.apply(Enqueue(Message("", host.name, properties, body), len(body)))
+    assert isinstance(msg_id, int)
+    return msg_id
+
+
+def test_only_persistent_messages_in_durable_queues_are_logged(tmp_path: Path) -> None:
+    async def test() -> None:
+        node = Node(tmp_path)
+        durable, transient = node.declare("durable"), node.declare("transient", durable=False)
+        before = node.records
+        publish(durable, b"t", TRANSIENT)
+        publish(transient, b"p", PERSISTENT)
+        assert node.records == before
+        publish(durable, b"p", PERSISTENT)
+        assert node.records == before + 1
+        await node.durability.close()
+
+    run(test)
+
+
+def test_one_sync_per_loop_turn_and_waiters_hear_the_durable_sequence(tmp_path: Path) -> None:
+    heard: list[int] = []
+
+    class Waiter:
+        def durable_reached(self, durable_sequence: int) -> bool:
+            heard.append(durable_sequence)
+            return durable_sequence < last
+
+    async def test() -> None:
+        nonlocal last
+        node = Node(tmp_path)
+        host = node.declare("q")
+        await node.synced()
+        syncs = node.durability.syncs
+        for index in range(5):
+            publish(host, b"m%d" % index)
+        last = node.records
+        node.durability.wait(Waiter())
+        await node.synced()
+        assert node.durability.syncs == syncs + 1  # five appends, one group commit
+        assert heard == [last]
+        await node.durability.close()
+
+    last = 0
+    run(test)
+
+
+def test_first_deliveries_are_one_record_per_queue_per_batch(tmp_path: Path) -> None:
+    async def test() -> None:
+        node = Node(tmp_path)
+        host = node.declare("q")
+        for index in range(4):
+            publish(host, b"m%d" % index)
+        await node.synced()
+        before = node.records
+        got = [host.apply(Get(no_ack=False)) for _ in range(3)]
+        assert all(isinstance(reply, Got) for reply in got)
+        await node.synced()
+        assert node.records == before + 1
+        await node.durability.close()
+
+    run(test)
+
+
+def test_a_restart_restores_messages_with_ids_and_delivery_marks(tmp_path: Path) -> None:
+    async def first() -> None:
+        node = Node(tmp_path)
+        host = node.declare("q")
+        ids = [publish(host, b"m%d" % index) for index in range(3)]
+        publish(host, b"not logged", TRANSIENT)
+        reply = host.apply(Get(no_ack=False))
+        assert isinstance(reply, Got) and reply.entry.msg_id == ids[0]
+        host.apply(Settle([ids[0]]))
+        reply = host.apply(Get(no_ack=False))  # delivered, never acked
+        assert isinstance(reply, Got)
+        await node.durability.close()
+
+    async def second() -> None:
+        node = Node(tmp_path)
+        host = node.host("q")
+        found = []
+        while isinstance(reply := host.apply(Get(no_ack=True)), Got):
+            found.append((reply.entry.msg_id, reply.entry.message.body, reply.entry.redelivered))
+        assert found == [(2, b"m1", True), (3, b"m2", False)]
+        assert publish(host, b"new") == 4  # after the highest id recovered
+        await node.durability.close()
+
+    run(first)
+    run(second)
+
+
+def test_a_failed_sync_stops_the_node(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async def test() -> None:
+        node = Node(tmp_path)
+        host = node.declare("q")
+        await node.synced()
+
+        def broken(batch: object) -> int:
+            raise LogFailed("disk on fire")
+
+        node.durability.log.sync_batch = broken  # type: ignore[method-assign]
+        publish(host, b"lost")
+        for _ in range(1000):
+            if node.failures:
+                break
+            await asyncio.sleep(0.001)
+        assert (node.failures, node.durability.failed) == (1, True)
+        await node.durability.close()
+
+    with caplog.at_level(logging.CRITICAL, logger="warren.durability"):
+        run(test)
+    assert any(
+        "disk on fire" in r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"
+    )
