@@ -19,7 +19,7 @@ from warren.runtime import config as config_module
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
-from warren.runtime.durability import open_durability
+from warren.runtime.recovery import open_durability
 
 log = logging.getLogger("warren")
 

@@ -6,14 +6,8 @@ Theory of operation:
    operator policies) and ``log/`` (the node's `Log`, written by the `QueueJournal`).
    Non-durable and exclusive objects are never stored; neither are transient messages,
    nor persistent ones in non-durable queues.
-2. Startup (`open_durability`, before any listener opens): load the definitions and rebuild
-   the model from them (vhosts, policies, exchanges, queues, bindings, in that order so
-   that each finds what it refers to); open the log and log its recovery report (WARNING
-   when it dropped anything); recover the journal, keeping the queue keys of the durable
-   queues just rebuilt (a queue's key is its store incarnation, so a queue deleted and
-   declared again never inherits the old one's messages); give every queue its messages
-   with `Restore`, all queues first and the effects (expiry, dead-lettering) after, so a
-   dead-lettered message never takes a msg_id a recovered message still has.
+2. Startup is `warren.runtime.recovery`: it rebuilds the model and the queues' messages
+   from what is stored, then hands the open store, log and journal to `Durability`.
 3. Definitions are committed on the event loop before the -ok reply: one SQLite
    transaction with ``synchronous=FULL``. The model's cascades (a deleted queue or exchange
    takes its bindings; an auto-delete exchange goes with its last binding) are mirrored by
@@ -45,36 +39,29 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from warren.amqp.content import Message, delivery_mode
-from warren.amqp.table import decode_table, decode_table_typed, encode_table
-from warren.errors import AmqpError
+from warren.amqp.table import encode_table
 from warren.model import DestinationKind, Exchange, VHost
-from warren.model.policy import Policy, PolicyError, make_policy
+from warren.model.policy import Policy
 from warren.model.vhost import RESERVED_PREFIX
-from warren.queue import Enqueue, Restore, Restored
+from warren.queue import Enqueue
 from warren.storage.definitions import (
     BindingDefinition,
-    Definitions,
     DefinitionsStore,
     ExchangeDefinition,
     PolicyDefinition,
     QueueDefinition,
-    VHostDefinition,
 )
 from warren.storage.journal import CompactionPlan, QueueJournal
-from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT, Batch, Log, LogError
-from warren.storage.messages import RecordFormatError, RecoveredMessage
+from warren.storage.log import Batch, Log, LogError
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import Broker, QueueHost
+    from warren.runtime.broker import QueueHost
 
 log = logging.getLogger("warren.durability")
 
-DEFINITIONS_FILE = "definitions.sqlite3"
-LOG_DIRECTORY = "log"
 PERSISTENT = 2  # delivery-mode of a persistent message
 CLOSE_WAIT_S = 10.0
 
@@ -116,6 +103,14 @@ class Durability:
         self._exchanges: dict[str, dict[str, None]] = {}  # vhost -> names
         self._bindings: set[BindingDefinition] = set()
         self.syncs = 0
+
+    def remember_stored(
+        self, exchanges: Iterable[ExchangeDefinition], bindings: Iterable[BindingDefinition]
+    ) -> None:
+        """What the store held at startup (so it is not written again, and cascades find it)."""
+        for exchange in exchanges:
+            self._exchanges.setdefault(exchange.vhost, {})[exchange.name] = None
+        self._bindings.update(bindings)
 
     # --- definitions: exchanges ------------------------------------------------------------
 
@@ -345,6 +340,10 @@ class Durability:
     def forget(self, waiter: Waiter) -> None:
         self._waiters.pop(waiter, None)
 
+    def sync_soon(self) -> None:
+        """Have whatever was appended synced (the drivers do this after every append)."""
+        self._kick()
+
     def _kick(self) -> None:
         if not self._scheduled:
             self._scheduled = True
@@ -459,189 +458,3 @@ class Durability:
             self._executor.shutdown(wait=False)
             self._reader.shutdown(wait=False)
         log.info("message log closed after %s group commits", self.syncs)
-
-
-# --- startup ---------------------------------------------------------------------------------
-
-
-def open_durability(
-    broker: Broker,
-    data_dir: Path,
-    on_failure: Callable[[], None] = lambda: None,
-    segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
-) -> Durability:
-    """Rebuild the broker's durable state from `data_dir` and return the driver (which is
-    also set as `broker.durability`). Call on the event loop, before listeners open."""
-    definitions = DefinitionsStore.open(data_dir / DEFINITIONS_FILE)
-    try:
-        loaded = definitions.load()
-        hosts = _rebuild(broker, definitions, loaded)
-        wal, report = Log.open(data_dir / LOG_DIRECTORY, segment_max_bytes)
-    except BaseException:
-        definitions.close()
-        raise
-    level = logging.INFO if report.clean else logging.WARNING
-    log.log(level, "recovered %s", report.summary())
-    try:
-        journal, recovered = QueueJournal.recover(
-            wal, keep=lambda key: key in hosts, on_undecodable=_skip_undecodable
-        )
-    except BaseException:
-        wal.close(flush=False)
-        definitions.close()
-        raise
-    durability = Durability(definitions, wal, journal, on_failure)
-    for name, exchanges in _stored_exchanges(loaded).items():
-        durability._exchanges[name] = exchanges
-    durability._bindings = {b for b in loaded.bindings if _exists(broker, b)}
-    broker.durability = durability
-    _restore_messages(hosts, recovered)
-    journal.maintain()
-    durability._kick()
-    count = sum(len(messages) for messages in recovered.values())
-    log.info("recovered %s durable queues, %s persistent messages", len(hosts), count)
-    return durability
-
-
-def _skip_undecodable(sequence: int, error: RecordFormatError) -> None:
-    log.error("log record %s is not a valid queue record, skipped: %s", sequence, error)
-
-
-def _stored_exchanges(loaded: Definitions) -> dict[str, dict[str, None]]:
-    stored: dict[str, dict[str, None]] = {}
-    for exchange in loaded.exchanges:
-        stored.setdefault(exchange.vhost, {})[exchange.name] = None
-    return stored
-
-
-def _exists(broker: Broker, binding: BindingDefinition) -> bool:
-    vhost = broker.vhosts.get(binding.vhost)
-    return vhost is not None and binding.source in vhost.exchanges
-
-
-def _vhost(broker: Broker, name: str) -> VHost:
-    vhost = broker.vhosts.get(name)
-    if vhost is None:
-        vhost = broker.vhosts[name] = VHost(name)
-    return vhost
-
-
-def _rebuild(
-    broker: Broker, definitions: DefinitionsStore, loaded: Definitions
-) -> dict[str, QueueHost]:
-    """The model from the stored definitions; returns the durable queues' hosts by key."""
-    if not any(v.name == "/" for v in loaded.vhosts):
-        definitions.put_vhost(VHostDefinition("/", "Default virtual host"))
-    for stored_vhost in loaded.vhosts:
-        _vhost(broker, stored_vhost.name)
-    for policies, operator in ((loaded.policies, False), (loaded.operator_policies, True)):
-        for policy in policies:
-            _restore_policy(broker, policy, operator)
-    for exchange in loaded.exchanges:
-        _restore_exchange(broker, exchange)
-    hosts: dict[str, QueueHost] = {}
-    for queue in loaded.queues:
-        host = _restore_queue(broker, queue)
-        if host is not None:
-            hosts[host.journal_key or ""] = host
-    for binding in loaded.bindings:
-        _restore_binding(broker, binding)
-    return hosts
-
-
-def _restore_policy(broker: Broker, stored: PolicyDefinition, operator: bool) -> None:
-    try:
-        policy = make_policy(
-            stored.vhost,
-            stored.name,
-            pattern=stored.pattern,
-            definition=dict(stored.definition),
-            priority=stored.priority,
-            apply_to=stored.apply_to,
-            operator=operator,
-        )
-    except PolicyError as error:
-        log.warning("policy %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
-        return
-    vhost = _vhost(broker, stored.vhost)
-    (vhost.operator_policies if operator else vhost.policies).put(policy)
-
-
-def _restore_exchange(broker: Broker, stored: ExchangeDefinition) -> None:
-    vhost = _vhost(broker, stored.vhost)
-    try:
-        vhost.declare_exchange(
-            stored.name,
-            stored.type,
-            passive=False,
-            durable=True,
-            auto_delete=stored.auto_delete,
-            internal=stored.internal,
-            arguments=decode_table_typed(stored.arguments),
-        )
-    except (AmqpError, ValueError) as error:
-        log.warning("exchange %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
-
-
-def _restore_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
-    vhost = _vhost(broker, stored.vhost)
-    try:
-        record, _created = vhost.declare_queue(
-            stored.name,
-            owner=None,
-            passive=False,
-            durable=True,
-            exclusive=False,
-            auto_delete=stored.auto_delete,
-            arguments=decode_table_typed(stored.arguments),
-            server_named=stored.name.startswith(RESERVED_PREFIX),
-        )
-    except (AmqpError, ValueError) as error:
-        log.warning("queue %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
-        return None
-    host = broker.add_queue(record)
-    host.journal_key = str(stored.incarnation)
-    return host
-
-
-def _restore_binding(broker: Broker, stored: BindingDefinition) -> None:
-    vhost = _vhost(broker, stored.vhost)
-    try:
-        vhost.bind(
-            stored.destination,
-            DestinationKind(stored.destination_kind),
-            stored.source,
-            stored.routing_key,
-            decode_table(stored.arguments) if stored.arguments else {},
-        )
-    except (AmqpError, ValueError) as error:
-        log.warning("stored binding %r not restored: %s", stored, error)
-
-
-def _restore_messages(
-    hosts: Mapping[str, QueueHost], recovered: Mapping[str, list[RecoveredMessage]]
-) -> None:
-    """Every queue first, effects (expiry, dead-lettering, drop-head) after: a message
-    dead-lettered into another durable queue must not take an id recovered there."""
-    pending: list[tuple[QueueHost, list[Any]]] = []
-    for key, messages in recovered.items():
-        host = hosts[key]
-        command = Restore([_restored(message) for message in messages])
-        _reply, effects = host.machine.apply(host.meta(), command)
-        pending.append((host, effects))
-    for host, effects in pending:
-        if effects:
-            host.perform(effects)
-
-
-def _restored(recovered: RecoveredMessage) -> Restored:
-    record = recovered.message
-    message = Message(record.exchange, record.routing_key, record.properties_raw, record.body)
-    return Restored(
-        record.msg_id,
-        message,
-        len(record.body),
-        record.expires_at_ms,
-        record.priority,
-        recovered.redelivered,
-    )

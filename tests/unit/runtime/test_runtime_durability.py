@@ -15,7 +15,8 @@ from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.queue import Enqueue, Get, Got, Settle
 from warren.runtime.broker import Broker, QueueHost
 from warren.runtime.config import Config
-from warren.runtime.durability import Durability, open_durability
+from warren.runtime.durability import Durability
+from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
 
 PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
