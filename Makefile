@@ -25,6 +25,10 @@ test: $(STAMP)
 	@# pytest exits 5 when it collected no tests: not a failure of the code.
 	$(BIN)/pytest $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
 
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench.run
+
 lint: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
