@@ -122,7 +122,8 @@ class Publisher:
             task.add_done_callback(pending.discard)
         await asyncio.get_running_loop().run_in_executor(None, kill)
         # what was confirmed before the kill counts; everything else fails with the socket
-        await asyncio.wait(pending, timeout=5) if pending else None
+        if pending:
+            await asyncio.wait(pending, timeout=5)
         for task in pending:
             task.cancel()
         with contextlib.suppress(Exception):
