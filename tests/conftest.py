@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -156,7 +156,9 @@ def management(broker: Broker) -> tuple[str, str, str]:
     RabbitMQ's at `WARREN_TEST_MGMT_URL` (default http://127.0.0.1:15672) with `WARREN_TEST_URL`."""
     if broker.management_url is None:
         pytest.skip("the management API address is only known for a Warren node started here")
-    return broker.management_url, "guest", "guest"
+    parts = urlsplit(broker.management_url)  # credentials may ride in the URL
+    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path}"
+    return base, unquote(parts.username or "guest"), unquote(parts.password or "guest")
 
 
 @pytest.fixture

@@ -391,7 +391,6 @@ def golden() -> Callable[[str], Observation]:
 
 # -- management HTTP API --------------------------------------------------------------------
 
-MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # e.g. http://guest:guest@127.0.0.1:15672
 QUEUE_INFO_FIELDS = (
     "type",
     "durable",
@@ -535,28 +534,10 @@ class Management:
                 self.request("DELETE", self._policy_path(name, operator))
 
 
-def _management_endpoint(request: pytest.FixtureRequest) -> tuple[str, str, str]:
-    """(base URL, user, password): `WARREN_TEST_MGMT_URL`, else the `management` fixture."""
-    url = os.environ.get(MGMT_URL_ENV)
-    if not url:
-        try:
-            endpoint = request.getfixturevalue("management")
-        except pytest.FixtureLookupError:
-            pytest.skip(f"no management API: set {MGMT_URL_ENV} or provide a `management` fixture")
-        if isinstance(endpoint, tuple):
-            return endpoint
-        url = getattr(endpoint, "url", None) or endpoint.base_url
-        user = getattr(endpoint, "user", None) or getattr(endpoint, "username", "guest")
-        return url, user, endpoint.password
-    parts = urlsplit(url)
-    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path}"
-    return base, unquote(parts.username or "guest"), unquote(parts.password or "guest")
-
-
 @pytest.fixture
-def mgmt(request: pytest.FixtureRequest, amqp: Amqp) -> Iterator[Management]:
+def mgmt(management: tuple[str, str, str], amqp: Amqp) -> Iterator[Management]:
     """The management API of the broker under test (see `Management`)."""
-    api = Management(*_management_endpoint(request), amqp)
+    api = Management(*management, amqp)
     yield api
     api.close()
 
