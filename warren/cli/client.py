@@ -58,6 +58,9 @@ class Client:
     def put(self, segments: tuple[str, ...], body: Any) -> Reply:
         return self.request("PUT", segments, body)
 
+    def post(self, segments: tuple[str, ...], body: Any) -> Reply:
+        return self.request("POST", segments, body)
+
     def delete(self, *segments: str) -> Reply:
         return self.request("DELETE", segments)
 

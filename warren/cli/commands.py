@@ -9,6 +9,11 @@ Theory of operation:
    69; a missing vhost prints ``Virtual host 'v' does not exist`` and exits 65.
 3. Listing verbs render each cell for the chosen formatter (`terms` for queue arguments,
    compact JSON for policy definitions) and hand rows to `formatters`.
+4. Definitions: `export_definitions` writes /api/definitions as rabbitmqctl does (compact
+   JSON, keys sorted; ``-`` is stdout without a banner); `import_definitions` reads a file
+   (``-``: stdin), refuses one that is not JSON with rabbitmqctl's ``Failed to deserialise
+   input`` (exit 65) and POSTs it. Warren's import is done when the reply comes, but the
+   message is rabbitmqctl's ("Successfully started definition import ...").
 """
 
 from __future__ import annotations
@@ -183,6 +188,58 @@ def list_policies(ctx: Context, *, operator: bool) -> int:
     ]
     ctx.show(_tabular(ctx, POLICY_COLUMNS, rows))
     return EX_OK
+
+
+# --- Definitions ---
+
+
+def export_definitions(ctx: Context, path: str) -> int:
+    """The node's definitions as rabbitmqctl writes them: compact JSON, keys sorted; ``-``
+    writes them to stdout with no banner."""
+    to_stdout = path == "-"
+    if not to_stdout:
+        ctx.banner(f'Exporting definitions in JSON to a file at "{path}" ...')
+    reply = ctx.client.get("definitions")
+    if reply.status != 200:
+        return ctx.unexpected(reply)
+    text = json.dumps(reply.body, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    if to_stdout:
+        ctx.show(text)
+        return EX_OK
+    try:
+        with open(path, "w", encoding="utf-8") as target:
+            target.write(text)
+    except OSError as failure:
+        return ctx.fail(f"Error:\n{failure.strerror}: {path}", EX_DATAERR)
+    return _done(ctx)
+
+
+def import_definitions(ctx: Context, path: str) -> int:
+    """Send a definitions file (``-``: stdin) to the node; a missing file is a usage error
+    (raised by the caller), a file that is not JSON exits 65 as rabbitmqctl does."""
+    source = "standard input" if path == "-" else f'a file at "{path}"'
+    ctx.banner(f"Importing definitions in JSON from {source} ...")
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        with open(path, encoding="utf-8") as origin:
+            text = origin.read()
+    try:
+        document = json.loads(text)
+    except ValueError as failure:
+        return ctx.fail(
+            f"Error:\nFailed to deserialise input (format: JSON) (error: {failure})", EX_DATAERR
+        )
+    reply = ctx.client.post(("definitions",), document)
+    if reply.status in (201, 204):
+        ctx.banner(
+            "Successfully started definition import. "
+            "This process is asynchronous and can take some time."
+        )
+        return _done(ctx)
+    if reply.status == 400:
+        return ctx.fail("Error:\n" + reply.reason, EX_DATAERR)
+    return ctx.unexpected(reply)
 
 
 # --- Queues ---

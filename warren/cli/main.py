@@ -20,7 +20,7 @@ from typing import NoReturn, TypeVar
 
 from warren.cli import commands
 from warren.cli.client import DEFAULT_URL, Client, Unreachable
-from warren.cli.commands import EX_UNAVAILABLE, EX_USAGE, Context
+from warren.cli.commands import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, Context
 from warren.cli.formatters import FORMATTER_NAMES, Formatter
 
 Number = TypeVar("Number", int, float)
@@ -38,9 +38,10 @@ DEFAULTS = {
 
 
 class UsageError(Exception):
-    def __init__(self, message: str, usage: str) -> None:
+    def __init__(self, message: str, usage: str, code: int = EX_USAGE) -> None:
         super().__init__(message)
         self.usage = usage
+        self.code = code
 
 
 class Parser(argparse.ArgumentParser):
@@ -85,6 +86,14 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
             help=f"list the {prefix.replace('_', ' ')}policies",
         )
         lister.set_defaults(operator=operator)
+    exporter = verbs.add_parser(
+        "export_definitions", parents=[flags], help="export definitions to a file (- : stdout)"
+    )
+    exporter.add_argument("file")
+    importer = verbs.add_parser(
+        "import_definitions", parents=[flags], help="import definitions from a file (- : stdin)"
+    )
+    importer.add_argument("file")
     queues = verbs.add_parser("list_queues", parents=[flags], help="list queues and their columns")
     queues.add_argument("columns", nargs="*", metavar="column")
     for ignored in ("--online", "--offline", "--local"):
@@ -114,6 +123,13 @@ def _run(args: argparse.Namespace, usage: str) -> int:
     timeout_s = _number(args.timeout, "--timeout", usage, float)
     ctx = _context(args, timeout_s)
     verb: str = args.verb
+    if verb == "export_definitions":
+        return commands.export_definitions(ctx, args.file)
+    if verb == "import_definitions":
+        if args.file != "-" and not os.path.isfile(args.file):
+            message = f"Bad argument: File {args.file} does not exist"
+            raise UsageError(message, usage, EX_DATAERR)
+        return commands.import_definitions(ctx, args.file)
     if verb.startswith("set_"):
         priority = _number(args.priority, "--priority", usage, int)
         return commands.set_policy(
@@ -154,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Error (argument validation): {error}", file=sys.stderr)
         print("Arguments given:\n\t" + " ".join(arguments) + "\n", file=sys.stderr)
         print(f"Usage\n\n{error.usage}", file=sys.stderr)
-        return EX_USAGE
+        return error.code
     except Unreachable as error:
         print(
             f"Error: unable to perform an operation on the management API at {error}",

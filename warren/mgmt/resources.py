@@ -12,6 +12,8 @@ Theory of operation:
    is an empty object, anything but a JSON object is ``not_json``, and missing required
    keys are listed as ``[{key_missing,pattern},…]``. Policy texts are HTML-escaped for
    /api/policies and not for /api/operator-policies, a quirk clients may match on.
+4. /api/definitions: GET exports (200), POST imports (204; 400 ``failed_to_parse_json``
+   for a body that is not JSON, 400 with the refusal for anything Warren will not declare).
 """
 
 from __future__ import annotations
@@ -51,6 +53,34 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
         return replies.ok(admin.get_queue(broker, params[0], params[1]))
     except admin.NotFound:
         return replies.not_found()
+
+
+async def get_definitions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    """GET /api/definitions[/{vhost}]: RabbitMQ answers a missing vhost with a 400."""
+    try:
+        return replies.ok(admin.export_definitions(broker, params[0] if params else None))
+    except admin.NotFound:
+        return replies.bad_request("vhost_not_found")
+
+
+async def post_definitions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    """POST /api/definitions[/{vhost}]: 204 once everything is declared, else 400."""
+    vhost = params[0] if params else None
+    if vhost is not None and vhost not in broker.vhosts:
+        return replies.vhost_not_found()
+    try:
+        document = json.loads(await request.read())
+    except ValueError:
+        return replies.bad_request("failed_to_parse_json")
+    try:
+        admin.import_definitions(broker, document, vhost)
+    except admin.NotFound:
+        return replies.vhost_not_found()
+    except admin.PolicyError as refused:
+        return replies.bad_request(refused.text)
+    except admin.DefinitionsError as refused:
+        return replies.bad_request(str(refused))
+    return replies.no_content()
 
 
 def policy_handlers(*, operator: bool) -> tuple[Handler, Handler, Handler, Handler]:
@@ -140,6 +170,8 @@ def _routes() -> dict[tuple[tuple[str, ...], int], Mapping[str, Handler]]:
         (("queues",), 0): {"GET": list_queues},
         (("queues",), 1): {"GET": list_queues},
         (("queues",), 2): {"GET": get_queue},
+        (("definitions",), 0): {"GET": get_definitions, "POST": post_definitions},
+        (("definitions",), 1): {"GET": get_definitions, "POST": post_definitions},
     }
     for prefix, operator in (("policies", False), ("operator-policies", True)):
         list_all, get_one, put_one, delete_one = policy_handlers(operator=operator)

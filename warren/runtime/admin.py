@@ -18,26 +18,31 @@ Theory of operation:
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
+import hashlib
 import platform
+import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__
 from warren.amqp.table import Typed
-from warren.model import QueueRecord, VHost
+from warren.errors import AmqpError
+from warren.model import Binding, DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.policy import (
     PolicyError,
     PolicyStore,
     effective_policy_definition,
     make_policy,
 )
+from warren.model.vhost import RESERVED_PREFIX
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker, QueueHost
 
-__all__ = ["NotFound", "PolicyError"]
+__all__ = ["DefinitionsError", "NotFound", "PolicyError"]
 
 # The RabbitMQ release whose observed behaviour Warren matches (shared/golden/).
 RABBITMQ_VERSION = "3.10.8"
@@ -283,3 +288,316 @@ def _listeners(broker: Broker) -> list[Json]:
         for protocol, port in (("amqp", config.port), ("http", config.management_port))
         for address in config.bind
     ]
+
+
+# --- Definitions ---
+
+DEFINITIONS_KEYS = ("parameters", "policies", "queues", "exchanges", "bindings")
+OPERATOR_POLICY_COMPONENT = "operator_policy"
+HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+
+
+class DefinitionsError(ValueError):
+    """A definitions document Warren refuses (RabbitMQ's 400 ``bad_request``)."""
+
+
+def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
+    """The broker's definitions in the shape of RabbitMQ's GET /api/definitions.
+
+    With `vhost`, RabbitMQ's per-vhost shape: only ``rabbit_version`` and the five object
+    lists, whose queues, exchanges and bindings carry no ``vhost`` key. Users carry a
+    ``password_hash`` computed as RabbitMQ's ``rabbit_password_hashing_sha256`` would
+    (Warren keeps the password itself), and every user is an administrator with full
+    permissions on every vhost, which is what Warren's single user is.
+
+    Difference from RabbitMQ 3.10.8: only durable exchanges, durable non-exclusive queues
+    and the bindings between durable ends are exported (what the definitions store keeps
+    over a restart); RabbitMQ also exports transient exchanges and non-exclusive transient
+    queues with their bindings. ``global_parameters`` holds only ``internal_cluster_id``.
+    """
+    vhosts = _vhosts(broker, vhost)
+    objects: Json = {
+        "parameters": [
+            {
+                "value": _policy_value(policy.as_json()),
+                "vhost": policy.vhost,
+                "component": OPERATOR_POLICY_COMPONENT,
+                "name": policy.name,
+            }
+            for v in vhosts
+            for policy in sorted(v.operator_policies, key=lambda p: p.name)
+        ],
+        "policies": [
+            policy.as_json() for v in vhosts for policy in sorted(v.policies, key=lambda p: p.name)
+        ],
+        "queues": [_queue_definition(record) for v in vhosts for record in _durable_queues(v)],
+        "exchanges": [
+            _exchange_definition(v, exchange) for v in vhosts for exchange in _durable_exchanges(v)
+        ],
+        "bindings": [_binding_definition(v, binding) for v in vhosts for binding in _bindings(v)],
+    }
+    if vhost is not None:
+        for key in DEFINITIONS_KEYS[2:]:  # parameters and policies keep theirs, as in RabbitMQ
+            for item in objects[key]:
+                item.pop("vhost", None)
+        return {"rabbit_version": RABBITMQ_VERSION, **objects}
+    user_names = sorted(broker.users)
+    return {
+        "rabbit_version": RABBITMQ_VERSION,
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "product_name": "Warren",
+        "product_version": __version__,
+        "users": [
+            {
+                "name": name,
+                "password_hash": password_hash(broker.users[name]),
+                "hashing_algorithm": HASHING_ALGORITHM,
+                "tags": ["administrator"],
+                "limits": {},
+            }
+            for name in user_names
+        ],
+        "vhosts": [{"name": v.name} for v in vhosts],
+        "permissions": [
+            {"user": name, "vhost": v.name, "configure": ".*", "write": ".*", "read": ".*"}
+            for name in user_names
+            for v in vhosts
+        ],
+        "topic_permissions": [],
+        "parameters": objects["parameters"],
+        "global_parameters": [
+            {"name": "internal_cluster_id", "value": f"warren-{broker.config.node_name}"}
+        ],
+        "policies": objects["policies"],
+        "queues": objects["queues"],
+        "exchanges": objects["exchanges"],
+        "bindings": objects["bindings"],
+    }
+
+
+def password_hash(password: str) -> str:
+    """rabbit_password_hashing_sha256: base64(salt ++ sha256(salt ++ password)), 4-byte salt."""
+    salt = secrets.token_bytes(4)
+    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
+    return base64.b64encode(salt + digest).decode("ascii")
+
+
+def _policy_value(policy: Json) -> Json:
+    return {key: policy[key] for key in ("pattern", "definition", "priority", "apply-to")}
+
+
+def _durable_queues(vhost: VHost) -> list[QueueRecord]:
+    records = [r for r in vhost.queues.values() if r.durable and not r.exclusive]
+    return sorted(records, key=lambda r: r.name)
+
+
+def _queue_definition(record: QueueRecord) -> Json:
+    return {
+        "name": record.name,
+        "vhost": record.vhost,
+        "durable": record.durable,
+        "auto_delete": record.auto_delete,
+        "arguments": plain_arguments(record.arguments),
+    }
+
+
+def _durable_exchanges(vhost: VHost) -> list[Exchange]:
+    found = [
+        e
+        for e in vhost.exchanges.values()
+        if e.durable and e.name and not e.name.startswith(RESERVED_PREFIX)
+    ]
+    return sorted(found, key=lambda e: e.name)
+
+
+def _exchange_definition(vhost: VHost, exchange: Exchange) -> Json:
+    return {
+        "name": exchange.name,
+        "vhost": vhost.name,
+        "type": exchange.type.value,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": plain_arguments(exchange.arguments),
+    }
+
+
+def _bindings(vhost: VHost) -> list[Binding]:
+    """Explicit bindings whose two ends are durable (those RabbitMQ keeps and exports)."""
+    found = []
+    for binding in vhost.list_bindings():
+        if not binding.source:
+            continue
+        ends = (
+            vhost.exchanges.get(binding.source),
+            (vhost.queues if binding.kind is DestinationKind.QUEUE else vhost.exchanges).get(
+                binding.destination
+            ),
+        )
+        if all(end is not None and end.durable for end in ends):
+            record = ends[1]
+            if not isinstance(record, QueueRecord) or not record.exclusive:
+                found.append(binding)
+    return found
+
+
+def _binding_definition(vhost: VHost, binding: Binding) -> Json:
+    return {
+        "source": binding.source,
+        "vhost": vhost.name,
+        "destination": binding.destination,
+        "destination_type": binding.kind.value,
+        "routing_key": binding.routing_key,
+        "arguments": {key: plain_value(value) for key, value in binding.arguments.items()},
+    }
+
+
+def import_definitions(broker: Broker, document: object, vhost: str | None = None) -> None:
+    """Declare what a RabbitMQ definitions document holds, as a client's declares would.
+
+    Objects that exist already are left as they are (RabbitMQ's import does the same), so
+    importing twice changes nothing. Users, permissions, topic permissions, global
+    parameters and parameters other than operator policies are accepted and ignored:
+    Warren has only its configured user. A vhost Warren does not have is refused, since
+    vhosts cannot be created yet. With `vhost` (POST /api/definitions/{vhost}) every object
+    goes to that vhost, whatever its own ``vhost`` key says.
+    """
+    if not isinstance(document, dict):
+        raise DefinitionsError("failed_to_parse_json")
+    if vhost is not None:
+        vhost_of(broker, vhost)
+    try:
+        _import(broker, document, vhost)
+    except AmqpError as refused:
+        raise DefinitionsError(refused.text) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as malformed:
+        if isinstance(malformed, DefinitionsError | PolicyError):
+            raise
+        raise DefinitionsError(f"malformed definitions: {malformed!r}") from None
+
+
+def _items(document: Json, key: str) -> list[Json]:
+    items = document.get(key) or []
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise DefinitionsError(f"malformed definitions: {key} must be a list of objects")
+    return items
+
+
+def _target(broker: Broker, item: Json, vhost: str | None) -> VHost:
+    name = vhost if vhost is not None else item.get("vhost", "/")
+    target = broker.vhosts.get(name)
+    if target is None:
+        raise DefinitionsError(_no_vhost(name))
+    return target
+
+
+def _no_vhost(name: object) -> str:
+    return f"no_such_vhost {name!r}: Warren cannot create virtual hosts (only '/' exists)"
+
+
+def _import(broker: Broker, document: Json, vhost: str | None) -> None:
+    if vhost is None:
+        for item in _items(document, "vhosts"):
+            if item.get("name") not in broker.vhosts:
+                raise DefinitionsError(_no_vhost(item.get("name")))
+    policies = [(item, False) for item in _items(document, "policies")]
+    for item in _items(document, "parameters"):
+        if item.get("component") == OPERATOR_POLICY_COMPONENT:
+            policies.append(
+                ({**item["value"], "vhost": item.get("vhost"), "name": item["name"]}, True)
+            )
+    for item, operator in policies:
+        target = _target(broker, item, vhost)
+        set_policy(
+            broker,
+            target.name,
+            item["name"],
+            pattern=item.get("pattern"),
+            definition=item.get("definition"),
+            priority=item.get("priority", 0),
+            apply_to=item.get("apply-to", "all"),
+            operator=operator,
+        )
+    for item in _items(document, "queues"):
+        _import_queue(broker, _target(broker, item, vhost), item)
+    for item in _items(document, "exchanges"):
+        _import_exchange(broker, _target(broker, item, vhost), item)
+    for item in _items(document, "bindings"):
+        _import_binding(broker, _target(broker, item, vhost), item)
+
+
+def _import_queue(broker: Broker, target: VHost, item: Json) -> None:
+    name = item["name"]
+    if not isinstance(name, str) or name in target.queues:
+        if not isinstance(name, str):
+            raise DefinitionsError(f"malformed definitions: queue name {name!r}")
+        return
+    record, created = target.declare_queue(
+        name,
+        owner=None,
+        passive=False,
+        durable=bool(item.get("durable", True)),
+        exclusive=False,
+        auto_delete=bool(item.get("auto_delete", False)),
+        arguments=typed_arguments(item.get("arguments")),
+    )
+    if created:
+        broker.declare_queue(record)
+
+
+def _import_exchange(broker: Broker, target: VHost, item: Json) -> None:
+    name = item["name"]
+    if not isinstance(name, str):
+        raise DefinitionsError(f"malformed definitions: exchange name {name!r}")
+    if not name or name.startswith(RESERVED_PREFIX) or name in target.exchanges:
+        return  # RabbitMQ skips the predeclared ones too
+    exchange = target.declare_exchange(
+        name,
+        str(item.get("type", "direct")),
+        passive=False,
+        durable=bool(item.get("durable", True)),
+        auto_delete=bool(item.get("auto_delete", False)),
+        internal=bool(item.get("internal", False)),
+        arguments=typed_arguments(item.get("arguments")),
+    )
+    if broker.durability is not None:
+        broker.durability.exchange_declared(target, exchange)
+
+
+def _import_binding(broker: Broker, target: VHost, item: Json) -> None:
+    kind = DestinationKind(item.get("destination_type", "queue"))
+    source, destination = str(item["source"]), str(item["destination"])
+    routing_key = str(item.get("routing_key", ""))
+    arguments = item.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise DefinitionsError("malformed definitions: binding arguments must be an object")
+    target.bind(destination, kind, source, routing_key, dict(arguments))
+    if broker.durability is not None:
+        broker.durability.binding_added(target, destination, kind, source, routing_key, arguments)
+
+
+def typed_arguments(arguments: object) -> dict[str, Typed]:
+    """JSON arguments as RabbitMQ's HTTP API types them (rabbit_misc:to_amqp_table)."""
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, dict):
+        raise DefinitionsError("malformed definitions: arguments must be an object")
+    return {str(key): typed_value(value) for key, value in arguments.items()}
+
+
+def typed_value(value: object) -> Typed:
+    if isinstance(value, bool):
+        return Typed("t", value)
+    if isinstance(value, int):
+        return Typed("l", value)
+    if isinstance(value, float):
+        return Typed("d", value)
+    if isinstance(value, str):
+        return Typed("S", value)
+    if isinstance(value, list):
+        return Typed("A", [typed_value(item) for item in value])
+    if isinstance(value, dict):
+        return Typed("F", {str(key): typed_value(item) for key, item in value.items()})
+    if value is None:
+        return Typed("V", None)
+    raise DefinitionsError(f"malformed definitions: argument value {value!r}")
