@@ -182,9 +182,7 @@ class Durability:
             target = vhost.exchanges.get(destination)
             if target is None or not target.durable:
                 return None
-        # Canonical bytes: the model compares arguments as mappings, so must the store.
-        encoded = encode_table(dict(sorted(arguments.items())))
-        return BindingDefinition(vhost.name, source, destination, kind.value, routing_key, encoded)
+        return _stored_binding(vhost, destination, kind, source, routing_key, arguments)
 
     def binding_added(
         self,
@@ -210,10 +208,7 @@ class Durability:
         arguments: Mapping[str, object],
     ) -> None:
         """After unbind (whose source exchange may have been auto-deleted with it)."""
-        encoded = encode_table(dict(sorted(arguments.items())))
-        binding = BindingDefinition(
-            vhost.name, source, destination, kind.value, routing_key, encoded
-        )
+        binding = _stored_binding(vhost, destination, kind, source, routing_key, arguments)
         if binding in self._bindings:
             self.definitions.delete_binding(binding)
             self._bindings.discard(binding)
@@ -458,3 +453,16 @@ class Durability:
             self._executor.shutdown(wait=False)
             self._reader.shutdown(wait=False)
         log.info("message log closed after %s group commits", self.syncs)
+
+
+def _stored_binding(
+    vhost: VHost,
+    destination: str,
+    kind: DestinationKind,
+    source: str,
+    routing_key: str,
+    arguments: Mapping[str, object],
+) -> BindingDefinition:
+    # Canonical bytes: the model compares arguments as mappings, so must the store.
+    encoded = encode_table(dict(sorted(arguments.items())))
+    return BindingDefinition(vhost.name, source, destination, kind.value, routing_key, encoded)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -36,22 +37,7 @@ from warren.amqp.frames import (
 from warren.amqp.methods import decode_method, encode_method
 from warren.errors import HardError, ReplyCode
 
-PROPERTY_NAMES = [
-    "content_type",
-    "content_encoding",
-    "headers",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type",
-    "user_id",
-    "app_id",
-    "cluster_id",
-]
+PROPERTY_NAMES = [field.name for field in dataclasses.fields(BasicProperties)]
 
 
 def split_frames(data: bytes, frame_max: int) -> list[Frame]:
