@@ -104,13 +104,16 @@ def _accepts_tcp(port: int) -> bool:
         return False
 
 
-def start_warren(data_dir: Path) -> WarrenServer:
-    """Start a node and return once its AMQP port accepts connections; fail with its log."""
+def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
+    """Start a node and return once its AMQP port accepts connections; fail with its log.
+    `settings` are more of its configuration, as command-line flags."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port, management_port = free_port(), free_port()
     log_path = data_dir.parent / f"{data_dir.name}.{port}.log"
     command = [sys.executable, "-m", "warren", "--port", str(port)]
     command += ["--management-port", str(management_port), "--data-dir", str(data_dir)]
+    for name, value in settings.items():
+        command += ["--" + name.replace("_", "-"), str(value)]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     server = WarrenServer(process, port, management_port, data_dir, log_path)
@@ -163,13 +166,14 @@ def management(broker: Broker) -> tuple[str, str, str]:
 
 @pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., WarrenServer]]:
-    """Start private Warren nodes (`factory(data_dir=None)`); all are stopped afterwards."""
+    """Start private Warren nodes (`factory(data_dir=None, **settings)`); all are stopped
+    afterwards."""
     if os.environ.get(TEST_URL_ENV):
         pytest.skip(f"needs a private Warren node; {TEST_URL_ENV} points at a shared broker")
     servers: list[WarrenServer] = []
 
-    def factory(data_dir: Path | None = None) -> WarrenServer:
-        server = start_warren(data_dir or tmp_path / f"node{len(servers)}")
+    def factory(data_dir: Path | None = None, **settings: object) -> WarrenServer:
+        server = start_warren(data_dir or tmp_path / f"node{len(servers)}", **settings)
         servers.append(server)
         return server
 

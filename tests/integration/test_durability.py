@@ -34,6 +34,7 @@ pytestmark = pytest.mark.warren_only
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 SEED_ENV = "WARREN_DURABILITY_SEED"
+PAGING = {"queue_resident_messages_max": 20}
 
 
 @contextlib.contextmanager
@@ -162,7 +163,8 @@ def test_confirmed_persistent_messages_survive_sigkill_at_random_moments(server_
     seed = int(os.environ.get(SEED_ENV, random.randrange(2**32)))
     rng = random.Random(seed)
     publisher = Publisher(rng)
-    server = server_factory()
+    # a low resident bound, so that most bodies are read back from the log after a while
+    server = server_factory(**PAGING)
     for _ in range(KILLS):
         asyncio.run(
             asyncio.wait_for(
@@ -170,7 +172,7 @@ def test_confirmed_persistent_messages_survive_sigkill_at_random_moments(server_
                 20,
             )
         )
-        server = server_factory(data_dir=server.data_dir)
+        server = server_factory(data_dir=server.data_dir, **PAGING)
     context = f"seed {seed} ({SEED_ENV}={seed} replays it)"
     with connected(server) as connection:
         for queue in CRASH_QUEUES:
@@ -434,6 +436,59 @@ def test_a_committed_transaction_survives_a_crash(server_factory):
     restarted = server_factory(data_dir=server.data_dir)
     with connected(restarted) as connection:
         assert bodies(connection, "tx") == ["committed"]
+
+
+# --- (f) a queue longer than its resident bound keeps the bodies of its tail in the log ------
+
+
+def numbered_body(number: int) -> bytes:
+    return f"{number:05d}:".encode() * (1 + number % 50)
+
+
+def consume(channel, queue: str, count: int) -> list[bytes]:
+    """`count` bodies through a consumer with a prefetch window and manual acks."""
+    channel.basic_qos(prefetch_count=100)
+    found: list[bytes] = []
+    for method, _properties, body in channel.consume(queue, inactivity_timeout=10):
+        assert method is not None, f"only {len(found)} of {count} arrived"
+        found.append(body)
+        channel.basic_ack(method.delivery_tag)
+        if len(found) == count:
+            break
+    channel.cancel()
+    return found
+
+
+def test_a_long_queue_delivers_every_body_from_the_log_across_a_crash(server_factory):
+    server = server_factory(queue_resident_messages_max=100)
+    expected = [numbered_body(number) for number in range(2_000)]
+    with connected(server) as connection:
+        channel = connection.channel()
+        channel.queue_declare("long", durable=True)
+        channel.confirm_delivery()
+        for body in expected:
+            channel.basic_publish("", "long", body, PERSISTENT)
+        assert consume(channel, "long", 1_000) == expected[:1_000]
+        server.kill()
+    restarted = server_factory(data_dir=server.data_dir, queue_resident_messages_max=100)
+    with connected(restarted) as connection:
+        assert consume(connection.channel(), "long", 1_000) == expected[1_000:]
+
+
+def test_paged_out_messages_are_dead_lettered_with_their_bodies(server_factory):
+    server = server_factory(queue_resident_messages_max=10)
+    expected = [numbered_body(number) for number in range(300)]
+    with connected(server) as connection:
+        channel = connection.channel()
+        channel.queue_declare("dead", durable=True)
+        arguments = {"x-message-ttl": 500, "x-dead-letter-exchange": ""}
+        arguments["x-dead-letter-routing-key"] = "dead"
+        channel.queue_declare("expiring", durable=True, arguments=arguments)
+        channel.confirm_delivery()
+        for body in expected:
+            channel.basic_publish("", "expiring", body, PERSISTENT)
+        time.sleep(1.0)
+        assert consume(channel, "dead", 300) == expected
 
 
 # --- management API ------------------------------------------------------------------------

@@ -148,6 +148,9 @@ _CONTENT_ENCODING_FLAG: Final = 1 << 14
 _LONG_PREFIX: Final = struct.Struct(">I")
 
 
+PERSISTENT: Final = 2  # the delivery-mode of a persistent message
+
+
 def delivery_mode(raw: bytes) -> int | None:
     """The delivery-mode property of raw properties, without decoding the others.
 

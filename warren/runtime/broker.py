@@ -14,6 +14,9 @@ Theory of operation:
    record must come before anything its effects do to the message), then the effects
    (deliveries, settlements by no-ack delivery, dead-lettering or dropping). A host
    without a key (non-durable queue, or a broker without storage) pays one test for it.
+5. A durable queue's host pages: `warren.runtime.paging.admit` decides which arrivals may
+   leave memory, and every message handed out (delivery, basic.get, dead-lettering) is made
+   resident first.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.amqp.content import Message
 from warren.model import QueueRecord, VHost
 from warren.model.policy import Policy, effective_settings
 from warren.queue import (
@@ -49,6 +53,7 @@ from warren.queue import (
     Tick,
 )
 from warren.runtime.deadletter import dead_letter
+from warren.runtime.paging import admit, resident
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
@@ -133,8 +138,13 @@ class QueueHost:
 
     def apply(self, command: Command) -> object:
         meta = self.meta()
+        durable = self.journal_key is not None
+        if durable and type(command) is Enqueue:
+            command = admit(self, command)
         reply, effects = self.machine.apply(meta, command)
-        if self.journal_key is not None:
+        if durable:
+            if type(reply) is Got and type(reply.entry.message) is not Message:
+                resident(self, reply.entry)  # before a no-ack get settles it in the journal
             self._journal(command, reply, meta)
         if effects:
             self.perform(effects)
@@ -168,6 +178,8 @@ class QueueHost:
         for effect in effects:
             if type(effect) is Deliver:
                 ref = consumers[effect.consumer]
+                if type(effect.entry.message) is not Message:
+                    resident(self, effect.entry)
                 ref.channel.deliver(ref.tag, effect.entry, self)
                 if key is not None:
                     (gone if ref.no_ack else delivered).append(effect.entry.msg_id)

@@ -32,6 +32,8 @@ class Config:
     channel_max: int = 2047
     log_level: str = "info"
     log_segment_max_bytes: int = 64 * 1024 * 1024
+    queue_resident_messages_max: int = 16384
+    queue_resident_bytes_max: int = 16 * 1024 * 1024
 
 
 _HELP = {
@@ -48,6 +50,11 @@ _HELP = {
     "channel_max": "most channels per connection",
     "log_level": "debug, info, warning or error",
     "log_segment_max_bytes": "size at which the message log starts a new segment file, bytes",
+    "queue_resident_messages_max": (
+        "ready messages a durable queue keeps in memory; persistent messages beyond it are"
+        " read back from the log when delivered"
+    ),
+    "queue_resident_bytes_max": "the same bound in message body bytes",
 }
 
 

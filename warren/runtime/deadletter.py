@@ -27,6 +27,7 @@ from warren.amqp.content import Message, encode_properties
 from warren.amqp.table import Typed
 from warren.errors import AmqpError
 from warren.queue import REJECTED, Enqueue, Entry
+from warren.runtime.paging import resident
 
 if TYPE_CHECKING:
     from warren.runtime.broker import QueueHost
@@ -39,8 +40,7 @@ def dead_letter(host: QueueHost, entry: Entry, reason: str) -> None:
     exchange = settings.dead_letter_exchange
     if exchange is None:
         return
-    message = entry.message
-    assert isinstance(message, Message)
+    message = resident(host, entry)
     record = host.record
     vhost = host.broker.vhosts.get(record.vhost)
     if vhost is None:

@@ -16,7 +16,8 @@ Theory of operation:
 4. Messages: a durable queue's `QueueHost` reports what its machine did (`enqueued`,
    `delivered`, `settled`, `purged`, `queue_deleted`); the journal ignores msg_ids it
    never logged, so transient messages cost a lookup at most. Only persistent messages
-   (delivery-mode 2) are logged. First deliveries are collected per queue and logged as
+   (delivery-mode 2) are logged; `warren.runtime.paging` lets long queues keep their bodies
+   there only. First deliveries are collected per queue and logged as
    one `Delivered` record per queue just before the batch is sealed, not one per message:
    a mark only matters once it is durable, and the journal drops marks of messages that
    left meanwhile (settled, purged, deleted), so the later record means the same.
@@ -41,12 +42,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from warren.amqp.content import Message, delivery_mode
+from warren.amqp.content import PERSISTENT, Message, delivery_mode
 from warren.amqp.table import encode_table
 from warren.model import DestinationKind, Exchange, VHost
 from warren.model.policy import Policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Enqueue
+from warren.runtime.paging import Pager, PageSlot
 from warren.storage.definitions import (
     BindingDefinition,
     DefinitionsStore,
@@ -62,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.durability")
 
-PERSISTENT = 2  # delivery-mode of a persistent message
 CLOSE_WAIT_S = 10.0
 
 
@@ -102,6 +103,7 @@ class Durability:
         # what the store holds, so redeclares and repeated binds cost no transaction
         self._exchanges: dict[str, dict[str, None]] = {}  # vhost -> names
         self._bindings: set[BindingDefinition] = set()
+        self.pager = Pager()
         self.syncs = 0
 
     def remember_stored(
@@ -273,14 +275,17 @@ class Durability:
 
     def enqueued(self, host: QueueHost, msg_id: int, command: Enqueue, now_ms: int) -> None:
         """The machine took a message: log it if it is persistent. Runs before the effects
-        of the same command, so its record precedes any delivery or settlement of it."""
-        message = command.message
+        of the same command, so its record precedes any delivery or settlement of it. A
+        message in a `PageSlot` is paged out once its record is durable."""
+        held = command.message
+        slot = held if type(held) is PageSlot else None
+        message = held if slot is None else slot.message
         assert isinstance(message, Message)
         if delivery_mode(message.properties_raw) != PERSISTENT:
             return
         key = host.journal_key
         assert key is not None
-        self.journal.enqueue_fields(
+        sequence = self.journal.enqueue_fields(
             key,
             msg_id,
             now_ms,
@@ -290,6 +295,8 @@ class Durability:
             message.properties_raw,
             message.body,
         )
+        if slot is not None and self.pager.hold(sequence, slot):
+            self.wait(self.pager)
         self._kick()
 
     def delivered(self, key: str, msg_ids: Iterable[int]) -> None:

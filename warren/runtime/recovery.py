@@ -16,7 +16,9 @@ Theory of operation (`open_durability`):
    ``redelivered`` for those delivered before. All queues are restored before any effect
    is carried out, so a message dead-lettered at startup into another durable queue never
    takes a msg_id a recovered message there still has. `x-expires` countdowns start again
-   from node start (the host's ``last_used_ms``).
+   from node start (the host's ``last_used_ms``). Bodies stay in the log: each one is read
+   back when its message is handed out (`warren.runtime.paging`), so a backlog larger than
+   memory recovers.
 4. The journal retires and compacts what it can; `Durability` takes over the open store,
    log and journal and is set as `broker.durability`.
 """
@@ -28,7 +30,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warren.amqp.content import Message
 from warren.amqp.table import decode_table, decode_table_typed
 from warren.errors import AmqpError
 from warren.model import DestinationKind, VHost
@@ -36,6 +37,7 @@ from warren.model.policy import PolicyError, make_policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Restore, Restored
 from warren.runtime.durability import Durability
+from warren.runtime.paging import PAGED_OUT
 from warren.storage.definitions import (
     BindingDefinition,
     Definitions,
@@ -78,7 +80,7 @@ def open_durability(
     log.log(level, "recovered %s", report.summary())
     try:
         journal, recovered = QueueJournal.recover(
-            wal, keep=lambda key: key in hosts, on_undecodable=_skip_undecodable
+            wal, keep=lambda key: key in hosts, on_undecodable=_skip_undecodable, bodies=False
         )
     except BaseException:
         wal.close(flush=False)
@@ -216,12 +218,12 @@ def _restore_messages(
 
 
 def _restored(recovered: RecoveredMessage) -> Restored:
+    """A recovered message with its body left in the log (`warren.runtime.paging`)."""
     record = recovered.message
-    message = Message(record.exchange, record.routing_key, record.properties_raw, record.body)
     return Restored(
         record.msg_id,
-        message,
-        len(record.body),
+        PAGED_OUT,
+        recovered.body_size_bytes,
         record.expires_at_ms,
         record.priority,
         recovered.redelivered,

@@ -32,7 +32,12 @@ Theory of operation:
    live by then).
 4. `QueueJournal.recover` rebuilds the ledger from the log at startup with `messages.recover`,
    writes `QueueDeleted` for queue keys the caller no longer has (deleted in the definitions
-   store before the crash let the log say so), re-appends delivered marks, and syncs.
+   store before the crash let the log say so), re-appends delivered marks, and syncs. With
+   ``bodies=False`` it returns the messages without their bodies, so that a backlog need
+   not fit in memory to be recovered.
+5. The ledger knows where each live message's `Enqueued` record lies (segment, offset), so
+   `read` brings a message back from the log with one positioned read: the broker keeps
+   only a small index of a long queue in memory and reads bodies as they are delivered.
 
 The journal assumes it is the only user of its log. When Raft groups share the log, the
 per-segment live counts of every user must be added up before a segment is retired.
@@ -40,7 +45,8 @@ per-segment live counts of every user must be added up before a segment is retir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -52,6 +58,7 @@ from warren.storage.messages import (
     QueueDeleted,
     RecordFormatError,
     RecoveredMessage,
+    decode,
     encode,
     encode_delivered,
     encode_enqueued,
@@ -65,15 +72,22 @@ COMPACTION_LIVE_RATIO_MAX_DEFAULT: Final = 0.5
 
 
 class _Entry:
-    __slots__ = ("delivered", "msg_id", "queue_key", "segment_id", "sequence")
+    __slots__ = ("delivered", "msg_id", "offset", "queue_key", "segment_id", "sequence")
 
     def __init__(
-        self, queue_key: str, msg_id: int, sequence: int, segment_id: int, delivered: bool
+        self,
+        queue_key: str,
+        msg_id: int,
+        sequence: int,
+        segment_id: int,
+        offset: int,
+        delivered: bool,
     ) -> None:
         self.queue_key = queue_key
         self.msg_id = msg_id
         self.sequence = sequence
         self.segment_id = segment_id
+        self.offset = offset  # of its `Enqueued` record in the segment, for `read`
         self.delivered = delivered
 
 
@@ -122,26 +136,49 @@ class QueueJournal:
         keep: Callable[[str], bool] = lambda queue_key: True,
         compaction_live_ratio_max: float = COMPACTION_LIVE_RATIO_MAX_DEFAULT,
         on_undecodable: Callable[[int, RecordFormatError], None] | None = None,
+        *,
+        bodies: bool = True,
     ) -> tuple[QueueJournal, dict[str, list[RecoveredMessage]]]:
         """Rebuild the ledger from `log` (just opened); return the live messages per queue.
 
         Queue keys for which `keep` is false are dropped and a `QueueDeleted` written. An
         undecodable record raises `RecordFormatError` unless `on_undecodable` takes it.
+        Without `bodies`, the messages come back with empty bodies: `read` fetches them.
         Syncs before it returns.
         """
         journal = cls(log, compaction_live_ratio_max)
-        recovered = recover(log.records(), on_undecodable)
+        # the offset of every record, by sequence number: 8 bytes a record, for this call only
+        offsets = array.array("Q")
+        first_sequence = log.durable_sequence + 1
+
+        def located() -> Iterator[tuple[int, bytes]]:
+            nonlocal first_sequence
+            for sequence, _segment_id, offset, payload in log.located_records():
+                if not offsets:
+                    first_sequence = sequence
+                # a gap left by damage: keep the index arithmetic true
+                offsets.extend([0] * (sequence - first_sequence - len(offsets)))
+                offsets.append(offset)
+                yield sequence, payload
+
+        recovered = recover(located(), on_undecodable, bodies=bodies)
         kept: dict[str, list[RecoveredMessage]] = {}
         for queue_key, messages in recovered.items():
             if not keep(queue_key):
                 log.append(encode(QueueDeleted(queue_key)))
                 continue
             kept[queue_key] = messages
-            journal._adopt(queue_key, messages)
+            journal._adopt(queue_key, messages, offsets, first_sequence)
         log.flush_and_sync()
         return journal, kept
 
-    def _adopt(self, queue_key: str, messages: list[RecoveredMessage]) -> None:
+    def _adopt(
+        self,
+        queue_key: str,
+        messages: list[RecoveredMessage],
+        offsets: Sequence[int],
+        first_sequence: int,
+    ) -> None:
         queue = self._queues.setdefault(queue_key, {})
         delivered: list[int] = []
         for message in messages:
@@ -150,6 +187,7 @@ class QueueJournal:
                 message.msg_id,
                 message.sequence,
                 self.log.segment_of(message.sequence),
+                offsets[message.sequence - first_sequence],
                 message.redelivered,
             )
             queue[message.msg_id] = entry
@@ -172,6 +210,16 @@ class QueueJournal:
 
     def live_by_segment(self) -> dict[int, int]:
         return {s: len(entries) for s, entries in sorted(self._by_segment.items()) if entries}
+
+    def read(self, queue_key: str, msg_id: int) -> Enqueued:
+        """A live message as its record holds it, body included, read back from the log
+        (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged)."""
+        entry = self._queues[queue_key][msg_id]
+        payload = self.log.read_record(entry.segment_id, entry.offset, entry.sequence)
+        record = decode(payload)
+        if type(record) is not Enqueued or record.msg_id != msg_id:
+            raise RecordFormatError(f"log record {entry.sequence} is not message {msg_id}")
+        return record
 
     # --- records ---------------------------------------------------------------------------
 
@@ -209,8 +257,10 @@ class QueueJournal:
     def _track(
         self, queue: dict[int, _Entry], queue_key: str, msg_id: int, sequence: int, delivered: bool
     ) -> None:
-        segment_id = self.log.active_segment_id
-        entry = _Entry(queue_key, msg_id, sequence, segment_id, delivered)
+        """Record the message whose `Enqueued` was the log's last append."""
+        log = self.log
+        segment_id = log.active_segment_id
+        entry = _Entry(queue_key, msg_id, sequence, segment_id, log.last_record_offset, delivered)
         queue[msg_id] = entry
         segment = self._by_segment.get(segment_id)
         if segment is None:

@@ -42,15 +42,20 @@ Theory of operation:
    `compact(segment_id, live)` copies the still-live records of a mostly dead segment to the
    head (new sequence numbers), syncs, and retires the old segment; `read` alone is the
    building block for callers that compact without blocking on a sync.
-7. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
+7. Reading: `records` / `located_records` replay the durable records in order (recovery);
+   `read_record(segment_id, offset, sequence)` fetches one record by the position
+   `last_record_offset` gave right after its `append` (message bodies paged out of memory
+   are read back this way), whether it is durable yet or not; `read` takes many records of
+   one sealed segment (compaction).
+8. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
    pages and not report it again): the log marks itself failed and refuses all further
    appends and syncs with `LogFailed`. Durability can no longer be promised; the node must
    stop and recover from disk.
 
 Threads: none inside. The log is not thread-safe, with one allowance: while `sync_batch` runs
-on one thread, `append`, `seal` (after it returned), `segment_of`, `active_segment_id` and
-`read` of a sealed segment may run on another. `retire`, `reclaim`, `compact` and `close`
-need that no batch is in flight.
+on one thread, `append`, `seal` (after it returned), `segment_of`, `active_segment_id`,
+`read_record` and `read` of a sealed segment may run on another. `retire`, `reclaim`,
+`compact` and `close` need that no batch is in flight.
 """
 
 from __future__ import annotations
@@ -318,8 +323,9 @@ def _scan_records(data: bytes, first_sequence: int) -> _Scan:
 
 def _iter_records(
     data: bytes, segment_id: int, first_sequence: int, last_sequence: int
-) -> Iterator[tuple[int, memoryview]]:
-    """Records first..last of a segment recovery already checked; a mismatch is `LogCorrupt`."""
+) -> Iterator[tuple[int, int, memoryview]]:
+    """Records first..last of a segment recovery already checked, as (sequence, offset,
+    payload); a mismatch is `LogCorrupt`."""
     view = memoryview(data)
     position = SEGMENT_HEADER_BYTES
     sequence_expected = first_sequence
@@ -345,11 +351,40 @@ def _iter_records(
                 f"{segment_file_name(segment_id)} at offset {position}: record {sequence_expected}"
                 " no longer reads back intact"
             )
-        yield sequence, payload
+        yield sequence, position, payload
         position = payload_end
         sequence_expected += 1
     if sequence_expected <= last_sequence:
         raise LogCorrupt(f"{segment_file_name(segment_id)}: record {sequence_expected} is missing")
+
+
+def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> bytes:
+    """The bytes of the record at `offset` of a segment, from chunks not yet written."""
+    for chunk in chunks:
+        start = offset - chunk.offset
+        if chunk.segment_id == segment_id and 0 <= start < len(chunk.data):
+            data = chunk.data
+            if start + RECORD_HEADER_BYTES > len(data):
+                break
+            length = _RECORD_HEADER.unpack_from(data, start)[1]
+            return bytes(data[start : start + RECORD_HEADER_BYTES + length])
+    raise LogCorrupt(f"{segment_file_name(segment_id)}: no pending record at {offset}")
+
+
+def _checked_payload(record: bytes, segment_id: int, offset: int, sequence: int) -> bytes:
+    if len(record) >= RECORD_HEADER_BYTES:
+        crc, length, found = _RECORD_HEADER.unpack_from(record, 0)
+        view = memoryview(record)
+        if (
+            found == sequence
+            and len(record) == RECORD_HEADER_BYTES + length
+            and zlib.crc32(view[RECORD_HEADER_BYTES:], zlib.crc32(view[4:RECORD_HEADER_BYTES]))
+            == crc
+        ):
+            return record[RECORD_HEADER_BYTES:]
+    raise LogCorrupt(
+        f"{segment_file_name(segment_id)} at offset {offset}: record {sequence} does not read back"
+    )
 
 
 def _read_file(path: Path) -> bytes:
@@ -397,6 +432,9 @@ class Log:
         self._pending: list[_Chunk] = []
         self._pending_first_sequence = self._next_sequence
         self._in_flight = False
+        self._flight: Batch | None = None  # the batch `sync_batch` is writing, for `read_record`
+        self._last_offset = 0  # where in its segment the last appended record starts
+        self._read_fds: dict[int, int] = {}  # segment id -> descriptor for `read_record`
         self._failed: BaseException | None = None
         self._closed = False
         # Writer state: touched only by `sync_batch` (possibly on another thread).
@@ -458,6 +496,11 @@ class Log:
     def failed(self) -> bool:
         return self._failed is not None
 
+    @property
+    def last_record_offset(self) -> int:
+        """The byte offset, in the active segment, of the record `append` returned last."""
+        return self._last_offset
+
     def segments(self) -> list[SegmentInfo]:
         return [s.info() for s in self._segments]
 
@@ -495,6 +538,7 @@ class Log:
             pending.append(chunk)
         sequence = self._next_sequence
         tail = _RECORD_TAIL.pack(length, sequence)
+        self._last_offset = active.size_bytes
         data = chunk.data
         data += _RECORD_HEADER.pack(zlib.crc32(payload, zlib.crc32(tail)), length, sequence)
         data += payload
@@ -530,6 +574,7 @@ class Log:
         self._pending = []
         self._pending_first_sequence = self._next_sequence
         self._in_flight = True
+        self._flight = batch
         return batch
 
     def sync_batch(self, batch: Batch) -> int:
@@ -557,6 +602,7 @@ class Log:
             raise LogFailed(f"log write failed, durability lost: {error}") from error
         self._durable_sequence = batch.last_sequence
         self._in_flight = False
+        self._flight = None  # after the durable sequence moved: see `read_record`
         return batch.last_sequence
 
     def _writer_fd(self, chunk: _Chunk) -> int:
@@ -587,15 +633,46 @@ class Log:
 
     def records(self) -> Iterator[tuple[int, bytes]]:
         """Every durable record in order, as (sequence number, payload), reading the files."""
+        for sequence, _segment_id, _offset, payload in self.located_records():
+            yield sequence, payload
+
+    def located_records(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """`records` with where each one lies: (sequence, segment id, offset, payload)."""
         for segment in list(self._segments):
             last = min(segment.last_sequence, self._durable_sequence)
             if last < segment.first_sequence:
                 continue
             data = _read_file(self._directory / segment_file_name(segment.segment_id))
-            for sequence, payload in _iter_records(
+            for sequence, offset, payload in _iter_records(
                 data, segment.segment_id, segment.first_sequence, last
             ):
-                yield sequence, bytes(payload)
+                yield sequence, segment.segment_id, offset, bytes(payload)
+
+    def read_record(self, segment_id: int, offset: int, sequence: int) -> bytes:
+        """The payload of one record, by where `append` (or `located_records`) put it.
+
+        A durable record is read from its file with one ``pread``; a newer one from the
+        bytes waiting to be written (pending, or in the batch `sync_batch` is writing on
+        another thread: that batch is taken before the durable sequence is looked at, so
+        the record is in one place or the other). The CRC and sequence are checked:
+        `LogCorrupt` if they do not match.
+        """
+        flight = self._flight
+        if sequence <= self._durable_sequence:
+            fd = self._read_fds.get(segment_id)
+            if fd is None:
+                self._segment(segment_id)  # KeyError for a segment the log does not have
+                path = self._directory / segment_file_name(segment_id)
+                fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
+            head = os.pread(fd, RECORD_HEADER_BYTES, offset)
+            if len(head) < RECORD_HEADER_BYTES:
+                raise LogCorrupt(f"{segment_file_name(segment_id)}: no record at {offset}")
+            length = _RECORD_HEADER.unpack(head)[1]
+            record = head + os.pread(fd, length, offset + RECORD_HEADER_BYTES)
+        else:
+            chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
+            record = _record_in_chunks(chunks, segment_id, offset)
+        return _checked_payload(record, segment_id, offset, sequence)
 
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
         """The payloads of the given records of a sealed, durable segment."""
@@ -610,7 +687,7 @@ class Log:
         if not wanted:
             return found
         data = _read_file(self._directory / segment_file_name(segment_id))
-        for sequence, payload in _iter_records(
+        for sequence, _offset, payload in _iter_records(
             data, segment_id, segment.first_sequence, segment.last_sequence
         ):
             if sequence in wanted:
@@ -663,6 +740,9 @@ class Log:
                 raise LogFailed(f"deleting a segment failed: {error}") from error
             del self._segments[0]
             del self._firsts[0]
+            fd = self._read_fds.pop(oldest.segment_id, None)
+            if fd is not None:
+                os.close(fd)
             deleted.append(oldest.segment_id)
         return deleted
 
@@ -695,6 +775,9 @@ class Log:
             if self._write_fd >= 0:
                 os.close(self._write_fd)
                 self._write_fd = -1
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
             os.close(self._directory_fd)
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

@@ -126,9 +126,10 @@ QueueRecord = Enqueued | Settled | Delivered | Purged | QueueDeleted
 
 @dataclass(frozen=True, slots=True)
 class RecoveredMessage:
-    message: Enqueued
+    message: Enqueued  # its body is empty when recovered without bodies
     redelivered: bool
     sequence: int  # the log record that holds it now
+    body_size_bytes: int
 
     @property
     def msg_id(self) -> int:
@@ -249,8 +250,9 @@ def is_queue_record(payload: bytes) -> bool:
     return len(payload) > 0 and payload[0] == FAMILY
 
 
-def decode(payload: bytes) -> QueueRecord:
-    """The record in `payload`; `RecordFormatError` if it is not a valid one."""
+def decode(payload: bytes, *, body: bool = True) -> QueueRecord:
+    """The record in `payload`; `RecordFormatError` if it is not a valid one. Without
+    `body`, an `Enqueued` comes back with an empty body (its size is kept by `recover`)."""
     if len(payload) < _PREFIX.size:
         raise RecordFormatError(f"record of {len(payload)} bytes is too short")
     family, version, kind, key_length = _PREFIX.unpack_from(payload, 0)
@@ -263,7 +265,7 @@ def decode(payload: bytes) -> QueueRecord:
         raise RecordFormatError("queue key runs past the end of the record")
     queue_key = bytes(payload[_PREFIX.size : offset]).decode("utf-8", _TEXT)
     if kind == _KIND_ENQUEUED:
-        return _decode_enqueued(payload, offset, queue_key)
+        return _decode_enqueued(payload, offset, queue_key, body)
     if kind == _KIND_QUEUE_DELETED:
         if offset != len(payload):
             raise RecordFormatError("trailing bytes after a queue-deleted record")
@@ -288,7 +290,16 @@ def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
     return struct.unpack_from(f"<{count}Q", payload, offset)
 
 
-def _decode_enqueued(payload: bytes, offset: int, queue_key: str) -> Enqueued:
+def _body_size(payload: bytes, record: Enqueued) -> int:
+    """The body size of the valid `Enqueued` record `payload`, decoded as `record` (which
+    may have been decoded without its body)."""
+    head = _PREFIX.size + len(record.queue_key.encode("utf-8", _TEXT)) + _ENQUEUED.size
+    route = 2 + len(record.exchange.encode("utf-8", _TEXT))
+    route += len(record.routing_key.encode("utf-8", _TEXT))
+    return len(payload) - head - route - len(record.properties_raw)
+
+
+def _decode_enqueued(payload: bytes, offset: int, queue_key: str, body: bool) -> Enqueued:
     end = len(payload)
     if offset + _ENQUEUED.size + 2 > end:
         raise RecordFormatError("enqueued record is too short")
@@ -314,7 +325,7 @@ def _decode_enqueued(payload: bytes, offset: int, queue_key: str) -> Enqueued:
         exchange=bytes(payload[exchange_start:exchange_end]).decode("utf-8", _TEXT),
         routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
         properties_raw=bytes(payload[routing_key_end:properties_end]),
-        body=bytes(payload[properties_end:]),
+        body=bytes(payload[properties_end:]) if body else b"",
     )
 
 
@@ -322,12 +333,15 @@ def _decode_enqueued(payload: bytes, offset: int, queue_key: str) -> Enqueued:
 
 
 class _Live:
-    __slots__ = ("record", "redelivered", "sequence")
+    __slots__ = ("body_size_bytes", "record", "redelivered", "sequence")
 
-    def __init__(self, record: Enqueued, redelivered: bool, sequence: int) -> None:
+    def __init__(
+        self, record: Enqueued, redelivered: bool, sequence: int, body_size_bytes: int
+    ) -> None:
         self.record = record
         self.redelivered = redelivered
         self.sequence = sequence
+        self.body_size_bytes = body_size_bytes
 
 
 class _Queue:
@@ -342,35 +356,44 @@ class _Queue:
 def recover(
     records: Iterable[tuple[int, bytes]],
     on_undecodable: Callable[[int, RecordFormatError], None] | None = None,
+    *,
+    bodies: bool = True,
 ) -> dict[str, list[RecoveredMessage]]:
     """Fold log records into the live messages of each queue (queues with none are left out).
 
     `records` are (sequence number, payload) in log order, as `Log.records` yields them.
+    Without `bodies` the recovered messages' bodies are left empty (their sizes are kept),
+    so that a backlog larger than memory can be recovered and its bodies read later.
     """
     queues: dict[str, _Queue] = {}
     for sequence, payload in records:
         if not is_queue_record(payload):
             continue
         try:
-            record = decode(payload)
+            record = decode(payload, body=bodies)
         except RecordFormatError as error:
             if on_undecodable is None:
                 raise RecordFormatError(f"log record {sequence}: {error}") from None
             on_undecodable(sequence, error)
             continue
-        _fold(queues, sequence, record)
+        if type(record) is Enqueued:
+            size = len(record.body) if bodies else _body_size(payload, record)
+            _fold(queues, sequence, record, size)
+        else:
+            _fold(queues, sequence, record, 0)
     result: dict[str, list[RecoveredMessage]] = {}
     for queue_key in sorted(queues):
         messages = queues[queue_key].messages
         if messages:
             result[queue_key] = [
-                RecoveredMessage(live.record, live.redelivered, live.sequence)
+                RecoveredMessage(live.record, live.redelivered, live.sequence, live.body_size_bytes)
                 for _, live in sorted(messages.items())
             ]
     return result
 
 
-def _fold(queues: dict[str, _Queue], sequence: int, record: QueueRecord) -> None:
+def _fold(queues: dict[str, _Queue], sequence: int, record: QueueRecord, size: int) -> None:
+    """Fold one record in; `size` is an `Enqueued` record's body size."""
     if isinstance(record, QueueDeleted):
         queues.pop(record.queue_key, None)
         return
@@ -384,11 +407,12 @@ def _fold(queues: dict[str, _Queue], sequence: int, record: QueueRecord) -> None
             queue.delivered_early.discard(record.msg_id)
         live = messages.get(record.msg_id)
         if live is None:
-            messages[record.msg_id] = _Live(record, early, sequence)
+            messages[record.msg_id] = _Live(record, early, sequence, size)
         else:
             live.record = record
             live.redelivered = live.redelivered or early
             live.sequence = sequence
+            live.body_size_bytes = size
     elif isinstance(record, Delivered):
         for msg_id in record.msg_ids:
             live = messages.get(msg_id)

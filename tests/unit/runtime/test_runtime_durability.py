@@ -16,6 +16,7 @@ from warren.queue import Enqueue, Get, Got, Settle
 from warren.runtime.broker import Broker, QueueHost
 from warren.runtime.config import Config
 from warren.runtime.durability import Durability
+from warren.runtime.paging import PageSlot
 from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
 
@@ -30,8 +31,8 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
 class Node:
     """A broker with its durable state opened on `data_dir`, as the server builds it."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.broker = Broker(Config(data_dir=data_dir))
+    def __init__(self, data_dir: Path, **config: Any) -> None:
+        self.broker = Broker(Config(data_dir=data_dir, **config))
         self.failures = 0
         self.durability: Durability = open_durability(self.broker, data_dir, self._failed)
 
@@ -184,3 +185,66 @@ def test_a_failed_sync_stops_the_node(tmp_path: Path, caplog: pytest.LogCaptureF
     assert any(
         "disk on fire" in r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"
     )
+
+
+def paged_out(host: QueueHost) -> int:
+    """How many of the queue's ready messages have their body in the log only."""
+    return sum(
+        1
+        for level in host.machine._levels
+        for entry in (*level.ready, *level.returned)
+        if entry.live and isinstance(entry.message, PageSlot) and entry.message.message is None
+    )
+
+
+def test_a_long_queue_keeps_its_tail_in_the_log_and_hands_out_every_body(
+    tmp_path: Path,
+) -> None:
+    async def test() -> None:
+        node = Node(tmp_path, queue_resident_messages_max=10)
+        host = node.declare("q")
+        bodies = [b"body %d " % index * (index % 5 + 1) for index in range(40)]
+        for body in bodies[:30]:
+            publish(host, body)
+        publish(host, b"transient stays in memory", TRANSIENT)
+        assert paged_out(host) == 0  # not before their records are durable
+        await node.synced()
+        assert paged_out(host) == 20
+        got = []
+        for _ in range(15):  # the head, then bodies read back from the log
+            reply = host.apply(Get(no_ack=True))
+            assert isinstance(reply, Got)
+            got.append(reply.entry.message.body)
+        for body in bodies[30:]:  # the queue is still long: these go to the log too
+            publish(host, body)
+        await node.synced()
+        while isinstance(reply := host.apply(Get(no_ack=False)), Got):
+            got.append(reply.entry.message.body)
+            host.apply(Settle([reply.entry.msg_id]))
+        assert got == [*bodies[:30], b"transient stays in memory", *bodies[30:]]
+        await node.durability.close()
+
+    run(test)
+
+
+def test_recovered_messages_come_back_without_bodies_and_read_them_when_handed_out(
+    tmp_path: Path,
+) -> None:
+    async def first() -> None:
+        node = Node(tmp_path)
+        host = node.declare("q")
+        for index in range(5):
+            publish(host, b"m%d" % index)
+        await node.durability.close()
+
+    async def second() -> None:
+        node = Node(tmp_path)
+        host = node.host("q")
+        assert paged_out(host) == 5
+        reply = host.apply(Get(no_ack=True))
+        assert isinstance(reply, Got) and reply.entry.message.body == b"m0"
+        assert paged_out(host) == 4
+        await node.durability.close()
+
+    run(first)
+    run(second)

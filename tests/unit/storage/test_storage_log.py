@@ -19,6 +19,7 @@ from warren.storage.log import (
     SEGMENT_HEADER_BYTES,
     DamageKind,
     Log,
+    LogCorrupt,
     LogError,
     LogFailed,
     encode_record,
@@ -163,6 +164,49 @@ def test_appends_go_on_while_a_sealed_batch_syncs_on_another_thread(tmp_path: Pa
     assert log.flush_and_sync() == 200
     log.close()
     assert read_all(tmp_path, 4096) == [(s, payload_for(s)) for s in range(1, 201)]
+
+
+def test_a_record_reads_back_by_position_pending_in_flight_and_durable(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path, segment_max_bytes=4096)
+    positions = {}
+    for sequence in range(1, 151):  # several segments
+        assert log.append(payload_for(sequence)) == sequence
+        positions[sequence] = (log.active_segment_id, log.last_record_offset)
+
+    def reads_back(sequences: range) -> bool:
+        return all(log.read_record(*positions[s], s) == payload_for(s) for s in sequences)
+
+    assert reads_back(range(1, 151))  # pending
+    batch = log.seal()
+    assert batch is not None
+    for sequence in range(151, 171):
+        log.append(payload_for(sequence))
+        positions[sequence] = (log.active_segment_id, log.last_record_offset)
+    assert reads_back(range(1, 171))  # in flight and pending
+    log.sync_batch(batch)
+    assert reads_back(range(1, 171))  # durable and pending
+    log.flush_and_sync()
+    assert reads_back(range(1, 171))
+    with pytest.raises(LogCorrupt):
+        log.read_record(*positions[5], 6)  # the record there is another one
+    log.close()
+    located = Log.open(tmp_path, segment_max_bytes=4096)[0]
+    assert [(s, (g, o)) for s, g, o, _ in located.located_records()] == sorted(positions.items())
+    located.close()
+
+
+def test_a_damaged_record_does_not_read_back(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append(b"first")
+    log.append(b"second")
+    offset = log.last_record_offset
+    log.flush_and_sync()
+    with open(tmp_path / segment_file_name(1), "r+b") as segment:
+        segment.seek(offset + RECORD_HEADER_BYTES)
+        segment.write(b"S")
+    with pytest.raises(LogCorrupt, match="record 2 does not read back"):
+        log.read_record(1, offset, 2)
+    log.close()
 
 
 def test_a_batch_out_of_order_is_refused(tmp_path: Path) -> None:

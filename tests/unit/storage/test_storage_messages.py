@@ -182,7 +182,7 @@ def naive_recover(log: list[tuple[int, QueueRecord]]) -> dict[str, list[Recovere
             )
             record = log[enqueues[-1]][1]
             assert isinstance(record, Enqueued)
-            live.append(RecoveredMessage(record, delivered, log[enqueues[-1]][0]))
+            live.append(RecoveredMessage(record, delivered, log[enqueues[-1]][0], len(record.body)))
         if live:
             result[key] = live
     return result
@@ -232,7 +232,10 @@ def test_a_recovered_message_that_was_delivered_comes_back_redelivered() -> None
     ]
     recovered = recover((s, encode(r)) for s, r in enumerate(history, start=1))
     assert recovered == {
-        "q": [RecoveredMessage(second, True, 2), RecoveredMessage(third, False, 3)]
+        "q": [
+            RecoveredMessage(second, True, 2, len(second.body)),
+            RecoveredMessage(third, False, 3, len(third.body)),
+        ]
     }
 
 
@@ -240,11 +243,11 @@ def test_a_compaction_copy_after_its_delivered_mark_keeps_the_mark() -> None:
     message = Enqueued("q", 7, 0, None, 0, "", "q", b"", b"body")
     history: list[QueueRecord] = [message, Delivered("q", (7,)), message]  # copy at 3
     assert recover((s, encode(r)) for s, r in enumerate(history, start=1)) == {
-        "q": [RecoveredMessage(message, True, 3)]
+        "q": [RecoveredMessage(message, True, 3, len(message.body))]
     }
     # ... and when the original is gone (segment deleted), the mark comes before the copy
     assert recover((s, encode(r)) for s, r in enumerate(history[1:], start=2)) == {
-        "q": [RecoveredMessage(message, True, 3)]
+        "q": [RecoveredMessage(message, True, 3, len(message.body))]
     }
 
 
