@@ -18,6 +18,9 @@ aiormq. Bounded: --kills, --max-interval and --timeout cap the run. Exit status 
 anything was lost, corrupt or out of order. Example:
 
     .venv/bin/python -m bench.soak_durability --kills 20 --consume 1 --segment-max-bytes 1048576
+
+The default `--resident-max 100` makes the node page most queued bodies out to its log, so
+deliveries after a while read them back from there.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Node:
 
     data_dir: Path
     segment_max_bytes: int
+    resident_messages_max: int
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
     starts: int = 0
@@ -75,6 +79,7 @@ class Node:
         command += ["--management-port", str(free_port()), "--data-dir", str(self.data_dir)]
         command += ["--bind", "127.0.0.1"]
         command += ["--log-segment-max-bytes", str(self.segment_max_bytes)]
+        command += ["--queue-resident-messages-max", str(self.resident_messages_max)]
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -266,7 +271,7 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> bool:
         confirmed={queue: set() for queue in queues},
         arrivals={queue: [] for queue in queues},
     )
-    node = Node(data_dir, args.segment_max_bytes)
+    node = Node(data_dir, args.segment_max_bytes, args.resident_max)
     node.start()
     try:
         for kill in range(1, args.kills + 1):
@@ -297,6 +302,12 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=200, help="of that consumer")
     parser.add_argument(
         "--segment-max-bytes", type=int, default=4 * 1024 * 1024, help="log segment size"
+    )
+    parser.add_argument(
+        "--resident-max",
+        type=int,
+        default=100,
+        help="ready messages a queue keeps in memory before bodies are read from the log",
     )
     parser.add_argument("--seed", type=int, default=None, help="random seed (printed)")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary one")
