@@ -184,6 +184,12 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., WarrenServer]]:
 
 
 @pytest.fixture
+def port_factory() -> Callable[[], int]:
+    """Free local TCP ports, for port settings a test passes to `server_factory`."""
+    return free_port
+
+
+@pytest.fixture
 def unique(request: pytest.FixtureRequest) -> str:
     """A short prefix no other test (or run) uses: `t.<test name>.<random hex>`."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name).strip("-")[:40]

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +21,7 @@ from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import open_durability
+from warren.runtime.tls import server_context
 
 log = logging.getLogger("warren")
 
@@ -29,25 +31,37 @@ log = logging.getLogger("warren")
 SWITCH_INTERVAL_S = 0.0002
 
 
-async def start_listeners(broker: Broker) -> list[asyncio.Server]:
-    """Listen on every configured address; an address this host lacks (no IPv6) is skipped."""
+async def start_listeners(
+    broker: Broker, tls: ssl.SSLContext | None = None
+) -> list[asyncio.Server]:
+    """Listen on every configured address (and with TLS on the TLS port too); an address
+    this host lacks (no IPv6) is skipped."""
     config = broker.config
     loop = asyncio.get_running_loop()
     servers: list[asyncio.Server] = []
-    for host in config.bind:
-        try:
-            server = await loop.create_server(
-                lambda: AmqpConnection(broker), host, config.port, reuse_address=True, backlog=1024
-            )
-        except OSError as error:
-            if host == "::1" and len(config.bind) > 1:
-                log.warning("not listening on [::1]:%s: %s", config.port, error)
-                continue
-            raise
-        for sock in server.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        servers.append(server)
-        log.info("AMQP listening on %s:%s", host, config.port)
+    ports = [(config.port, None, "AMQP")]
+    if tls is not None:
+        ports.append((config.ssl_port, tls, "AMQPS"))
+    for port, context, label in ports:
+        for host in config.bind:
+            try:
+                server = await loop.create_server(
+                    lambda: AmqpConnection(broker),
+                    host,
+                    port,
+                    reuse_address=True,
+                    backlog=1024,
+                    ssl=context,
+                )
+            except OSError as error:
+                if host == "::1" and len(config.bind) > 1:
+                    log.warning("%s not listening on [::1]:%s: %s", label, port, error)
+                    continue
+                raise
+            for sock in server.sockets:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            servers.append(server)
+            log.info("%s listening on %s:%s", label, host, port)
     return servers
 
 
@@ -73,10 +87,11 @@ async def serve(config: Config) -> int:
 
 async def _run(broker: Broker, stop: asyncio.Event) -> None:
     config = broker.config
+    tls = server_context(config)
     # The management API is up before AMQP, so a client that sees the AMQP port open can
     # use it too.
-    management = await start_management(broker)
-    servers = await start_listeners(broker)
+    management = await start_management(broker, tls)
+    servers = await start_listeners(broker, tls)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)

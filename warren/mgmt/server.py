@@ -9,8 +9,9 @@ Theory of operation:
    vhost ``/`` and never a separator; `resources.route` finds the handlers. HEAD is
    answered by the GET handler (aiohttp drops the body). An unknown path is RabbitMQ's
    404, a known path with another method 405.
-3. `start_management` binds every address of `config.bind` on `config.management_port`;
-   like the AMQP listener it skips ``::1`` on a host without IPv6.
+3. `start_management` binds every address of `config.bind` on `config.management_port`
+   (and, given the node's TLS context, on `config.management_ssl_port` over HTTPS); like
+   the AMQP listener it skips ``::1`` on a host without IPv6.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import base64
 import binascii
 import ipaddress
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
@@ -41,24 +43,28 @@ def build_app(broker: Broker) -> web.Application:
     return app
 
 
-async def start_management(broker: Broker) -> web.AppRunner:
-    """Serve the management API; the caller awaits `runner.cleanup()` to stop it."""
+async def start_management(broker: Broker, tls: ssl.SSLContext | None = None) -> web.AppRunner:
+    """Serve the management API (with `tls`, over HTTPS on its own port too); the caller
+    awaits `runner.cleanup()` to stop it."""
     config = broker.config
     runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
     await runner.setup()
-    for host in config.bind:
-        site = web.TCPSite(runner, host, config.management_port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as error:
-            if host == "::1" and len(config.bind) > 1:
-                log.warning(
-                    "management not listening on [::1]:%s: %s", config.management_port, error
-                )
-                continue
-            await runner.cleanup()
-            raise
-        log.info("management API listening on %s:%s", host, config.management_port)
+    ports: list[tuple[int, ssl.SSLContext | None]] = [(config.management_port, None)]
+    if tls is not None:
+        ports.append((config.management_ssl_port, tls))
+    for port, context in ports:
+        for host in config.bind:
+            site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=context)
+            try:
+                await site.start()
+            except OSError as error:
+                if host == "::1" and len(config.bind) > 1:
+                    log.warning("management not listening on [::1]:%s: %s", port, error)
+                    continue
+                await runner.cleanup()
+                raise
+            scheme = "HTTPS" if context is not None else "HTTP"
+            log.info("management API (%s) listening on %s:%s", scheme, host, port)
     return runner
 
 

@@ -34,6 +34,14 @@ class Config:
     log_segment_max_bytes: int = 64 * 1024 * 1024
     queue_resident_messages_max: int = 16384
     queue_resident_bytes_max: int = 16 * 1024 * 1024
+    ssl_port: int = 5671
+    management_ssl_port: int = 15671
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_cacertfile: str = ""
+    ssl_verify: str = "verify_none"
+    ssl_fail_if_no_peer_cert: bool = False
+    ssl_cert_login_from: str = "distinguished_name"
 
 
 _HELP = {
@@ -55,13 +63,33 @@ _HELP = {
         " read back from the log when delivered"
     ),
     "queue_resident_bytes_max": "the same bound in message body bytes",
+    "ssl_port": "AMQPS port, used when ssl_certfile and ssl_keyfile are set (default 5671)",
+    "management_ssl_port": "HTTPS management port, with the same certificate (default 15671)",
+    "ssl_certfile": "PEM certificate (chain) of this node; enables the TLS listeners",
+    "ssl_keyfile": "PEM private key of ssl_certfile",
+    "ssl_cacertfile": "PEM CA certificates that client certificates are verified against",
+    "ssl_verify": "verify_none, or verify_peer to verify client certificates",
+    "ssl_fail_if_no_peer_cert": "with verify_peer: refuse clients without a certificate",
+    "ssl_cert_login_from": (
+        "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
+    ),
 }
+
+
+_BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
 def _convert(name: str, value: Any) -> Any:
     kind = {f.name: f for f in fields(Config)}[name].type
     if kind == "int":
         return int(value)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in _BOOLEANS:
+            raise ValueError(f"{name} must be true or false, not {value!r}")
+        return _BOOLEANS[text]
     if kind == "Path":
         return Path(value)
     if kind == "list[str]":

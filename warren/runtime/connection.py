@@ -36,6 +36,7 @@ from warren.amqp.frames import HEARTBEAT_FRAME, NEED_DATA, PROTOCOL_HEADER
 from warren.amqp.table import TableError, decode_table
 from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError
 from warren.runtime.channel import Channel
+from warren.runtime.tls import login_name
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -89,6 +90,7 @@ class AmqpConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._throttled = False  # reading paused until the buffered events are handled
+        self._peer_certificate: dict[str, Any] | None = None
 
     @property
     def frame_max(self) -> int:
@@ -101,6 +103,9 @@ class AmqpConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._peer_host = peer[0] if peer else ""
+        tls = transport.get_extra_info("ssl_object")
+        # a verified client certificate (empty without one): it allows EXTERNAL logins
+        self._peer_certificate = tls.getpeercert() if tls is not None else None
         self.broker.connections.add(self)
         self._timer = self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
 
@@ -293,7 +298,7 @@ class AmqpConnection(asyncio.Protocol):
                     "product": "Warren",
                     "version": __version__,
                 },
-                b"PLAIN AMQPLAIN",
+                b"PLAIN AMQPLAIN EXTERNAL" if self._peer_certificate else b"PLAIN AMQPLAIN",
                 b"en_US",
             ),
         )
@@ -325,8 +330,13 @@ class AmqpConnection(asyncio.Protocol):
         capabilities = client.get("capabilities")
         if isinstance(capabilities, dict):
             self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
-        user, password = _credentials(method.mechanism, method.response)
-        if not self._allowed(user, password):
+        if method.mechanism == "EXTERNAL":
+            user = login_name(self._peer_certificate, self.broker.config.ssl_cert_login_from)
+            allowed = user is not None and user in self.broker.users and self._from_allowed(user)
+        else:
+            user, password = _credentials(method.mechanism, method.response)
+            allowed = self._allowed(user, password)
+        if not allowed:
             raise HardError(
                 ReplyCode.ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {method.mechanism}. "
@@ -341,6 +351,10 @@ class AmqpConnection(asyncio.Protocol):
     def _allowed(self, user: str | None, password: str | None) -> bool:
         if user is None or password is None or not self.broker.authenticate(user, password):
             return False
+        return self._from_allowed(user)
+
+    def _from_allowed(self, user: str) -> bool:
+        """Loopback-only users (guest) may log in from loopback addresses only."""
         if user in self.broker.config.loopback_users:
             try:
                 return ipaddress.ip_address(self._peer_host).is_loopback
