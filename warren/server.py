@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from warren import __version__
 from warren.mgmt import start_management
 from warren.runtime import config as config_module
+from warren.runtime.alarms import ResourceMonitor
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
@@ -70,13 +71,19 @@ async def serve(config: Config) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     broker = Broker(config)
+    try:
+        tls = server_context(config)
+        monitor = ResourceMonitor(broker)
+    except (ValueError, OSError, ssl.SSLError) as error:
+        log.critical("cannot start: %s", error)
+        return 2
     stop = asyncio.Event()
     # Durable state is back before anything listens: a client never sees a half-loaded node.
     durability = open_durability(
         broker, config.data_dir, stop.set, segment_max_bytes=config.log_segment_max_bytes
     )
     try:
-        await _run(broker, stop)
+        await _run(broker, stop, tls, monitor)
     finally:
         await durability.close()
     if durability.failed:
@@ -85,9 +92,11 @@ async def serve(config: Config) -> int:
     return 0
 
 
-async def _run(broker: Broker, stop: asyncio.Event) -> None:
+async def _run(
+    broker: Broker, stop: asyncio.Event, tls: ssl.SSLContext | None, monitor: ResourceMonitor
+) -> None:
     config = broker.config
-    tls = server_context(config)
+    monitor.start()
     # The management API is up before AMQP, so a client that sees the AMQP port open can
     # use it too.
     management = await start_management(broker, tls)
@@ -100,6 +109,7 @@ async def _run(broker: Broker, stop: asyncio.Event) -> None:
     )
     await stop.wait()
     log.info("stopping")
+    monitor.stop()
     for server in servers:
         server.close()
     await management.cleanup()

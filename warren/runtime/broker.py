@@ -283,6 +283,7 @@ class Broker:
         self.queues: dict[tuple[str, str], QueueHost] = {}
         self.users: dict[str, str] = {config.default_user: config.default_pass}
         self.connections: set[object] = set()
+        self.alarms: set[str] = set()  # resource alarms in force (`warren.runtime.alarms`)
         self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
         # durable definitions and messages; None when the node keeps nothing on disk
         self.durability: Durability | None = None

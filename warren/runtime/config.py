@@ -42,6 +42,8 @@ class Config:
     ssl_verify: str = "verify_none"
     ssl_fail_if_no_peer_cert: bool = False
     ssl_cert_login_from: str = "distinguished_name"
+    vm_memory_high_watermark: str = "0.4"
+    disk_free_limit: str = "50MB"
 
 
 _HELP = {
@@ -70,6 +72,10 @@ _HELP = {
     "ssl_cacertfile": "PEM CA certificates that client certificates are verified against",
     "ssl_verify": "verify_none, or verify_peer to verify client certificates",
     "ssl_fail_if_no_peer_cert": "with verify_peer: refuse clients without a certificate",
+    "vm_memory_high_watermark": (
+        "memory use that blocks publishers: a fraction of RAM (0.4) or a size (512MiB)"
+    ),
+    "disk_free_limit": "free disk below which publishers are blocked (default 50MB)",
     "ssl_cert_login_from": (
         "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
     ),

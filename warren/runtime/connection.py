@@ -12,6 +12,8 @@ Theory of operation:
    half the interval and drops the peer when nothing was read for two intervals.
 4. Flow: when the socket's write buffer passes its high-water mark the connection's
    channels stop receiving deliveries (their credit is zero) until it drains.
+5. Resource alarms (`warren.runtime.alarms`) block a connection that publishes: it gets
+   ``connection.blocked`` and is not read until the alarm clears.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from warren.amqp.content import method_frame
 from warren.amqp.frames import HEARTBEAT_FRAME, NEED_DATA, PROTOCOL_HEADER
 from warren.amqp.table import TableError, decode_table
 from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError
+from warren.runtime.alarms import DISK, MEMORY, REASONS
 from warren.runtime.channel import Channel
 from warren.runtime.tls import login_name
 
@@ -91,6 +94,9 @@ class AmqpConnection(asyncio.Protocol):
         self._closed = False
         self._throttled = False  # reading paused until the buffered events are handled
         self._peer_certificate: dict[str, Any] | None = None
+        self.published = False  # ever: a resource alarm blocks such connections
+        self.blocked = False  # by a resource alarm: not read until it clears
+        self._blocked_capability = False  # the client takes connection.blocked
 
     @property
     def frame_max(self) -> int:
@@ -121,6 +127,7 @@ class AmqpConnection(asyncio.Protocol):
         protocol = self.protocol
         channels = self.channels
         event: object = None
+        published = False
         try:
             for _ in range(EVENTS_PER_TURN_MAX):
                 event = protocol.next_event()
@@ -131,6 +138,7 @@ class AmqpConnection(asyncio.Protocol):
                     break
                 try:
                     if type(event) is Content:  # nearly every event: keep this path flat
+                        published = True
                         channel = channels.get(event.channel)
                         if channel is not None:
                             channel.publish(event)
@@ -147,6 +155,10 @@ class AmqpConnection(asyncio.Protocol):
         except Exception:
             log.exception("internal error on connection %s", self.peer)
             self.close_with(HardError(ReplyCode.INTERNAL_ERROR, "internal error"))
+        if published:
+            self.published = True
+            if self.broker.alarms and not self.blocked:
+                self._block()
         self.flush()
 
     def _throttle(self) -> None:
@@ -156,8 +168,34 @@ class AmqpConnection(asyncio.Protocol):
         self.loop.call_soon(self._handle_events)
 
     def _resume_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing() and not self.blocked:
             self.transport.resume_reading()
+
+    # --- resource alarms (`warren.runtime.alarms`) ------------------------------------------
+
+    def alarms_changed(self) -> None:
+        if self.broker.alarms:
+            if self.published and not self.blocked:
+                self._block()
+                self.flush()
+        elif self.blocked:
+            self._unblock()
+
+    def _block(self) -> None:
+        self.blocked = True
+        if self._blocked_capability:
+            reason = REASONS[MEMORY if MEMORY in self.broker.alarms else DISK]
+            self.send_method(0, m.ConnectionBlocked(reason))
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _unblock(self) -> None:
+        self.blocked = False
+        if self._blocked_capability:
+            self.send_method(0, m.ConnectionUnblocked())
+        if not self._throttled:
+            self._resume_reading()
+        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
@@ -330,6 +368,7 @@ class AmqpConnection(asyncio.Protocol):
         capabilities = client.get("capabilities")
         if isinstance(capabilities, dict):
             self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
+            self._blocked_capability = bool(capabilities.get("connection.blocked"))
         if method.mechanism == "EXTERNAL":
             user = login_name(self._peer_certificate, self.broker.config.ssl_cert_login_from)
             allowed = user is not None and user in self.broker.users and self._from_allowed(user)
@@ -384,7 +423,7 @@ class AmqpConnection(asyncio.Protocol):
 
     def _heartbeat(self) -> None:
         now = self.loop.time()
-        if now - self._last_read > 2 * self.heartbeat_s:
+        if now - self._last_read > 2 * self.heartbeat_s and not self.blocked:
             log.warning(
                 "missed heartbeats from client %s, timeout: %ss", self.peer, self.heartbeat_s
             )

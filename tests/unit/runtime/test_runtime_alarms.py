@@ -1,0 +1,97 @@
+"""Resource alarms (`warren.runtime.alarms`): sizes, raising and clearing, and what a
+connection does when they change, with a recording transport instead of a socket."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from warren.amqp import methods as m
+from warren.amqp.content import method_frame
+from warren.runtime import alarms
+from warren.runtime.broker import Broker
+from warren.runtime.config import Config
+from warren.runtime.connection import AmqpConnection
+
+
+def test_sizes_are_read_as_rabbitmq_writes_them():
+    assert alarms.parse_size("1000000") == 1_000_000
+    assert alarms.parse_size("50MB") == 50_000_000
+    assert alarms.parse_size("512MiB") == 512 * 1024**2
+    with pytest.raises(ValueError, match="not a size"):
+        alarms.parse_size("lots")
+    assert alarms.memory_limit_bytes("0.4", 1000) == 400
+    assert alarms.memory_limit_bytes("2GB", 1000) == 2_000_000_000
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        alarms.memory_limit_bytes("1.5", 1000)
+
+
+class Transport:
+    """Records what a connection writes and whether it reads."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self.written += chunk
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def test_an_alarm_blocks_publishing_connections_until_it_clears(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readings = {"memory": 10, "disk": 10**12}
+    monkeypatch.setattr(alarms, "resident_bytes", lambda: readings["memory"])
+    monkeypatch.setattr(alarms, "free_disk_bytes", lambda path: readings["disk"])
+
+    async def test() -> None:
+        broker = Broker(Config(data_dir=tmp_path, vm_memory_high_watermark="100"))
+        publisher, consumer = AmqpConnection(broker), AmqpConnection(broker)
+        transports = Transport(), Transport()
+        publisher.connection_made(transports[0])  # type: ignore[arg-type]
+        consumer.connection_made(transports[1])  # type: ignore[arg-type]
+        publisher.published = True
+        publisher._blocked_capability = True
+        monitor = alarms.ResourceMonitor(broker)
+        monitor.check()
+        assert broker.alarms == set() and transports[0].reading
+        readings["memory"] = 101
+        monitor.check()
+        assert broker.alarms == {"memory"}
+        assert publisher.blocked and not transports[0].reading
+        assert bytes(method_frame(0, m.ConnectionBlocked("low on memory"))) in transports[0].written
+        assert not consumer.blocked and transports[1].reading  # it never published
+        readings["memory"] = 99
+        monitor.check()
+        assert broker.alarms == set() and not publisher.blocked and transports[0].reading
+        assert transports[0].written.endswith(bytes(method_frame(0, m.ConnectionUnblocked())))
+        monitor.stop()
+        for connection in (publisher, consumer):
+            connection.connection_lost(None)
+
+    asyncio.run(test())
