@@ -30,6 +30,7 @@ log = logging.getLogger("warren")
 # 5 ms switch interval it waits that long for it, and group commit stalls at ~50 syncs/s
 # under load. 0.2 ms lets the sync thread back in promptly.
 SWITCH_INTERVAL_S = 0.0002
+MESSAGE_SIZE_MAX = 512 * 1024 * 1024  # RabbitMQ's cap on max_message_size
 
 
 async def start_listeners(
@@ -72,6 +73,8 @@ async def serve(config: Config) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     broker = Broker(config)
     try:
+        if not 0 < config.max_message_size <= MESSAGE_SIZE_MAX:
+            raise ValueError(f"max_message_size must be between 1 and {MESSAGE_SIZE_MAX}")
         tls = server_context(config)
         monitor = ResourceMonitor(broker)
     except (ValueError, OSError, ssl.SSLError) as error:

@@ -124,6 +124,7 @@ class Channel:
         self.publish_seq = 0
         self.confirmed_upto = 0
         self.durability = self.broker.durability
+        self.max_message_size = self.broker.config.max_message_size
         # confirms waiting for the log, in publish order: (publish seq, log seq, nack)
         self._held: deque[tuple[int, int, bool]] = deque()
         # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
@@ -549,6 +550,11 @@ class Channel:
     # --- publishing ------------------------------------------------------------------------
 
     def publish(self, content: Content) -> None:
+        if len(content.body) > self.max_message_size:
+            raise precondition_failed(
+                f"message size {len(content.body)} is larger than configured max size"
+                f" {self.max_message_size}"
+            ).at(60, 40)
         if self.transaction is not None:
             self.transaction.publishes.append(content)
             return

@@ -30,6 +30,9 @@ class Config:
     heartbeat: int = 60
     frame_max: int = 131072
     channel_max: int = 2047
+    max_message_size: int = 128 * 1024 * 1024
+    connection_max: int = 0
+    handshake_timeout: int = 10000
     log_level: str = "info"
     log_segment_max_bytes: int = 64 * 1024 * 1024
     queue_resident_messages_max: int = 16384
@@ -58,6 +61,9 @@ _HELP = {
     "heartbeat": "heartbeat interval the server proposes, seconds (0 disables)",
     "frame_max": "largest frame the server accepts, bytes",
     "channel_max": "most channels per connection",
+    "max_message_size": "largest message body accepted, bytes (default 128 MiB, at most 512 MiB)",
+    "connection_max": "most client connections the node accepts (default 0: no limit)",
+    "handshake_timeout": "time a client has to open its connection, milliseconds (default 10000)",
     "log_level": "debug, info, warning or error",
     "log_segment_max_bytes": "size at which the message log starts a new segment file, bytes",
     "queue_resident_messages_max": (

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.connection")
 
-HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_OK_TIMEOUT_S = 3.0
 # Events one connection may handle per event-loop turn. A publisher can hand the loop
 # megabytes in one read event; without a bound the loop would spend seconds on it while
@@ -112,8 +111,18 @@ class AmqpConnection(asyncio.Protocol):
         tls = transport.get_extra_info("ssl_object")
         # a verified client certificate (empty without one): it allows EXTERNAL logins
         self._peer_certificate = tls.getpeercert() if tls is not None else None
+        config = self.broker.config
+        if config.connection_max and len(self.broker.connections) >= config.connection_max:
+            log.warning(
+                "refusing connection %s: the node has %s (connection_max)",
+                self.peer,
+                config.connection_max,
+            )
+            transport.close()
+            return
         self.broker.connections.add(self)
-        self._timer = self.loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
+        timeout_s = config.handshake_timeout / 1000
+        self._timer = self.loop.call_later(timeout_s, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
