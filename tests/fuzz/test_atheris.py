@@ -13,7 +13,14 @@ RUNS = 20_000
 
 def test_atheris_finds_no_input_that_escapes_the_protocol_error_rule(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(HARNESS), f"-runs={RUNS}", "-seed=1", "-max_len=512"],
+        [
+            sys.executable,
+            str(HARNESS),
+            f"-runs={RUNS}",
+            "-seed=1",
+            "-max_len=512",
+            "-len_control=0",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
