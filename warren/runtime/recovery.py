@@ -80,7 +80,7 @@ def open_durability(
     log.log(level, "recovered %s", report.summary())
     try:
         journal, recovered = QueueJournal.recover(
-            wal, keep=lambda key: key in hosts, on_undecodable=_skip_undecodable, bodies=False
+            wal, keep=lambda key: key in hosts, on_undecodable=_skip_undecodable, contents=False
         )
     except BaseException:
         wal.close(flush=False)

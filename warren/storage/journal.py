@@ -33,8 +33,8 @@ Theory of operation:
 4. `QueueJournal.recover` rebuilds the ledger from the log at startup with `messages.recover`,
    writes `QueueDeleted` for queue keys the caller no longer has (deleted in the definitions
    store before the crash let the log say so), re-appends delivered marks, and syncs. With
-   ``bodies=False`` it returns the messages without their bodies, so that a backlog need
-   not fit in memory to be recovered.
+   ``contents=False`` it returns the messages without route, properties and body, so that
+   a backlog need not fit in memory to be recovered.
 5. The ledger knows where each live message's `Enqueued` record lies (segment, offset), so
    `read` brings a message back from the log with one positioned read: the broker keeps
    only a small index of a long queue in memory and reads bodies as they are delivered.
@@ -137,13 +137,14 @@ class QueueJournal:
         compaction_live_ratio_max: float = COMPACTION_LIVE_RATIO_MAX_DEFAULT,
         on_undecodable: Callable[[int, RecordFormatError], None] | None = None,
         *,
-        bodies: bool = True,
+        contents: bool = True,
     ) -> tuple[QueueJournal, dict[str, list[RecoveredMessage]]]:
         """Rebuild the ledger from `log` (just opened); return the live messages per queue.
 
         Queue keys for which `keep` is false are dropped and a `QueueDeleted` written. An
         undecodable record raises `RecordFormatError` unless `on_undecodable` takes it.
-        Without `bodies`, the messages come back with empty bodies: `read` fetches them.
+        Without `contents`, messages come back without route, properties and body: `read`
+        fetches them.
         Syncs before it returns.
         """
         journal = cls(log, compaction_live_ratio_max)
@@ -161,7 +162,7 @@ class QueueJournal:
                 offsets.append(offset)
                 yield sequence, payload
 
-        recovered = recover(located(), on_undecodable, bodies=bodies)
+        recovered = recover(located(), on_undecodable, contents=contents)
         kept: dict[str, list[RecoveredMessage]] = {}
         for queue_key, messages in recovered.items():
             if not keep(queue_key):

@@ -126,7 +126,7 @@ QueueRecord = Enqueued | Settled | Delivered | Purged | QueueDeleted
 
 @dataclass(frozen=True, slots=True)
 class RecoveredMessage:
-    message: Enqueued  # its body is empty when recovered without bodies
+    message: Enqueued  # without route, properties and body when recovered without contents
     redelivered: bool
     sequence: int  # the log record that holds it now
     body_size_bytes: int
@@ -250,9 +250,14 @@ def is_queue_record(payload: bytes) -> bool:
     return len(payload) > 0 and payload[0] == FAMILY
 
 
-def decode(payload: bytes, *, body: bool = True) -> QueueRecord:
-    """The record in `payload`; `RecordFormatError` if it is not a valid one. Without
-    `body`, an `Enqueued` comes back with an empty body (its size is kept by `recover`)."""
+def decode(payload: bytes) -> QueueRecord:
+    """The record in `payload`; `RecordFormatError` if it is not a valid one."""
+    return _decode(payload, True)[0]
+
+
+def _decode(payload: bytes, contents: bool) -> tuple[QueueRecord, int]:
+    """The record and, for an `Enqueued`, its body size. Without `contents` an `Enqueued`
+    comes back without route, properties and body (what recovery can leave in the log)."""
     if len(payload) < _PREFIX.size:
         raise RecordFormatError(f"record of {len(payload)} bytes is too short")
     family, version, kind, key_length = _PREFIX.unpack_from(payload, 0)
@@ -265,18 +270,18 @@ def decode(payload: bytes, *, body: bool = True) -> QueueRecord:
         raise RecordFormatError("queue key runs past the end of the record")
     queue_key = bytes(payload[_PREFIX.size : offset]).decode("utf-8", _TEXT)
     if kind == _KIND_ENQUEUED:
-        return _decode_enqueued(payload, offset, queue_key, body)
+        return _decode_enqueued(payload, offset, queue_key, contents)
     if kind == _KIND_QUEUE_DELETED:
         if offset != len(payload):
             raise RecordFormatError("trailing bytes after a queue-deleted record")
-        return QueueDeleted(queue_key)
+        return QueueDeleted(queue_key), 0
     if kind in (_KIND_SETTLED, _KIND_DELIVERED, _KIND_PURGED):
         msg_ids = _decode_ids(payload, offset)
         if kind == _KIND_SETTLED:
-            return Settled(queue_key, msg_ids)
+            return Settled(queue_key, msg_ids), 0
         if kind == _KIND_DELIVERED:
-            return Delivered(queue_key, msg_ids)
-        return Purged(queue_key, msg_ids)
+            return Delivered(queue_key, msg_ids), 0
+        return Purged(queue_key, msg_ids), 0
     raise RecordFormatError(f"unknown record kind {kind}")
 
 
@@ -290,16 +295,9 @@ def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
     return struct.unpack_from(f"<{count}Q", payload, offset)
 
 
-def _body_size(payload: bytes, record: Enqueued) -> int:
-    """The body size of the valid `Enqueued` record `payload`, decoded as `record` (which
-    may have been decoded without its body)."""
-    head = _PREFIX.size + len(record.queue_key.encode("utf-8", _TEXT)) + _ENQUEUED.size
-    route = 2 + len(record.exchange.encode("utf-8", _TEXT))
-    route += len(record.routing_key.encode("utf-8", _TEXT))
-    return len(payload) - head - route - len(record.properties_raw)
-
-
-def _decode_enqueued(payload: bytes, offset: int, queue_key: str, body: bool) -> Enqueued:
+def _decode_enqueued(
+    payload: bytes, offset: int, queue_key: str, contents: bool
+) -> tuple[Enqueued, int]:
     end = len(payload)
     if offset + _ENQUEUED.size + 2 > end:
         raise RecordFormatError("enqueued record is too short")
@@ -316,7 +314,11 @@ def _decode_enqueued(payload: bytes, offset: int, queue_key: str, body: bool) ->
     properties_end = routing_key_end + properties_length
     if properties_end > end:
         raise RecordFormatError("enqueued record fields run past its end")
-    return Enqueued(
+    size = end - properties_end
+    if not contents:
+        fields = (msg_id, enqueued_at_ms, expires_at_ms if has_expiry else None, priority)
+        return Enqueued(queue_key, *fields, "", "", b"", b""), size
+    record = Enqueued(
         queue_key=queue_key,
         msg_id=msg_id,
         enqueued_at_ms=enqueued_at_ms,
@@ -325,8 +327,9 @@ def _decode_enqueued(payload: bytes, offset: int, queue_key: str, body: bool) ->
         exchange=bytes(payload[exchange_start:exchange_end]).decode("utf-8", _TEXT),
         routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
         properties_raw=bytes(payload[routing_key_end:properties_end]),
-        body=bytes(payload[properties_end:]) if body else b"",
+        body=bytes(payload[properties_end:]),
     )
+    return record, size
 
 
 # --- recovery ------------------------------------------------------------------------------
@@ -357,30 +360,27 @@ def recover(
     records: Iterable[tuple[int, bytes]],
     on_undecodable: Callable[[int, RecordFormatError], None] | None = None,
     *,
-    bodies: bool = True,
+    contents: bool = True,
 ) -> dict[str, list[RecoveredMessage]]:
     """Fold log records into the live messages of each queue (queues with none are left out).
 
     `records` are (sequence number, payload) in log order, as `Log.records` yields them.
-    Without `bodies` the recovered messages' bodies are left empty (their sizes are kept),
-    so that a backlog larger than memory can be recovered and its bodies read later.
+    Without `contents` the recovered messages carry no route, properties or body (their
+    body sizes are kept), so that a backlog larger than memory can be recovered and its
+    messages read from the log later.
     """
     queues: dict[str, _Queue] = {}
     for sequence, payload in records:
         if not is_queue_record(payload):
             continue
         try:
-            record = decode(payload, body=bodies)
+            record, size = _decode(payload, contents)
         except RecordFormatError as error:
             if on_undecodable is None:
                 raise RecordFormatError(f"log record {sequence}: {error}") from None
             on_undecodable(sequence, error)
             continue
-        if type(record) is Enqueued:
-            size = len(record.body) if bodies else _body_size(payload, record)
-            _fold(queues, sequence, record, size)
-        else:
-            _fold(queues, sequence, record, 0)
+        _fold(queues, sequence, record, size)
     result: dict[str, list[RecoveredMessage]] = {}
     for queue_key in sorted(queues):
         messages = queues[queue_key].messages
