@@ -491,6 +491,20 @@ def test_paged_out_messages_are_dead_lettered_with_their_bodies(server_factory):
         assert consume(channel, "dead", 300) == expected
 
 
+def test_under_memory_pressure_transient_messages_page_out_and_come_back(server_factory):
+    # a paging threshold a millionth of the watermark: the node is under pressure at once
+    server = server_factory(vm_memory_high_watermark_paging_ratio=0.000001)
+    expected = [numbered_body(number) for number in range(1_000)]
+    with connected(server) as connection:
+        channel = connection.channel()
+        channel.queue_declare("pressed", durable=False)
+        channel.confirm_delivery()
+        for body in expected:
+            channel.basic_publish("", "pressed", body)
+        assert consume(channel, "pressed", 1_000) == expected
+    assert "memory pressure on" in server.log()
+
+
 # --- management API ------------------------------------------------------------------------
 
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
@@ -368,6 +368,13 @@ class QueueMachine:
     def unacked_msg_ids(self) -> list[int]:
         """The msg_ids delivered or fetched and not yet settled (what a purge keeps)."""
         return sorted(self._unacked)
+
+    def ready_entries(self) -> Iterator[Entry]:
+        """The ready messages, in no particular order (what a purge or a delete drops)."""
+        for level in self._levels:
+            for entry in (*level.returned, *level.ready):
+                if entry.live:
+                    yield entry
 
     def message_deadline(self, now_ms: int, ttl_ms: int | None) -> int | None:
         """The absolute deadline `Enqueue` gives a message with expiration `ttl_ms` now."""

@@ -6,7 +6,9 @@ Theory of operation (RabbitMQ's "Memory and Disk Alarms" guide):
    `vm_memory_high_watermark` (a fraction of the machine's RAM, ``0.4`` by default, or an
    absolute size such as ``512MiB``) raises the ``memory`` alarm; free disk below
    `disk_free_limit` (``50MB`` by default) raises the ``disk`` alarm. Each clears once
-   the reading is back on the right side.
+   the reading is back on the right side. Before that, memory above
+   `vm_memory_high_watermark_paging_ratio` (0.5) of the watermark sets
+   `broker.memory_pressure`, and queues page messages out (`warren.runtime.paging`).
 2. While any alarm is up, every connection that has published is blocked: it is sent
    ``connection.blocked`` (if its client announced the capability) with the reason
    ``low on memory`` / ``low on disk`` and its socket is no longer read, so TCP pushes back
@@ -100,6 +102,12 @@ class ResourceMonitor:
         self.memory_limit_bytes = memory_limit_bytes(
             config.vm_memory_high_watermark, total_memory_bytes()
         )
+        ratio = config.vm_memory_high_watermark_paging_ratio
+        if not 0 <= ratio <= 1:
+            raise ValueError(
+                f"vm_memory_high_watermark_paging_ratio is between 0 and 1, not {ratio}"
+            )
+        self.paging_limit_bytes = int(self.memory_limit_bytes * ratio)
         self.disk_free_limit_bytes = parse_size(config.disk_free_limit)
         self._timer: asyncio.TimerHandle | None = None
 
@@ -118,6 +126,12 @@ class ResourceMonitor:
 
     def check(self) -> None:
         memory = resident_bytes()
+        pressed = memory > self.paging_limit_bytes
+        if pressed != self.broker.memory_pressure:
+            log.info(
+                "memory pressure %s (%s bytes)", "on: queues page out" if pressed else "off", memory
+            )
+            self.broker.memory_pressure = pressed
         self._set(MEMORY, memory > self.memory_limit_bytes, memory)
         disk = free_disk_bytes(self.broker.config.data_dir)
         self._set(DISK, disk < self.disk_free_limit_bytes, disk)

@@ -14,9 +14,10 @@ Theory of operation:
    record must come before anything its effects do to the message), then the effects
    (deliveries, settlements by no-ack delivery, dead-lettering or dropping). A host
    without a key (non-durable queue, or a broker without storage) pays one test for it.
-5. A durable queue's host pages: `warren.runtime.paging.admit` decides which arrivals may
-   leave memory, and every message handed out (delivery, basic.get, dead-lettering) is made
-   resident first.
+5. Paging: `warren.runtime.paging.admit` decides which arrivals leave memory (in long
+   durable queues, and in any queue under memory pressure); every message handed out
+   (delivery, basic.get, dead-lettering) is made resident first, and the scratch pages of
+   messages that leave otherwise are released.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ from warren.queue import (
     Tick,
 )
 from warren.runtime.deadletter import dead_letter
-from warren.runtime.paging import admit, resident
+from warren.runtime.paging import admit, release, resident
+from warren.storage.pages import PageRef
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
@@ -103,6 +105,7 @@ class QueueHost:
         "operator_policy",
         "policy",
         "record",
+        "scratch_paged",
     )
 
     def __init__(self, broker: Broker, record: QueueRecord) -> None:
@@ -117,6 +120,7 @@ class QueueHost:
         self.journal_key: str | None = None
         self.policy: Policy | None = None
         self.operator_policy: Policy | None = None
+        self.scratch_paged = False  # some message went to a scratch page (`paging`)
         self.refresh_policies()
 
     @property
@@ -139,12 +143,15 @@ class QueueHost:
     def apply(self, command: Command) -> object:
         meta = self.meta()
         durable = self.journal_key is not None
-        if durable and type(command) is Enqueue:
-            command = admit(self, command)
+        if type(command) is Enqueue:
+            if durable or self.broker.memory_pressure:
+                command = admit(self, command)
+        elif type(command) is Purge and self.scratch_paged:
+            release(self, self.machine.ready_entries())
         reply, effects = self.machine.apply(meta, command)
+        if type(reply) is Got and type(reply.entry.message) is not Message:
+            resident(self, reply.entry)  # before a no-ack get settles it in the journal
         if durable:
-            if type(reply) is Got and type(reply.entry.message) is not Message:
-                resident(self, reply.entry)  # before a no-ack get settles it in the journal
             self._journal(command, reply, meta)
         if effects:
             self.perform(effects)
@@ -186,9 +193,13 @@ class QueueHost:
             elif type(effect) is DeadLetter:
                 # the copy's record in the target queue comes before the settlement here
                 dead_letter(self, effect.entry, effect.reason)
+                if type(effect.entry.message) is PageRef:  # no dead-letter exchange took it
+                    release(self, (effect.entry,))
                 if key is not None:
                     gone.append(effect.entry.msg_id)
             elif type(effect) is Dropped:
+                if type(effect.entry.message) is PageRef:
+                    release(self, (effect.entry,))
                 if key is not None:
                     gone.append(effect.entry.msg_id)
             elif type(effect) is SetTimer:
@@ -284,6 +295,7 @@ class Broker:
         self.users: dict[str, str] = {config.default_user: config.default_pass}
         self.connections: set[object] = set()
         self.alarms: set[str] = set()  # resource alarms in force (`warren.runtime.alarms`)
+        self.memory_pressure = False  # queues page messages out (`warren.runtime.paging`)
         self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
         # durable definitions and messages; None when the node keeps nothing on disk
         self.durability: Durability | None = None
@@ -319,6 +331,8 @@ class Broker:
             return 0
         host.stop()
         host.cancel_all()
+        if host.scratch_paged:
+            release(host, host.machine.ready_entries())
         if self.durability is not None:
             self.durability.queue_deleted(vhost, host)
         return host.machine.ready_count

@@ -46,6 +46,7 @@ class Config:
     ssl_fail_if_no_peer_cert: bool = False
     ssl_cert_login_from: str = "distinguished_name"
     vm_memory_high_watermark: str = "0.4"
+    vm_memory_high_watermark_paging_ratio: float = 0.5
     disk_free_limit: str = "50MB"
 
 
@@ -81,6 +82,9 @@ _HELP = {
     "vm_memory_high_watermark": (
         "memory use that blocks publishers: a fraction of RAM (0.4) or a size (512MiB)"
     ),
+    "vm_memory_high_watermark_paging_ratio": (
+        "share of the memory watermark above which queues page messages out (default 0.5)"
+    ),
     "disk_free_limit": "free disk below which publishers are blocked (default 50MB)",
     "ssl_cert_login_from": (
         "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
@@ -95,6 +99,8 @@ def _convert(name: str, value: Any) -> Any:
     kind = {f.name: f for f in fields(Config)}[name].type
     if kind == "int":
         return int(value)
+    if kind == "float":
+        return float(value)
     if kind == "bool":
         if isinstance(value, bool):
             return value

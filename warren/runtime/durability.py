@@ -3,7 +3,8 @@
 Theory of operation:
 1. Layout under the node's data directory: ``definitions.sqlite3`` (`DefinitionsStore`:
    vhosts, durable exchanges and queues, bindings between durable ends, policies and
-   operator policies) and ``log/`` (the node's `Log`, written by the `QueueJournal`).
+   operator policies), ``log/`` (the node's `Log`, written by the `QueueJournal`) and
+   ``pages/`` (scratch `PageStore` for paging under memory pressure, emptied at start).
    Non-durable and exclusive objects are never stored; neither are transient messages,
    nor persistent ones in non-durable queues.
 2. Startup is `warren.runtime.recovery`: it rebuilds the model and the queues' messages
@@ -58,6 +59,7 @@ from warren.storage.definitions import (
 )
 from warren.storage.journal import CompactionPlan, QueueJournal
 from warren.storage.log import Batch, Log, LogError
+from warren.storage.pages import PageRef, PageStore
 
 if TYPE_CHECKING:
     from warren.runtime.broker import QueueHost
@@ -82,11 +84,13 @@ class Durability:
         definitions: DefinitionsStore,
         wal: Log,
         journal: QueueJournal,
+        pages: PageStore,
         on_failure: Callable[[], None] = lambda: None,
     ) -> None:
         self.definitions = definitions
         self.log = wal
         self.journal = journal
+        self.pages = pages  # scratch space for messages paged out under memory pressure
         self.on_failure = on_failure
         self.failed = False
         self._closing = False  # no new syncs or compaction steps; `close` does the last sync
@@ -278,6 +282,8 @@ class Durability:
         of the same command, so its record precedes any delivery or settlement of it. A
         message in a `PageSlot` is paged out once its record is durable."""
         held = command.message
+        if type(held) is PageRef:
+            return  # only messages that are never logged go to scratch pages
         slot = held if type(held) is PageSlot else None
         message = held if slot is None else slot.message
         assert isinstance(message, Message)
@@ -457,6 +463,7 @@ class Durability:
             if self._syncing is None:
                 self.log.close(flush=False)  # no-op when closed above
             self.definitions.close()
+            self.pages.close()
             self._executor.shutdown(wait=False)
             self._reader.shutdown(wait=False)
         log.info("message log closed after %s group commits", self.syncs)

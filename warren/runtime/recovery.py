@@ -50,6 +50,7 @@ from warren.storage.definitions import (
 from warren.storage.journal import QueueJournal
 from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT, Log
 from warren.storage.messages import RecordFormatError, RecoveredMessage
+from warren.storage.pages import PageStore
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker, QueueHost
@@ -58,6 +59,7 @@ log = logging.getLogger("warren.recovery")
 
 DEFINITIONS_FILE = "definitions.sqlite3"
 LOG_DIRECTORY = "log"
+PAGES_DIRECTORY = "pages"
 
 
 def open_durability(
@@ -86,7 +88,9 @@ def open_durability(
         wal.close(flush=False)
         definitions.close()
         raise
-    durability = Durability(definitions, wal, journal, on_failure)
+    durability = Durability(
+        definitions, wal, journal, PageStore.open(data_dir / PAGES_DIRECTORY), on_failure
+    )
     restored = [e for e in loaded.exchanges if e.name in _vhost(broker, e.vhost).exchanges]
     durability.remember_stored(restored, loaded.bindings)
     broker.durability = durability

@@ -6,19 +6,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
-from warren.queue import Enqueue, Get, Got, Settle
+from warren.queue import Configure, Enqueue, Get, Got, Purge, Settle
 from warren.runtime.broker import Broker, QueueHost
 from warren.runtime.config import Config
 from warren.runtime.durability import Durability
-from warren.runtime.paging import PageSlot
+from warren.runtime.paging import PRESSURE_RESIDENT_MESSAGES, PageSlot
 from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
+from warren.storage.pages import PageRef
 
 PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
 TRANSIENT = encode_properties(BasicProperties(delivery_mode=1))
@@ -248,3 +250,38 @@ def test_recovered_messages_come_back_without_bodies_and_read_them_when_handed_o
 
     run(first)
     run(second)
+
+
+def scratch_paged(host: QueueHost) -> int:
+    return sum(1 for entry in host.machine.ready_entries() if isinstance(entry.message, PageRef))
+
+
+def test_under_memory_pressure_any_queue_pages_out_and_frees_every_page(tmp_path: Path) -> None:
+    async def test() -> None:
+        node = Node(tmp_path)
+        node.broker.memory_pressure = True
+        pages = node.durability.pages
+        host = node.declare("transient", durable=False)
+        bodies = [b"m%03d" % index for index in range(PRESSURE_RESIDENT_MESSAGES + 100)]
+        for body in bodies:
+            publish(host, body, TRANSIENT)
+        assert scratch_paged(host) == pages.live_pages == 100
+        got = []
+        while isinstance(reply := host.apply(Get(no_ack=True)), Got):
+            got.append(reply.entry.message.body)
+        assert got == bodies and pages.live_pages == 0
+        for body in bodies:  # purged, dropped over a new length limit, deleted with the queue
+            publish(host, body, TRANSIENT)
+        host.apply(Purge())
+        assert pages.live_pages == 0
+        for body in bodies:
+            publish(host, body, TRANSIENT)
+        host.apply(Configure(replace(host.machine.settings, max_length=10)))
+        assert pages.live_pages == scratch_paged(host) == 10  # the newest ten stay, paged
+        for body in bodies:
+            publish(host, body, TRANSIENT)
+        node.broker.delete_queue(node.broker.vhosts["/"], "transient")
+        assert pages.live_pages == 0
+        await node.durability.close()
+
+    run(test)
