@@ -168,3 +168,27 @@ def test_wrong_protocol_header(bystander, raw_amqp, header):
     raw.send(header)
     assert raw.read_until_closed() == b"AMQP\x00\x00\x09\x01"
     bystander.assert_unharmed()
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [b"\x80\x00", b"\x80\x00\x05ab", b"\x10\x00\x02\x00"],
+    ids=["flag-without-value", "short-string-cut", "trailing-byte"],
+)
+def test_malformed_content_properties_never_reach_a_consumer(amqp, bystander, raw_amqp, properties):
+    # RabbitMQ 3.10.8's property parser crashes on these and closes with 541
+    # INTERNAL_ERROR; Warren names the fault (502 SYNTAX_ERROR). Either way the connection
+    # goes and no consumer is handed bytes it cannot parse.
+    raw = raw_amqp()
+    raw.open_channel(1)
+    publish = struct.pack(">H", 0) + raw.shortstr("") + raw.shortstr(bystander.queue) + b"\x00"
+    raw.send_method(1, 60, 40, publish)
+    raw.send_frame(HEADER, 1, struct.pack(">HHQ", 60, 0, 4) + properties)
+    raw.send_frame(BODY, 1, b"evil")
+    code, text, class_id, method_id = raw.read_connection_close()
+    if amqp.broker.is_rabbitmq:
+        assert (code, text, class_id, method_id) == (541, "INTERNAL_ERROR", 0, 0)
+    else:
+        assert code == 502
+        assert text.startswith("SYNTAX_ERROR - malformed content header properties")
+    bystander.assert_unharmed()

@@ -116,6 +116,8 @@ def _decode_properties(raw: bytes) -> BasicProperties:
         else:
             table, offset = read_table(view, offset)
             values.append(table)
+    if offset != len(raw):
+        raise IndexError(f"{len(raw) - offset} bytes after the last property")
     return BasicProperties(*values)  # type: ignore[arg-type]
 
 

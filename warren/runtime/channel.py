@@ -79,6 +79,8 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
 # properties that make a publish decode its header: routing, checks, TTL, priority
 _INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG | REPLY_TO_FLAG
+# the commonest properties, known to be well formed: none, or only a delivery mode
+_PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
 
 def _token() -> str:
@@ -576,6 +578,10 @@ class Channel:
             if properties.expiration is not None:
                 ttl_ms = parse_expiration(properties.expiration)
             priority = properties.priority or 0
+        elif raw not in _PLAIN_PROPERTIES:
+            # Checked once here (502 if malformed), so that no consumer gets bytes it cannot
+            # parse; the decoded properties stay with the message.
+            message.properties  # noqa: B018
         if not exchange and method.routing_key.startswith(REPLY_TO_PREFIX):
             self._publish_reply(method, message)
             return
