@@ -61,10 +61,13 @@ class Report:
     consumed: int = 0
     lost: int = 0
     node_alive: bool = True
+    internal_errors: int = 0  # 541s the node logged (known when this script started it)
 
     @property
     def ok(self) -> bool:
-        return self.node_alive and self.lost == 0 and self.confirmed > 0
+        return (
+            self.node_alive and self.lost == 0 and self.confirmed > 0 and not self.internal_errors
+        )
 
 
 def handshake() -> list[bytes]:
@@ -243,6 +246,8 @@ def main() -> None:
         report = asyncio.run(run(url, args.duration, args.fuzzers, seed))
         if node is not None and node.process is not None:
             report.node_alive = node.process.poll() is None
+            node_log = node.data_dir.parent / f"{node.data_dir.name}.{node.starts}.log"
+            report.internal_errors = node_log.read_text(errors="replace").count("internal error")
     print(json.dumps({"seed": seed, **asdict(report), "ok": report.ok}))
     sys.exit(0 if report.ok else 1)
 
