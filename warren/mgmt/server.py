@@ -12,6 +12,9 @@ Theory of operation:
 3. `start_management` binds every address of `config.bind` on `config.management_port`
    (and, given the node's TLS context, on `config.management_ssl_port` over HTTPS); like
    the AMQP listener it skips ``::1`` on a host without IPv6.
+4. Everything outside /api/ is the web UI's static files (`warren/mgmt/ui`), served
+   without credentials as RabbitMQ serves its own; the UI asks for them and sends them
+   on its API calls.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ipaddress
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -34,12 +38,15 @@ log = logging.getLogger("warren.mgmt")
 
 BROKER_KEY = web.AppKey("broker", Broker)
 API_PREFIX = "/api/"
+UI_DIR = Path(__file__).with_name("ui")
 
 
 def build_app(broker: Broker) -> web.Application:
     app = web.Application(middlewares=[authenticate])
     app[BROKER_KEY] = broker
     app.router.add_route("*", "/api/{tail:.*}", dispatch)
+    app.router.add_get("/", ui_index)
+    app.router.add_static("/ui/", UI_DIR)
     return app
 
 
@@ -72,6 +79,8 @@ async def start_management(broker: Broker, tls: ssl.SSLContext | None = None) ->
 async def authenticate(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
+    if not request.path.startswith(API_PREFIX):
+        return await handler(request)
     credentials = _credentials(request.headers.get("Authorization", ""))
     if credentials is None:
         return replies.unauthorized(None)
@@ -101,6 +110,10 @@ def _is_loopback(address: str | None) -> bool:
         return address is not None and ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
+
+
+async def ui_index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(UI_DIR / "index.html")
 
 
 async def dispatch(request: web.Request) -> web.Response:
