@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The web UI's end-to-end test drives Debian's chromium (never a browser Playwright downloads).
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: run test lint bench clean
 
@@ -14,10 +16,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+$(CHROMIUM):
+	@if [ "$$(id -u)" -eq 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "make test needs Debian's chromium at $(CHROMIUM) for the web UI test;" \
+			"install it as root: apt-get install chromium" >&2; \
+		exit 1; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/warren-server --data-dir ./data
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

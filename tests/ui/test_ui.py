@@ -1,0 +1,212 @@
+"""The management UI end to end: log in, create a policy in the browser, see it apply to a
+queue (the queue's policy link, effective definition and trimmed count), follow the link,
+delete the policy; a 401 brings the login form back; a 404 is "not available on this
+node". Only pages whose endpoints main serves are read from the node itself.
+
+Theory of operation:
+1. One browser runs for this module, on a fresh profile directory, started from
+   `/usr/bin/chromium` (`make test` installs it); Playwright never downloads a browser.
+   Without that binary the UI tests are skipped with the reason.
+2. Each test gets a new tab (`ui`), so the credentials the UI keeps in sessionStorage
+   start empty, and the tab fails the test if a script on the page threw.
+3. The node is the session's Warren subprocess (`broker`, `management`), so no asyncio
+   loop runs in this thread, which Playwright's sync API needs. The UI is Warren's, so
+   these tests are `warren_only`: a real RabbitMQ serves its own UI.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pika
+import pytest
+from playwright.sync_api import BrowserContext, Page, Route, expect, sync_playwright
+
+pytestmark = pytest.mark.warren_only
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM}: apt-get install chromium")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1300, "height": 900},
+        )
+        yield context
+        context.close()
+
+
+class UI:
+    """One browser tab on the node's management UI."""
+
+    def __init__(self, page: Page, management: tuple[str, str, str]) -> None:
+        self.page = page
+        self.base, self.user, self.password = management
+        self.errors: list[str] = []
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def open(self, route: str = "") -> None:
+        self.page.goto(f"{self.base}/#/{route}")
+
+    def log_in(self, password: str | None = None) -> None:
+        form = self.page.get_by_role("form", name="Log in")
+        form.get_by_label("Username").fill(self.user)
+        form.get_by_label("Password").fill(self.password if password is None else password)
+        form.get_by_role("button", name="Log in").click()
+
+    def heading(self, name: str | re.Pattern[str]) -> None:
+        expect(self.page.get_by_role("heading", name=name, level=1)).to_be_visible()
+
+
+@pytest.fixture
+def ui(browser: BrowserContext, management: tuple[str, str, str]) -> Iterator[UI]:
+    page = browser.new_page()
+    tab = UI(page, management)
+    yield tab
+    page.close()
+    assert tab.errors == [], "a script on the page threw"
+
+
+def test_the_ui_needs_no_credentials_and_the_api_still_does(
+    management: tuple[str, str, str],
+) -> None:
+    base = management[0]
+    with urllib.request.urlopen(f"{base}/", timeout=10) as index:
+        assert index.headers.get_content_type() == "text/html"
+        assert b'src="/ui/js/app.js"' in index.read()
+    with urllib.request.urlopen(f"{base}/ui/js/app.js", timeout=10) as script:
+        assert script.headers.get_content_type() in {"text/javascript", "application/javascript"}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{base}/api/overview", timeout=10)
+    refused.value.close()
+    assert refused.value.code == 401
+
+
+def test_log_in_shows_the_overview(ui: UI) -> None:
+    ui.open()
+    ui.heading("Log in")
+    ui.log_in(password="wrong")
+    expect(ui.page.get_by_role("form", name="Log in").get_by_role("alert")).to_have_text(
+        "Login failed"
+    )
+    ui.log_in()
+    ui.heading("Overview")
+    expect(ui.page.get_by_role("navigation", name="Main")).to_be_visible()
+    totals = ui.page.locator("section", has=ui.page.get_by_role("heading", name="Totals"))
+    expect(totals).to_contain_text("Warren")
+    expect(ui.page.get_by_role("img", name="Queued messages")).to_be_visible()
+
+
+def test_a_401_shows_the_login_form_again(ui: UI) -> None:
+    ui.open()
+    ui.log_in()
+    ui.heading("Overview")
+    wrong = "Basic " + base64.b64encode(f"{ui.user}:wrong".encode()).decode()
+    ui.page.evaluate("(value) => sessionStorage.setItem('warren.authorization', value)", wrong)
+    ui.open("queues")
+    ui.heading("Log in")
+    expect(ui.page.get_by_role("navigation", name="Main")).to_be_hidden()
+
+
+def test_an_endpoint_the_node_lacks_is_not_available(ui: UI) -> None:
+    def missing(route: Route) -> None:
+        body = json.dumps({"error": "Object Not Found", "reason": "Not Found"})
+        route.fulfill(status=404, content_type="application/json", body=body)
+
+    ui.page.route(re.compile(r"/api/connections$"), missing)
+    ui.open("connections")
+    ui.log_in()
+    ui.heading("Connections")
+    expect(ui.page.get_by_role("heading", name="Not available on this node")).to_be_visible()
+
+
+@pytest.fixture
+def queue(broker: Any, unique: str) -> Iterator[str]:
+    """A queue named `<unique>.q` holding five messages; deleted afterwards."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    name = f"{unique}.q"
+    channel.queue_declare(name)
+    for number in range(5):
+        channel.basic_publish("", name, f"m{number}".encode())
+    yield name
+    channel.queue_delete(name)
+    connection.close()
+
+
+@pytest.fixture
+def policy_name(management: tuple[str, str, str], unique: str) -> Iterator[str]:
+    """A policy name for the test to create; deleted through the API if the test did not."""
+    name = f"{unique}-p"
+    yield name
+    base, user, password = management
+    request = urllib.request.Request(
+        f"{base}/api/policies/%2F/{quote(name, safe='')}", method="DELETE"
+    )
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as failure:
+        failure.close()
+        assert failure.code == 404  # the test deleted it already
+
+
+def test_a_policy_created_in_the_ui_applies_to_the_queue(
+    ui: UI, queue: str, policy_name: str
+) -> None:
+    page = ui.page
+    ui.open("policies")
+    ui.log_in()
+    ui.heading("Policies")
+    form = page.get_by_role("form", name="Add / update policy")
+    form.get_by_label("Name").fill(policy_name)
+    form.get_by_label("Pattern").fill(f"^{re.escape(queue)}$")
+    form.get_by_label("Apply to").select_option("queues")
+    form.get_by_label("Definition").fill('{"max-length": 2}')
+    form.get_by_role("button", name="Add / update policy").click()
+    expect(form.get_by_role("status")).to_have_text(f"Policy {policy_name} saved.")
+    policies = page.get_by_role("table", name="Policies", exact=True)
+    expect(policies.get_by_role("row", name=policy_name)).to_be_visible()
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Queues").click()
+    row = page.get_by_role("table", name="Queues").get_by_role("row", name=queue)
+    expect(row.get_by_role("link", name=policy_name)).to_be_visible()
+    expect(row.get_by_role("cell").nth(6)).to_have_text("2")  # Ready: max-length dropped 3
+
+    row.get_by_role("link", name=queue).click()
+    ui.heading(f"Queue {queue} in virtual host /")
+    details = page.locator(".facts").first
+    expect(details).to_contain_text('{"max-length":2}')
+    details.get_by_role("link", name=policy_name).click()
+
+    ui.heading(f"Policy {policy_name} in virtual host /")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete policy").click()
+    ui.heading("Policies")
+    expect(page.get_by_text("No policies.")).to_be_visible()
