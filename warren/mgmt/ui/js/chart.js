@@ -74,8 +74,9 @@ export function lineChart(title, series, formatValue) {
   );
 }
 
-// The smallest of 1, 2, 5 × 10^n that is at least `value`, for a readable axis top.
+// The smallest of 1, 2, 4 × 10^n that is at least `value`: a readable axis top whose
+// middle (0.5, 1, 2 × 10^n) is a round number too.
 function niceCeiling(value) {
   const power = 10 ** Math.floor(Math.log10(value));
-  return [1, 2, 5, 10].map((step) => step * power).find((top) => top >= value);
+  return [1, 2, 4, 10].map((step) => step * power).find((top) => top >= value);
 }
