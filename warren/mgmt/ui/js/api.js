@@ -1,12 +1,12 @@
 // The management API as the UI sees it: same-origin /api/ calls with HTTP basic
-// credentials, and RabbitMQ's answers turned into values or one of three errors.
+// credentials, and RabbitMQ's answers turned into values or errors.
 //
 // - The credentials come from the login form and live in sessionStorage (this tab only).
 // - 401 is `Unauthorized`: the app shows the login form again.
 // - 404 and 405 are `NotAvailable`: the object is gone, or this node does not serve the
 //   path (or that method on it) yet; pages show "not available on this node" rather than
 //   break.
-// - Any other failure is `ApiError` with RabbitMQ's `reason` text.
+// - Any other failure is an Error with the status and RabbitMQ's `reason` text.
 
 const CREDENTIALS_KEY = "warren.authorization";
 
@@ -15,13 +15,6 @@ export class Unauthorized extends Error {}
 export class NotAvailable extends Error {
   constructor(method, path, response) {
     super(`${method} /api/${path} answered ${response.status} ${response.statusText}`);
-  }
-}
-
-export class ApiError extends Error {
-  constructor(status, reason) {
-    super(`${status}: ${reason}`);
-    this.status = status;
   }
 }
 
@@ -67,7 +60,7 @@ export async function call(method, path, body) {
   if (response.status === 404 || response.status === 405) {
     throw new NotAvailable(method, path, response);
   }
-  if (!response.ok) throw new ApiError(response.status, value?.reason ?? response.statusText);
+  if (!response.ok) throw new Error(`${response.status}: ${value?.reason ?? response.statusText}`);
   return value;
 }
 

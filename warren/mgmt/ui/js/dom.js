@@ -5,14 +5,13 @@
 
 import { NotAvailable, call } from "./api.js";
 
-// h("a", { href: "#/queues" }, "Queues"): attributes by name, "on…" ones as listeners;
-// children are nodes, strings, numbers or arrays of them; null and false are skipped.
+// h("a", { href: "#/queues" }, "Queues"): attributes by name (true is present, false and
+// null absent); children are nodes, strings, numbers or arrays of them, null and false skipped.
 export function h(tag, attributes = {}, ...children) {
   const element = document.createElement(tag);
   for (const [name, value] of Object.entries(attributes)) {
     if (value === null || value === undefined || value === false) continue;
-    if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
-    else element.setAttribute(name, value === true ? "" : value);
+    element.setAttribute(name, value === true ? "" : value);
   }
   element.append(...nodes(children));
   return element;

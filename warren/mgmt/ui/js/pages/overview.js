@@ -42,7 +42,7 @@ export function render(root) {
     const overview = await get("overview");
     samples.push({ timeMs: Date.now(), overview });
     if (samples.length > SAMPLES_MAX) samples.shift();
-    charts.replaceChildren(queuedChart(), ...rateChart());
+    charts.replaceChildren(queuedChart(), rateChart());
     totals.replaceChildren(totalsFacts(overview));
     listeners.replaceChildren(
       table(
@@ -92,18 +92,16 @@ function rateChart() {
     }),
   })).filter((s) => s.points.length > 0);
   if (series.length === 0) {
-    return [
-      h(
-        "figure",
-        { class: "chart" },
-        h("figcaption", {}, h("strong", {}, "Message rates")),
-        h(
-          "p",
-          { class: "notice" },
-          "This node reports no message statistics yet, so there are no rates to chart.",
-        ),
-      ),
-    ];
+    const counted = Object.keys(samples.at(-1).overview.message_stats ?? {}).length > 0;
+    const why = counted
+      ? "Rates appear after the next sample."
+      : "This node reports no message statistics yet, so there are no rates to chart.";
+    return h(
+      "figure",
+      { class: "chart" },
+      h("figcaption", {}, h("strong", {}, "Message rates")),
+      h("p", { class: "notice" }, why),
+    );
   }
   const chart = lineChart("Message rates", series, (v) => perSecond(v));
   if (computed) {
@@ -111,7 +109,7 @@ function rateChart() {
       h("p", { class: "note" }, "Rates computed in the browser from successive counts."),
     );
   }
-  return [chart];
+  return chart;
 }
 
 function hasReportedRates(overview) {
