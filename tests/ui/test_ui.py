@@ -1,7 +1,8 @@
 """The management UI end to end: log in, create a policy in the browser, see it apply to a
 queue (the queue's policy link, effective definition and trimmed count), follow the link,
-delete the policy; a 401 brings the login form back; a 404 is "not available on this
-node". Only pages whose endpoints main serves are read from the node itself.
+delete the policy; a 401 brings the login form back, a refusal ("not_authorised") does
+not; a 404 is "not available on this node". Only pages whose endpoints main serves are
+read from the node itself; the other states are checked with routed replies.
 
 Theory of operation:
 1. One browser runs for this module, on a fresh profile directory, started from
@@ -142,6 +143,21 @@ def test_an_endpoint_the_node_lacks_is_not_available(ui: UI) -> None:
     ui.log_in()
     ui.heading("Connections")
     expect(ui.page.get_by_role("heading", name="Not available on this node")).to_be_visible()
+
+
+def test_a_refusal_keeps_the_user_logged_in(ui: UI) -> None:
+    """RabbitMQ refuses a path a user's tags do not cover with 401 "not_authorised"."""
+
+    def refused(route: Route) -> None:
+        body = json.dumps({"error": "not_authorised", "reason": "Not administrator user"})
+        route.fulfill(status=401, content_type="application/json", body=body)
+
+    ui.page.route(re.compile(r"/api/users$"), refused)
+    ui.open("users")
+    ui.log_in()
+    ui.heading("Users")
+    expect(ui.page.get_by_role("status")).to_contain_text("Not administrator user")
+    expect(ui.page.get_by_role("navigation", name="Main")).to_be_visible()
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 // credentials, and RabbitMQ's answers turned into values or errors.
 //
 // - The credentials come from the login form and live in sessionStorage (this tab only).
-// - 401 is `Unauthorized`: the app shows the login form again.
+// - 401 is `Unauthorized`: the app shows the login form again; but a 401 whose error is
+//   "not_authorised" (RabbitMQ's spelling when it knows the user and its tags or vhost
+//   permissions refuse this path) is `Refused`: the user stays logged in.
 // - 404 and 405 are `NotAvailable`: the object is gone, or this node does not serve the
 //   path (or that method on it) yet; pages show "not available on this node" rather than
 //   break.
@@ -11,6 +13,8 @@
 const CREDENTIALS_KEY = "warren.authorization";
 
 export class Unauthorized extends Error {}
+
+export class Refused extends Error {}
 
 export class NotAvailable extends Error {
   constructor(method, path, response) {
@@ -56,6 +60,7 @@ export async function call(method, path, body) {
   const response = await fetch(`/api/${path}`, init);
   const json = response.headers.get("Content-Type")?.startsWith("application/json");
   const value = json ? await response.json() : null;
+  if (response.status === 401 && value?.error === "not_authorised") throw new Refused(value.reason);
   if (response.status === 401) throw new Unauthorized(value?.reason ?? "Login required");
   if (response.status === 404 || response.status === 405) {
     throw new NotAvailable(method, path, response);

@@ -5,10 +5,11 @@
 // fills the live parts (tables, charts). The shell calls `update` at once and then every
 // REFRESH_MS while the page is shown. Errors from `update` are handled here:
 // Unauthorized shows the login form, NotAvailable replaces the page with "not available on
-// this node", anything else is shown above the page until the next update succeeds.
+// this node", Refused with the reason the node gave (such as "Not administrator user"),
+// anything else is shown above the page until the next update succeeds.
 
-import { NotAvailable, Unauthorized, get, logIn, logOut, username } from "./api.js";
-import { h, notAvailablePage } from "./dom.js";
+import { NotAvailable, Refused, Unauthorized, get, logIn, logOut, username } from "./api.js";
+import { h, noticePage } from "./dom.js";
 import * as channels from "./pages/channels.js";
 import * as connections from "./pages/connections.js";
 import * as exchange from "./pages/exchange.js";
@@ -97,7 +98,11 @@ function show() {
         showLogin(error.message);
       } else if (error instanceof NotAvailable) {
         clearInterval(timer);
-        pageRoot.replaceChildren(...notAvailablePage(page.title, error));
+        const why = `${error.message}: this node does not serve it (yet), or the object is gone.`;
+        pageRoot.replaceChildren(...noticePage(page.title, "Not available on this node", why));
+      } else if (error instanceof Refused) {
+        clearInterval(timer);
+        pageRoot.replaceChildren(...noticePage(page.title, "Not allowed", error.message));
       } else {
         failure.textContent = error.message;
         failure.hidden = false;

@@ -80,16 +80,11 @@ export function notAvailable(what) {
   return h("p", { class: "notice", role: "status" }, `${what} not available on this node.`);
 }
 
-// The page shown when the endpoint a page reads answers 404.
-export function notAvailablePage(title, error) {
+// What a page shows instead of itself when its API path answers 404/405 or refuses the user.
+export function noticePage(title, heading, text) {
   return [
     h("h1", {}, title),
-    h(
-      "div",
-      { class: "notice", role: "status" },
-      h("h2", {}, "Not available on this node"),
-      h("p", {}, `${error.message}: this node does not serve it (yet), or the object is gone.`),
-    ),
+    h("div", { class: "notice", role: "status" }, h("h2", {}, heading), h("p", {}, text)),
   ];
 }
 
