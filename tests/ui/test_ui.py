@@ -33,6 +33,9 @@ from playwright.sync_api import BrowserContext, Page, Route, expect, sync_playwr
 
 pytestmark = pytest.mark.warren_only
 
+# An upper bound on each wait for the page, not a timing claim: Playwright's 5 s default
+# proved short on a machine busy with other suites.
+EXPECT_TIMEOUT_MS = 20_000
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -49,6 +52,7 @@ CHROMIUM_ARGS = [
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
     if not CHROMIUM.exists():
         pytest.skip(f"needs Debian's chromium at {CHROMIUM}: apt-get install chromium")
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             tmp_path_factory.mktemp("chromium-profile"),
@@ -156,7 +160,8 @@ def test_a_refusal_keeps_the_user_logged_in(ui: UI) -> None:
     ui.open("users")
     ui.log_in()
     ui.heading("Users")
-    expect(ui.page.get_by_role("status")).to_contain_text("Not administrator user")
+    notice = ui.page.locator(".notice", has=ui.page.get_by_role("heading", name="Not allowed"))
+    expect(notice).to_contain_text("Not administrator user")
     expect(ui.page.get_by_role("navigation", name="Main")).to_be_visible()
 
 
