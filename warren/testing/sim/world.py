@@ -136,6 +136,7 @@ class _Host:
         self.app: _App | None = None
         self.incarnation = 0
         self.leader_terms_checked: set[int] = set()
+        self.seen_role = (Role.FOLLOWER, 0)
 
     # warren.raft.Storage, checked on the way to the disk
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -312,7 +313,6 @@ class SimWorld:
         """Run the node's Ready batches through the shared driver, then check it."""
         node, app = host.node, host.app
         assert node is not None and app is not None
-        role_before = node.role
         try:
             for _ in range(READY_ROUNDS_MAX):
                 if not run_ready(node, host, host, app):
@@ -327,7 +327,8 @@ class SimWorld:
         except DiskCrash:
             self._crash(host, "during sync")
             return
-        if node.role is not role_before:
+        if (node.role, node.term) != host.seen_role:
+            host.seen_role = (node.role, node.term)
             self._log(f"n{host.id} {node.role.value} term={node.term}")
         if node.role is Role.LEADER and node.term not in host.leader_terms_checked:
             host.leader_terms_checked.add(node.term)
