@@ -51,12 +51,9 @@ READY_ROUNDS_MAX = 64  # a node needs a handful of Ready rounds per event; more 
 @dataclass(slots=True)
 class SimOptions:
     node_count: int = 5
-    initial_voter_count: int = 3
     safety_ms: int = 2_000
     liveness_ms_max: int = 4_000
-    tick_ms: int = 10
-    election_ticks: int = 10
-    heartbeat_ticks: int = 2
+    tick_ms: int = 10  # each node's clock runs up to 20% fast or slow around this
     faults: bool = True
     membership_changes: bool = True
     compact_every_entries: int = 24
@@ -64,6 +61,44 @@ class SimOptions:
     trace: bool = False
     # a hook for tests that plant a bug: called with every node the world builds
     node_factory: Callable[..., RaftNode] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Swarm:
+    """Per-seed knobs drawn from the seed ("swarm testing"): each seed explores a different
+    corner — with or without pre-vote and check-quorum, fast or slow networks, short or long
+    timeouts — instead of every seed probing the same average configuration."""
+
+    initial_voter_count: int
+    pre_vote: bool
+    check_quorum: bool
+    election_ticks: int
+    heartbeat_ticks: int
+    delay_ms_max: int
+    slow_probability: float
+    slow_delay_ms_max: int
+    fault_interval_ms_max: int
+    downtime_ms_max: int
+    max_entries_per_append: int
+    max_inflight_appends: int
+
+    @classmethod
+    def draw(cls, rng: random.Random, node_count: int) -> Swarm:
+        election_ticks = rng.choice((4, 6, 10))
+        return cls(
+            initial_voter_count=min(node_count, rng.choice((3, 3, 5))),
+            pre_vote=rng.random() < 0.5,
+            check_quorum=rng.random() < 0.5,
+            election_ticks=election_ticks,
+            heartbeat_ticks=rng.randint(1, max(1, election_ticks // 3)),
+            delay_ms_max=rng.choice((5, 20, 40)),
+            slow_probability=rng.choice((0.0, 0.01, 0.05)),
+            slow_delay_ms_max=rng.choice((100, 300)),
+            fault_interval_ms_max=rng.choice((60, 150, 300)),
+            downtime_ms_max=rng.choice((30, 100, 400)),
+            max_entries_per_append=rng.choice((1, 4, 64)),
+            max_inflight_appends=rng.choice((1, 4, 16)),
+        )
 
 
 @dataclass(slots=True)
@@ -137,6 +172,7 @@ class _Host:
         self.incarnation = 0
         self.leader_terms_checked: set[int] = set()
         self.seen_role = (Role.FOLLOWER, 0)
+        self.tick_ms = world.options.tick_ms
 
     # warren.raft.Storage, checked on the way to the disk
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -174,9 +210,16 @@ class SimWorld:
         self.trace: list[str] = []
         self._queue: list[tuple[int, int, str, object]] = []
         self._sequence = 0
+        self.swarm = Swarm.draw(self.rng, self.options.node_count)
+        self.faults.delay_ms_max = self.swarm.delay_ms_max
+        self.faults.slow_delay_ms_max = self.swarm.slow_delay_ms_max
+        self.faults.slow_probability = self.swarm.slow_probability
         ids = list(range(1, self.options.node_count + 1))
-        self.initial_membership = Membership(frozenset(ids[: self.options.initial_voter_count]))
+        self.initial_membership = Membership(frozenset(ids[: self.swarm.initial_voter_count]))
         self.hosts = {node_id: _Host(self, node_id) for node_id in ids}
+        tick_ms = self.options.tick_ms
+        for host in self.hosts.values():
+            host.tick_ms = self.rng.randint(tick_ms - tick_ms // 5, tick_ms + tick_ms // 5)
         self.reads: dict[bytes, int] = {}  # read context -> entries applied when asked
         self.value_index: dict[bytes, int] = {}
         self._next_value = 0
@@ -189,6 +232,7 @@ class SimWorld:
 
     def run(self) -> None:
         options = self.options
+        self._log(f"seed {self.seed} {self.swarm}")
         for host in self.hosts.values():
             self._start(host)
         self._schedule(self.rng.randint(1, 20), "propose", None)
@@ -248,10 +292,12 @@ class SimWorld:
         host.incarnation += 1
         config = RaftConfig(
             node_id=host.id,
-            election_ticks=self.options.election_ticks,
-            heartbeat_ticks=self.options.heartbeat_ticks,
-            max_entries_per_append=16,
-            max_inflight_appends=4,
+            election_ticks=self.swarm.election_ticks,
+            heartbeat_ticks=self.swarm.heartbeat_ticks,
+            max_entries_per_append=self.swarm.max_entries_per_append,
+            max_inflight_appends=self.swarm.max_inflight_appends,
+            pre_vote=self.swarm.pre_vote,
+            check_quorum=self.swarm.check_quorum,
         )
         bootstrap = self.initial_membership if host.id in self.initial_membership.voters else None
         factory = self.options.node_factory or RaftNode
@@ -268,9 +314,7 @@ class SimWorld:
             f"n{host.id} start #{host.incarnation} term={host.node.term} "
             f"last={host.node.log.last_index} commit={host.node.log.commit_index}"
         )
-        self._schedule(
-            self.rng.randint(1, self.options.tick_ms), "tick", (host.id, host.incarnation)
-        )
+        self._schedule(self.rng.randint(1, host.tick_ms), "tick", (host.id, host.incarnation))
         self._drive(host)
 
     def _crash(self, host: _Host, why: str) -> None:
@@ -281,7 +325,11 @@ class SimWorld:
         host.app = None
         self._log(f"n{host.id} crash ({why})")
         if not self.in_liveness:
-            self._schedule(self.rng.randint(20, 600), "restart", (host.id, host.incarnation))
+            self._schedule(
+                self.rng.randint(1, self.swarm.downtime_ms_max),
+                "restart",
+                (host.id, host.incarnation),
+            )
 
     def _tick(self, node_id: NodeId, incarnation: int) -> None:
         host = self.hosts[node_id]
@@ -289,7 +337,7 @@ class SimWorld:
             return
         host.node.tick()
         self._drive(host)
-        self._schedule(self.options.tick_ms, "tick", (node_id, incarnation))
+        self._schedule(host.tick_ms, "tick", (node_id, incarnation))
 
     def _deliver(self, message: Message) -> None:
         host = self.hosts[message.to]
@@ -403,27 +451,31 @@ class SimWorld:
         rng = self.rng
         ids = sorted(self.hosts)
         choice = rng.random()
-        if choice < 0.2:
+        leaders = self.leaders()
+        if choice < 0.15:
             self.network.heal()
             self._log("heal")
-        elif choice < 0.35:
+        elif choice < 0.3:
             shuffled = ids[:]
             rng.shuffle(shuffled)
             cut = rng.randint(1, len(ids) - 1)
             self.network.heal()
             self.network.partition(shuffled[:cut], shuffled[cut:], symmetric=True)
             self._log(f"partition {sorted(shuffled[:cut])} | {sorted(shuffled[cut:])}")
-        elif choice < 0.45:
+        elif choice < 0.4:
             sender, receiver = rng.sample(ids, 2)
             self.network.partition([sender], [receiver], symmetric=False)
             self._log(f"block n{sender}->n{receiver}")
         elif choice < 0.55:
-            leaders = self.leaders()
             if leaders:
                 leader = leaders[0].id
                 others = [i for i in ids if i != leader]
-                self.network.partition([leader], others, symmetric=rng.random() < 0.5)
-                self._log(f"isolate leader n{leader}")
+                symmetric = rng.random() < 0.5
+                self.network.partition([leader], others, symmetric=symmetric)
+                self._log(f"isolate leader n{leader} {'both ways' if symmetric else 'outbound'}")
+        elif choice < 0.65:
+            if leaders:
+                self._crash(self.hosts[leaders[0].id], "leader power cut")
         elif choice < 0.75:
             alive = [i for i in ids if self.hosts[i].node is not None]
             if alive:
@@ -435,12 +487,12 @@ class SimWorld:
         else:
             self.faults.loss_probability = rng.choice((0.0, 0.01, 0.05, 0.2))
             self.faults.duplicate_probability = rng.choice((0.0, 0.01, 0.05))
-            self.faults.slow_probability = rng.choice((0.0, 0.01, 0.05))
+            self.faults.slow_probability = rng.choice((0.0, 0.02, 0.1, 0.3))
             self._log(
                 f"network loss={self.faults.loss_probability} "
                 f"dup={self.faults.duplicate_probability} slow={self.faults.slow_probability}"
             )
-        self._schedule(rng.randint(20, 300), "fault", None)
+        self._schedule(rng.randint(10, self.swarm.fault_interval_ms_max), "fault", None)
 
     def _start_liveness(self) -> None:
         self.in_liveness = True
