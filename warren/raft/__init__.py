@@ -20,7 +20,7 @@ from warren.raft.messages import (
     Ready,
     Snapshot,
 )
-from warren.raft.node import MembershipChange, RaftConfig, RaftNode, Role
+from warren.raft.node import MembershipChange, RaftConfig, RaftNode, RandomSource, Role
 from warren.raft.progress import Progress, ProgressState
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "RaftConfig",
     "RaftLog",
     "RaftNode",
+    "RandomSource",
     "ReadState",
     "Ready",
     "Role",

@@ -5,7 +5,7 @@ Theory of operation:
    `propose_membership`, `transfer_leadership`, `read_index`, `compact`. Output: `ready()`,
    the batch of work the driver must do (persist, send, apply; see `Ready`), acknowledged
    by `advance(ready)`. The node never does I/O, never reads a clock, and draws randomness
-   only from the `random.Random` it was given, so a seed replays it exactly.
+   only from the `RandomSource` it was given, so a seed replays it exactly.
 2. Roles: FOLLOWER, PRE_CANDIDATE, CANDIDATE, LEADER (section 5.2 of the paper, plus
    pre-vote from section 9.6 of Ongaro's dissertation). A node that is not a voter (a
    learner, or not a member at all) never campaigns.
@@ -39,9 +39,9 @@ Theory of operation:
 from __future__ import annotations
 
 import enum
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from warren.raft.log import RaftLog, SafetyError
 from warren.raft.messages import (
@@ -65,6 +65,13 @@ from warren.raft.progress import (
     quorum_index,
     vote_result,
 )
+
+
+class RandomSource(Protocol):
+    """Where election timeouts come from: a seeded `random.Random` in tests and the
+    simulator, any source in production. The core never touches the `random` module."""
+
+    def randrange(self, stop: int, /) -> int: ...
 
 
 class Role(enum.Enum):
@@ -106,7 +113,7 @@ class RaftNode:
     def __init__(
         self,
         config: RaftConfig,
-        rng: random.Random,
+        rng: RandomSource,
         *,
         membership: Membership | None = None,
         hard_state: HardState | None = None,
