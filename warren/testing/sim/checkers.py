@@ -2,7 +2,11 @@
 
 Theory of operation (the properties of figure 3 of the Raft paper, checked on real nodes):
 1. Election safety: at most one leader per term. `leaders_by_term` remembers the first
-   leader seen for each term.
+   leader seen for each term. Stronger, and earlier: a node never persists two different
+   votes in one term, and a new leader must find a majority of its voters that have
+   persisted a vote for it in its term (itself included) — a vote counted but never
+   granted, or granted but never persisted, fails here even when no second leader
+   happens to be elected.
 2. Log matching: if two logs hold an entry with the same index and term, the logs are
    identical up to it. Checked by induction as entries are persisted: every (index, term)
    must always carry the same payload and follow the same previous term.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import zlib
 
-from warren.raft import Entry, EntryKind, NodeId, RaftLog
+from warren.raft import NO_NODE, Entry, EntryKind, HardState, Membership, NodeId, RaftLog
 
 
 class Violation(AssertionError):
@@ -34,6 +38,7 @@ def chain_digest(digest: int, entry: Entry) -> int:
 class SafetyChecker:
     def __init__(self) -> None:
         self.leaders_by_term: dict[int, NodeId] = {}
+        self.votes: dict[NodeId, dict[int, NodeId]] = {}  # node -> term -> persisted vote
         # (index, term) -> (kind, data, previous term): the log matching table
         self._seen: dict[tuple[int, int], tuple[EntryKind, bytes, int]] = {}
         # applied[i - 1] is the entry applied at index i; digests[i] the digest after i
@@ -41,11 +46,33 @@ class SafetyChecker:
         self.digests: list[int] = [0]
         self.checks = 0
 
-    def on_leader(self, node_id: NodeId, term: int, log: RaftLog) -> None:
+    def on_hard_state_synced(self, node_id: NodeId, hard_state: HardState) -> None:
+        self.checks += 1
+        if hard_state.vote == NO_NODE:
+            return
+        votes = self.votes.setdefault(node_id, {})
+        vote = votes.setdefault(hard_state.term, hard_state.vote)
+        if vote != hard_state.vote:
+            raise Violation(
+                f"node {node_id} voted for {vote} and then {hard_state.vote} in term "
+                f"{hard_state.term}"
+            )
+
+    def on_leader(self, node_id: NodeId, term: int, log: RaftLog, membership: Membership) -> None:
         self.checks += 1
         leader = self.leaders_by_term.setdefault(term, node_id)
         if leader != node_id:
             raise Violation(f"two leaders in term {term}: {leader} and {node_id}")
+        granted = [
+            voter
+            for voter in sorted(membership.voters)
+            if self.votes.get(voter, {}).get(term) == node_id
+        ]
+        if len(granted) <= len(membership.voters) // 2:
+            raise Violation(
+                f"node {node_id} leads term {term} with persisted votes from {granted} only "
+                f"(voters {sorted(membership.voters)})"
+            )
         # Leader completeness, for what the new leader still holds as entries.
         for index in range(log.snapshot_index + 1, len(self.applied) + 1):
             entry = self.applied[index - 1]

@@ -173,6 +173,7 @@ class _Host:
         self.leader_terms_checked: set[int] = set()
         self.seen_role = (Role.FOLLOWER, 0)
         self.tick_ms = world.options.tick_ms
+        self.unsynced_hard_state: HardState | None = None
 
     # warren.raft.Storage, checked on the way to the disk
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -188,9 +189,13 @@ class _Host:
 
     def save_hard_state(self, hard_state: HardState) -> None:
         self.disk.save_hard_state(hard_state)
+        self.unsynced_hard_state = hard_state
 
     def sync(self) -> None:
+        hard_state, self.unsynced_hard_state = self.unsynced_hard_state, None
         self.disk.sync()
+        if hard_state is not None:
+            self.world.checker.on_hard_state_synced(self.id, hard_state)
 
     # warren.raft.Transport
     def send(self, message: Message) -> None:
@@ -289,6 +294,10 @@ class SimWorld:
 
     def _start(self, host: _Host) -> None:
         hard_state, snapshot, entries = host.disk.recover()
+        if hard_state is not None:
+            # what a crash kept of the unsynced writes is durable from now on
+            self.checker.on_hard_state_synced(host.id, hard_state)
+        host.unsynced_hard_state = None
         host.incarnation += 1
         config = RaftConfig(
             node_id=host.id,
@@ -380,7 +389,7 @@ class SimWorld:
             self._log(f"n{host.id} {node.role.value} term={node.term}")
         if node.role is Role.LEADER and node.term not in host.leader_terms_checked:
             host.leader_terms_checked.add(node.term)
-            self.checker.on_leader(host.id, node.term, node.log)
+            self.checker.on_leader(host.id, node.term, node.log, node.membership)
 
     def leaders(self) -> list[RaftNode]:
         nodes = [host.node for host in self.hosts.values() if host.node is not None]
