@@ -434,13 +434,13 @@ class SimWorld:
             membership = leader.membership
             outsiders = [i for i in sorted(self.hosts) if i not in membership.members]
             choice = self.rng.random()
-            if choice < 0.2:
+            if choice < 0.35:
                 voters = sorted(membership.voters - {leader.id})
                 if voters:
                     target = self.rng.choice(voters)
                     self._log(f"transfer n{leader.id} -> n{target}")
                     leader.transfer_leadership(target)
-            elif outsiders and (choice < 0.6 or len(membership.voters) <= 3):
+            elif outsiders and (choice < 0.7 or len(membership.voters) <= 3):
                 target = self.rng.choice(outsiders)
                 index = leader.propose_membership(MembershipChange.ADD_LEARNER, target)
                 self._log(f"add learner n{target} via n{leader.id} -> {index}")
