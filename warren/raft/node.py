@@ -249,14 +249,20 @@ class RaftNode:
             or self._received_snapshot is not None
             or log.stable_index < log.last_index
             or log.applied < log.commit_index
-            or self.hard_state != self._prev_hard_state
+            or self._hard_state_changed()
+        )
+
+    def _hard_state_changed(self) -> bool:
+        # field by field: has_ready runs after every input, building a HardState costs more
+        prev = self._prev_hard_state
+        return (
+            self.term != prev.term or self.vote != prev.vote or self.log.commit_index != prev.commit
         )
 
     def ready(self) -> Ready:
         log = self.log
-        hard_state = self.hard_state
         ready = Ready(
-            hard_state=hard_state if hard_state != self._prev_hard_state else None,
+            hard_state=self.hard_state if self._hard_state_changed() else None,
             entries=tuple(log.unstable()),
             snapshot=self._received_snapshot,
             messages=tuple(self._messages),
