@@ -33,7 +33,8 @@ Theory of operation:
    brings the target up to date, and sends it TIMEOUT_NOW; the target campaigns at once.
 10. Linearizable reads by read-index (dissertation section 6.4): the leader records its
     commit index, confirms with a heartbeat round that a majority still follows it, and
-    returns a `ReadState`; the application reads once it has applied that index.
+    returns a `ReadState`; the application reads once it has applied that index
+    (bookkeeping in `warren.raft.reads`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from warren.raft.progress import (
     quorum_index,
     vote_result,
 )
+from warren.raft.reads import ReadIndexQueue
 
 
 class RandomSource(Protocol):
@@ -101,12 +103,6 @@ class RaftConfig:
             raise ValueError("node ids are positive")
         if self.heartbeat_ticks >= self.election_ticks:
             raise ValueError("heartbeat_ticks must be below election_ticks")
-
-
-@dataclass(frozen=True, slots=True)
-class _PendingRead:
-    index: int
-    context: bytes
 
 
 class RaftNode:
@@ -146,9 +142,7 @@ class RaftNode:
         self._votes: dict[NodeId, bool] = {}
         self._messages: list[Message] = []
         self._read_states: list[ReadState] = []
-        self._pending_reads: list[_PendingRead] = []  # waiting for a heartbeat quorum
-        self._read_acks: dict[bytes, set[NodeId]] = {}
-        self._reads_before_commit: list[bytes] = []  # until this term's first commit
+        self._reads = ReadIndexQueue()
         self._received_snapshot: Snapshot | None = None
         self._pending_membership_index = 0
         self.transfer_target = NO_NODE
@@ -221,13 +215,16 @@ class RaftNode:
         return True
 
     def read_index(self, context: bytes) -> bool:
-        """Ask for a linearizable read; answered by a `ReadState` carrying `context`."""
+        """Ask for a linearizable read; answered by a `ReadState` carrying `context`, which
+        must be non-empty and unique among reads in flight."""
+        if not context:
+            raise ValueError("a read needs a non-empty context")
         if self.role is not Role.LEADER:
             return False
         if self.log.term_at(self.log.commit_index) != self.term:
             # Until an entry of this term commits, our commit index may be behind an older
             # leader's; the read waits for our EMPTY entry (dissertation section 6.4 step 1).
-            self._reads_before_commit.append(context)
+            self._reads.wait_for_commit(context)
             return True
         self._start_read(context)
         return True
@@ -527,8 +524,8 @@ class RaftNode:
             progress.inflight.popleft()
         if progress.match_index < self.log.last_index:
             self._send_append(message.sender)
-        if message.context:
-            self._record_read_ack(message.context, message.sender)
+        if message.context and self._reads.acknowledge(message.context, message.sender):
+            self._read_states.extend(self._reads.release(self.membership.voters))
 
     def _send_append(self, to: NodeId, *, send_if_empty: bool = True) -> None:
         progress = self.progress[to]
@@ -596,10 +593,8 @@ class RaftNode:
             return False
         self.log.commit_to(index)
         self._apply_memberships_to_commit()
-        if self._reads_before_commit:
-            contexts, self._reads_before_commit = self._reads_before_commit, []
-            for context in contexts:
-                self._start_read(context)
+        for context in self._reads.take_waiting():
+            self._start_read(context)
         return True
 
     def _append_and_broadcast(self, kind: EntryKind, data: bytes) -> int:
@@ -630,28 +625,10 @@ class RaftNode:
     # ----------------------------------------------------------------- reads
 
     def _start_read(self, context: bytes) -> None:
-        self._pending_reads.append(_PendingRead(self.log.commit_index, context))
-        self._read_acks[context] = {self.id}
-        self._release_reads()
-        if self._pending_reads:
+        self._reads.add(self.log.commit_index, context, self.id)
+        self._read_states.extend(self._reads.release(self.membership.voters))
+        if self._reads.last_context:
             self._broadcast_heartbeat(context)
-
-    def _record_read_ack(self, context: bytes, sender: NodeId) -> None:
-        acks = self._read_acks.get(context)
-        if acks is not None:
-            acks.add(sender)
-            self._release_reads()
-
-    def _release_reads(self) -> None:
-        # A quorum acknowledging a later read confirms every earlier one too.
-        released = 0
-        for position, read in enumerate(self._pending_reads):
-            if has_quorum(self.membership.voters, self._read_acks[read.context]):
-                released = position + 1
-        for read in self._pending_reads[:released]:
-            self._read_states.append(ReadState(read.index, read.context))
-            del self._read_acks[read.context]
-        del self._pending_reads[:released]
 
     # ----------------------------------------------------------------- time
 
@@ -681,8 +658,7 @@ class RaftNode:
                     progress.become_probe()  # the snapshot or its answer was lost
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
-            context = self._pending_reads[-1].context if self._pending_reads else b""
-            self._broadcast_heartbeat(context)
+            self._broadcast_heartbeat(self._reads.last_context)
         self._maybe_promote_learner()
 
     def _check_quorum(self) -> bool:
@@ -736,9 +712,7 @@ class RaftNode:
         self._votes = {}
         self.progress = {}
         self.transfer_target = NO_NODE
-        self._pending_reads = []
-        self._read_acks = {}
-        self._reads_before_commit = []
+        self._reads.clear()
 
     def _become_follower(self, term: int, leader_id: NodeId) -> None:
         self._reset(term)

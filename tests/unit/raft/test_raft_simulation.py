@@ -190,3 +190,9 @@ def test_the_network_loses_duplicates_and_delays() -> None:
     assert any(not c for c in copies)
     assert any(len(c) == 2 for c in copies)
     assert any(d > 10 for c in copies for d in c)
+
+
+def test_a_fault_free_run_through_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main.main(["--seed", "3", "--no-faults"]) == 0
+    out = capsys.readouterr().out
+    assert "seed 3: ok" in out and "violations=0" in out
