@@ -2,6 +2,11 @@
 
 Each test names the section or figure it checks. The cluster is driven by hand
 (`warren.testing.raft_cluster`), so every interleaving here is exactly the one written.
+
+Figure 3's properties: Election Safety (5.2 one vote per term, split votes), Leader
+Append-Only (5.3), Log Matching (5.3 consistency check and truncation, figure 7), Leader
+Completeness (5.4.1, 5.4.3), State Machine Safety (5.4.2, figure 8). Sections 6 to 8:
+membership changes, log compaction, client reads.
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ from warren.raft import (
     EntryKind,
     HardState,
     Membership,
+    MembershipChange,
     Message,
     MessageType,
     RaftConfig,
     RaftNode,
     Role,
+    compact,
+    run_ready,
 )
 from warren.testing.raft_cluster import Cluster
 
@@ -387,8 +395,6 @@ def test_figure_2_state_is_persisted_before_the_messages_that_depend_on_it() -> 
         def read(self, read_state: object) -> None:
             order.append("read")
 
-    from warren.raft import run_ready
-
     node = RaftNode(
         RaftConfig(1, pre_vote=False), random.Random(1), membership=Membership(frozenset({1, 2}))
     )
@@ -396,3 +402,57 @@ def test_figure_2_state_is_persisted_before_the_messages_that_depend_on_it() -> 
     recorder = Recorder()
     run_ready(node, recorder, recorder, recorder)
     assert order == ["hard_state", "sync", "send"]
+
+
+# --------------------------------------------------------------- 6, 7, 8
+
+
+def test_6_a_new_server_joins_as_a_non_voter_and_is_promoted_once_caught_up() -> None:
+    cluster = Cluster([1, 2, 3], others=[4])
+    leader = cluster.elect(1)
+    for n in range(5):
+        cluster.propose(1, b"%d" % n)
+    cluster.stabilize()
+    index = leader.propose_membership(MembershipChange.ADD_LEARNER, 4)
+    cluster.run(1)
+    assert index is not None
+    cluster.deliver()  # the change reaches 2 and 3
+    cluster.deliver()  # their acknowledgements: the change commits on the leader
+    assert leader.membership.learners == {4} and 4 not in leader.membership.voters
+    assert cluster[4].log.last_index == 0  # the learner has nothing yet: not promoted
+    cluster.stabilize()
+    assert 4 in leader.membership.voters
+    assert cluster[4].log.last_index == leader.log.last_index
+
+
+def test_7_a_follower_behind_the_compacted_log_receives_the_snapshot() -> None:
+    cluster = Cluster([1, 2, 3])
+    leader = cluster.elect(1)
+    cluster.crash(3)
+    for n in range(4):
+        cluster.propose(1, b"%d" % n)
+    cluster.stabilize()
+    compact(leader, cluster.storage[1], leader.log.applied, b"state")
+    cluster.restart(3)
+    cluster.tick(1)
+    cluster.stabilize()
+    assert any(m.type is MessageType.SNAPSHOT for m in cluster.delivered)
+    assert cluster.machines[3].snapshot is not None
+    assert cluster.machines[3].snapshot.data == b"state"
+    assert cluster[3].log.commit_index == leader.log.commit_index
+
+
+def test_8_a_leader_cut_off_from_the_majority_serves_no_read() -> None:
+    cluster = Cluster([1, 2, 3])
+    leader = cluster.elect(1)
+    cluster.isolate(1)
+    assert leader.read_index(b"r1")
+    cluster.run(1)
+    cluster.stabilize()
+    cluster.tick(1, 3)
+    cluster.stabilize()
+    assert cluster.machines[1].reads == []  # no majority answered the heartbeat
+    cluster.heal()
+    cluster.tick(1)
+    cluster.stabilize()
+    assert [r.context for r in cluster.machines[1].reads] == [b"r1"]
