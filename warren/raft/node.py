@@ -13,7 +13,8 @@ Theory of operation:
    [election_ticks, 2 * election_ticks) first asks for pre-votes at term + 1 without
    changing its term; only if a majority would vote does it start a real election. A node
    that heard from a leader within the election timeout ignores vote requests (leader
-   stickiness), unless the request is part of a leadership transfer.
+   stickiness), unless the request is part of a leadership transfer. Only hearing from the
+   leader or granting a vote restarts a follower's election timer (figure 2).
 4. Check-quorum: a leader that has not heard from a majority of voters within an election
    timeout steps down, so a partitioned leader does not keep serving stale reads.
 5. Replication: per-follower `Progress` (probe / pipelined replicate / snapshot), at most
@@ -324,7 +325,12 @@ class RaftNode:
                 return False  # leader stickiness: ignore a disruptive candidate
             if kind is MessageType.PRE_VOTE:
                 return True  # a pre-vote changes no term
+            # Figure 2: a follower's election timer restarts when it hears from a leader or
+            # grants a vote, not when it merely sees a higher term; otherwise a candidate
+            # that cannot win (stale log, fast clock) keeps everyone else from timing out.
+            elapsed = self._election_elapsed if self.role is Role.FOLLOWER else 0
             self._become_follower(message.term, NO_NODE)
+            self._election_elapsed = elapsed
             return True
         if kind is MessageType.PRE_VOTE_RESPONSE and not message.reject:
             return True  # the granted pre-vote echoes the term we would campaign at
