@@ -1,0 +1,175 @@
+"""One node's view of the replicated log: a snapshot offset, entries after it, and cursors.
+
+Theory of operation:
+1. The log holds every entry after the latest snapshot in memory: `entries[i].index ==
+   snapshot_index + 1 + i`. The snapshot stands in for everything up to `snapshot_index`,
+   whose term is `snapshot_term` (the paper's lastIncludedIndex/lastIncludedTerm).
+2. Four cursors, always ordered ``applied <= commit_index <= last_index`` and
+   ``snapshot_index <= stable_index <= last_index``:
+   - `stable_index`: entries up to here are on the node's stable storage; later ones are
+     handed out in the next `Ready` to be persisted;
+   - `commit_index`: known to be committed (figure 2's commitIndex);
+   - `applied`: handed to the state machine (lastApplied).
+3. Appending entries that conflict with the log truncates the log at the first conflict
+   (figure 2, AppendEntries receiver rule 3). A committed entry is never truncated: that
+   would be a safety bug, so it raises.
+4. The log never reaches for storage: a node is built from what storage recovered, and
+   afterwards the log is the source of truth that storage follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from warren.raft.messages import Entry, Snapshot
+
+
+class SafetyError(AssertionError):
+    """The core was asked to do something Raft forbids; always a bug somewhere."""
+
+
+class RaftLog:
+    __slots__ = (
+        "applied",
+        "commit_index",
+        "entries",
+        "snapshot_index",
+        "snapshot_term",
+        "stable_index",
+    )
+
+    def __init__(self, snapshot: Snapshot | None, entries: Sequence[Entry], commit_index: int):
+        self.snapshot_index = snapshot.index if snapshot is not None else 0
+        self.snapshot_term = snapshot.term if snapshot is not None else 0
+        self.entries: list[Entry] = [e for e in entries if e.index > self.snapshot_index]
+        for offset, entry in enumerate(self.entries):
+            if entry.index != self.snapshot_index + 1 + offset:
+                raise SafetyError(f"log has a gap before index {entry.index}")
+        self.stable_index = self.last_index
+        # A stored commit index beyond the stored log can only come from lost writes; the
+        # entries will be re-learned from the leader, so trust only what is here.
+        self.commit_index = max(self.snapshot_index, min(commit_index, self.last_index))
+        self.applied = self.snapshot_index
+
+    @property
+    def first_index(self) -> int:
+        return self.snapshot_index + 1
+
+    @property
+    def last_index(self) -> int:
+        return self.snapshot_index + len(self.entries)
+
+    @property
+    def last_term(self) -> int:
+        return self.entries[-1].term if self.entries else self.snapshot_term
+
+    def term_at(self, index: int) -> int | None:
+        """The term of the entry at `index`; None if compacted away or not yet written."""
+        if index == self.snapshot_index:
+            return self.snapshot_term
+        if index < self.snapshot_index or index > self.last_index:
+            return None
+        return self.entries[index - self.snapshot_index - 1].term
+
+    def matches(self, index: int, term: int) -> bool:
+        return self.term_at(index) == term
+
+    def is_up_to_date(self, last_index: int, last_term: int) -> bool:
+        """Section 5.4.1: is a candidate's log at least as up-to-date as ours?"""
+        return last_term > self.last_term or (
+            last_term == self.last_term and last_index >= self.last_index
+        )
+
+    def slice(self, low: int, high: int) -> list[Entry]:
+        """Entries with low <= index < high; low must be after the snapshot."""
+        if low <= self.snapshot_index:
+            raise SafetyError(
+                f"entries from {low} are compacted (snapshot at {self.snapshot_index})"
+            )
+        offset = self.snapshot_index + 1
+        return self.entries[low - offset : high - offset]
+
+    def entry_at(self, index: int) -> Entry:
+        return self.entries[index - self.snapshot_index - 1]
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Add entries after the last one, or replace a conflicting suffix with them."""
+        if not entries:
+            return
+        first = entries[0].index
+        if first <= self.commit_index:
+            raise SafetyError(f"truncating committed entry {first} (commit {self.commit_index})")
+        if first > self.last_index + 1 or first <= self.snapshot_index:
+            raise SafetyError(f"append at {first} leaves a gap after {self.last_index}")
+        del self.entries[first - self.snapshot_index - 1 :]
+        self.entries.extend(entries)
+        self.stable_index = min(self.stable_index, first - 1)
+
+    def try_append(
+        self, prev_index: int, prev_term: int, leader_commit: int, entries: Sequence[Entry]
+    ) -> int | None:
+        """AppendEntries receiver rules 2-5; the last index now known to match, or None."""
+        if not self.matches(prev_index, prev_term):
+            return None
+        last_new_index = prev_index + len(entries)
+        conflict = self.find_conflict(entries)
+        if conflict:
+            self.append(entries[conflict - prev_index - 1 :])
+        self.commit_to(min(leader_commit, last_new_index))
+        return last_new_index
+
+    def find_conflict(self, entries: Sequence[Entry]) -> int:
+        """The index of the first entry that is new or differs in term; 0 if none."""
+        for entry in entries:
+            if entry.index <= self.snapshot_index:
+                continue  # covered by our snapshot, therefore committed and equal
+            if not self.matches(entry.index, entry.term):
+                return entry.index
+        return 0
+
+    def conflict_hint(self, index: int, term: int) -> int:
+        """The largest index <= `index` whose term is <= `term`: nothing after it can match
+        a log whose entry at `index` has `term` (etcd's findConflictByTerm)."""
+        index = min(index, self.last_index)
+        while index > self.snapshot_index:
+            entry_term = self.term_at(index)
+            if entry_term is not None and entry_term <= term:
+                break
+            index -= 1
+        return index
+
+    def commit_to(self, index: int) -> bool:
+        if index <= self.commit_index:
+            return False
+        if index > self.last_index:
+            raise SafetyError(f"commit {index} beyond last index {self.last_index}")
+        self.commit_index = index
+        return True
+
+    def unstable(self) -> list[Entry]:
+        return self.entries[self.stable_index - self.snapshot_index :]
+
+    def committed_unapplied(self) -> list[Entry]:
+        start = max(self.applied, self.snapshot_index) + 1
+        return self.slice(start, self.commit_index + 1) if start <= self.commit_index else []
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the whole log by a snapshot from the leader (InstallSnapshot rule 7)."""
+        self.entries = []
+        self.snapshot_index = snapshot.index
+        self.snapshot_term = snapshot.term
+        self.commit_index = snapshot.index
+        self.stable_index = snapshot.index
+        # `applied` moves when the driver has applied the snapshot (advance).
+
+    def compact(self, index: int) -> int:
+        """Drop entries up to `index` (covered by a local snapshot); returns its term."""
+        if index > self.applied or index > self.stable_index:
+            raise SafetyError(f"compacting {index} beyond applied {self.applied}")
+        term = self.term_at(index)
+        if term is None:
+            raise SafetyError(f"compacting {index}: not in the log")
+        del self.entries[: index - self.snapshot_index]
+        self.snapshot_index = index
+        self.snapshot_term = term
+        return term

@@ -1,0 +1,1 @@
+"""Test doubles and the deterministic cluster simulator; never imported by production code."""

@@ -1,0 +1,85 @@
+"""Command line: ``python -m warren.testing.sim --seeds N | --seed S [--trace]``.
+
+Standard output depends only on the seeds and options (it is the same under any
+PYTHONHASHSEED); wall-clock figures go to standard error. The exit status is 1 if any seed
+failed, and for each failure the output names the command that replays it with a trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from warren.testing.sim.world import SimOptions, run_seed
+
+DEFAULTS = SimOptions()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m warren.testing.sim", description=__doc__)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seeds", type=int, help="run seeds first-seed .. first-seed + N - 1")
+    which.add_argument("--seed", type=int, help="run one seed")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--trace", action="store_true", help="print every event of the run")
+    parser.add_argument("--safety-ms", type=int, default=DEFAULTS.safety_ms)
+    parser.add_argument("--nodes", type=int, default=DEFAULTS.node_count)
+    parser.add_argument("--no-faults", action="store_true", help="a fault-free run")
+    parser.add_argument("--quiet", action="store_true", help="only failures and the summary")
+    return parser
+
+
+def _replay_command(seed: int, arguments: argparse.Namespace) -> str:
+    extra = ""
+    if arguments.safety_ms != DEFAULTS.safety_ms:
+        extra += f" --safety-ms {arguments.safety_ms}"
+    if arguments.nodes != DEFAULTS.node_count:
+        extra += f" --nodes {arguments.nodes}"
+    if arguments.no_faults:
+        extra += " --no-faults"
+    return f"python -m warren.testing.sim --seed {seed}{extra} --trace"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    if arguments.seed is not None:
+        seeds = range(arguments.seed, arguments.seed + 1)
+    else:
+        seeds = range(arguments.first_seed, arguments.first_seed + arguments.seeds)
+    options = SimOptions(
+        node_count=arguments.nodes,
+        safety_ms=arguments.safety_ms,
+        faults=not arguments.no_faults,
+        trace=arguments.trace,
+    )
+    started = time.perf_counter()
+    steps = 0
+    simulated_ms = 0
+    failures = 0
+    for seed in seeds:
+        result = run_seed(seed, options)
+        steps += result.steps
+        simulated_ms += result.simulated_ms
+        for line in result.trace:
+            print(line)
+        if result.ok:
+            if not arguments.quiet:
+                print(f"seed {seed}: ok steps={result.steps} simulated_ms={result.simulated_ms}")
+            continue
+        failures += 1
+        print(f"seed {seed}: FAILED after {result.steps} steps at {result.simulated_ms} ms")
+        print(f"  violation: {result.violation}")
+        print(f"  replay: {_replay_command(seed, arguments)}")
+    print(f"seeds={len(seeds)} steps={steps} simulated_ms={simulated_ms} violations={failures}")
+    elapsed_s = time.perf_counter() - started
+    print(
+        f"elapsed_s={elapsed_s:.1f} steps_per_s={steps / max(elapsed_s, 1e-9):.0f}",
+        file=sys.stderr,
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
