@@ -21,10 +21,10 @@ import atheris
 
 with atheris.instrument_imports():
     from warren.amqp import methods as m
-    from warren.amqp.connection import NEED_DATA, ServerConnection
+    from warren.amqp.connection import ServerConnection
     from warren.amqp.content import method_frame
     from warren.amqp.frames import PROTOCOL_HEADER
-    from warren.errors import HardError
+    from warren.testing.amqp_fuzz import feed_all
 
 OPEN = b"".join(
     [
@@ -43,21 +43,11 @@ def one_input(data: bytes) -> None:
     start = STARTS[provider.ConsumeIntInRange(0, len(STARTS) - 1)]
     cuts = sorted(provider.ConsumeIntListInRange(provider.ConsumeIntInRange(0, 4), 0, 400))
     payload = start + provider.ConsumeBytes(provider.remaining_bytes())
-    connection = ServerConnection()
-    previous = 0
-    try:
-        for cut in [*cuts, len(payload)]:
-            chunk = payload[previous : max(previous, cut)]
-            previous = max(previous, cut)
-            connection.receive_data(chunk)
-            for _ in range(len(chunk) + 2):
-                if connection.next_event() is NEED_DATA:
-                    break
-            else:
-                raise AssertionError("next_event never returned NEED_DATA")
-    except HardError as error:
-        if not error.code.is_hard:
-            raise AssertionError(f"HardError with soft code {error.code}") from error
+    previous, chunks = 0, []
+    for cut in [*cuts, len(payload)]:
+        chunks.append(payload[previous : max(previous, cut)])
+        previous = max(previous, cut)
+    feed_all(ServerConnection(), chunks)
 
 
 def main() -> None:

@@ -12,27 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warren.amqp import methods as m
-from warren.amqp.connection import NEED_DATA, ServerConnection
+from warren.amqp.connection import ServerConnection
 from warren.amqp.frames import HEARTBEAT_FRAME, PROTOCOL_HEADER, build_frame
-from warren.errors import HardError, ReplyCode
+from warren.testing.amqp_fuzz import feed_all
 
 FUZZ = settings(max_examples=80, deadline=None)
-
-
-def feed_all(connection: ServerConnection, chunks: list[bytes]) -> None:
-    """Feed chunk by chunk, reading every event; stop at the first HardError as the runtime does."""
-    try:
-        for chunk in chunks:
-            connection.receive_data(chunk)
-            # Each event consumes at least one byte, so this bound is never reached honestly.
-            for _ in range(len(chunk) + 2):
-                if connection.next_event() is NEED_DATA:
-                    break
-            else:
-                raise AssertionError("next_event never returned NEED_DATA")
-    except HardError as error:
-        assert isinstance(error.code, ReplyCode)
-        assert error.code.is_hard
 
 
 @FUZZ
