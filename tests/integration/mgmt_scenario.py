@@ -16,11 +16,12 @@ Theory of operation:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -131,7 +132,12 @@ def run(base: str, user: str, password: str, amqp_url: str, prefix: str) -> list
                 f"users/{q(names[who])}",
                 {"password": PASSWORD, "tags": tags},
             )
-        step("user.put.again", "PUT", f"users/{q(names['admin'])}", {"password": PASSWORD, "tags": "administrator"})
+        step(
+            "user.put.again",
+            "PUT",
+            f"users/{q(names['admin'])}",
+            {"password": PASSWORD, "tags": "administrator"},
+        )
         for who in ("admin", "manager"):
             step(
                 f"permission.put.{who}",
@@ -139,7 +145,12 @@ def run(base: str, user: str, password: str, amqp_url: str, prefix: str) -> list
                 f"permissions/{v}/{q(names[who])}",
                 {"configure": ".*", "write": ".*", "read": ".*"},
             )
-        step("permission.put.guest", "PUT", f"permissions/{v}/guest", {"configure": ".*", "write": ".*", "read": ".*"})
+        step(
+            "permission.put.guest",
+            "PUT",
+            f"permissions/{v}/guest",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        )
         step("exchange.put", "PUT", f"exchanges/{v}/{x}", {"type": "topic", "durable": True})
         step("exchange.put.again", "PUT", f"exchanges/{v}/{x}", {"type": "topic", "durable": True})
         step(
@@ -148,7 +159,12 @@ def run(base: str, user: str, password: str, amqp_url: str, prefix: str) -> list
             f"queues/{v}/{qn}",
             {"durable": True, "arguments": {"x-max-length": 10}},
         )
-        step("queue.put.again", "PUT", f"queues/{v}/{qn}", {"durable": True, "arguments": {"x-max-length": 10}})
+        step(
+            "queue.put.again",
+            "PUT",
+            f"queues/{v}/{qn}",
+            {"durable": True, "arguments": {"x-max-length": 10}},
+        )
         step(
             "queue.put.consumed",
             "PUT",
@@ -165,20 +181,40 @@ def run(base: str, user: str, password: str, amqp_url: str, prefix: str) -> list
             "exchange.publish",
             "POST",
             f"exchanges/{v}/{x}/publish",
-            {"properties": {"delivery_mode": 2, "headers": {"h": 1}}, "routing_key": "a.b", "payload": "hello", "payload_encoding": "string"},
+            {
+                "properties": {"delivery_mode": 2, "headers": {"h": 1}},
+                "routing_key": "a.b",
+                "payload": "hello",
+                "payload_encoding": "string",
+            },
         )
         step(
             "exchange.publish.unrouted",
             "POST",
             f"exchanges/{v}/{x}/publish",
-            {"properties": {}, "routing_key": "zzz", "payload": "aGk=", "payload_encoding": "base64"},
+            {
+                "properties": {},
+                "routing_key": "zzz",
+                "payload": "aGk=",
+                "payload_encoding": "base64",
+            },
         )
         with _amqp(amqp_url, vhost, names["consumed"]) as connection_name:
             time.sleep(STATS_WAIT_S)
-            _reads(step, v, x, qn, names, connection_name)
+            _reads(step, v, x, qn, names, connection_name, urlsplit(amqp_url).port or 5672)
             step("connection.delete", "DELETE", f"connections/{q(connection_name)}")
-        step("queue.get", "POST", f"queues/{v}/{qn}/get", {"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000})
-        step("queue.get.base64", "POST", f"queues/{v}/{qn}/get", {"count": 1, "ackmode": "ack_requeue_false", "encoding": "base64"})
+        step(
+            "queue.get",
+            "POST",
+            f"queues/{v}/{qn}/get",
+            {"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000},
+        )
+        step(
+            "queue.get.base64",
+            "POST",
+            f"queues/{v}/{qn}/get",
+            {"count": 1, "ackmode": "ack_requeue_false", "encoding": "base64"},
+        )
         step("queue.purge", "DELETE", f"queues/{v}/{qn}/contents")
         _auth(step, v, names)
         step("binding.delete", "DELETE", f"bindings/{v}/e/{x}/q/{qn}/a.%23")
@@ -204,6 +240,7 @@ def _reads(
     qn: str,
     names: dict[str, str],
     connection_name: str,
+    amqp_port: int,
 ) -> None:
     c = q(connection_name)
     step("overview", "GET", "overview")
@@ -258,13 +295,13 @@ def _reads(
         "local-alarms",
         "node-is-quorum-critical",
         "node-is-mirror-sync-critical",
-        "port-listener/5672",
         "port-listener/1",
         "protocol-listener/amqp",
         "protocol-listener/stomp",
         "certificate-expiration/1/days",
     ):
         step(f"health.{check}", "GET", f"health/checks/{check}")
+    step("health.port-listener.amqp", "GET", f"health/checks/port-listener/{amqp_port}")
     step("aliveness-test", "GET", f"aliveness-test/{v}")
     step("missing.queue", "GET", f"queues/{v}/nope")
     step("missing.vhost.queues", "GET", "queues/nope-vhost")
@@ -279,7 +316,13 @@ def _auth(step: Callable[..., Exchange], v: str, names: dict[str, str]) -> None:
     step("auth.manager.nodes", "GET", "nodes", as_user=names["manager"])
     step("auth.manager.queues.vhost", "GET", f"queues/{v}", as_user=names["manager"])
     step("auth.manager.queues.default", "GET", "queues/%2F", as_user=names["manager"])
-    step("auth.manager.queue.put.default", "PUT", "queues/%2F/" + q(names["queue"]), {}, as_user=names["manager"])
+    step(
+        "auth.manager.queue.put.default",
+        "PUT",
+        "queues/%2F/" + q(names["queue"]),
+        {},
+        as_user=names["manager"],
+    )
     step("auth.manager.connections", "GET", "connections", as_user=names["manager"])
     step("auth.manager.definitions", "GET", "definitions", as_user=names["manager"])
     step("auth.monitor.users", "GET", "users", as_user=names["monitor"])
@@ -325,8 +368,5 @@ class _amqp:
 
     def __exit__(self, *exc_info: object) -> None:
         if self.connection is not None and self.connection.is_open:
-            try:
+            with contextlib.suppress(Exception):
                 self.connection.close()
-            except Exception:
-                pass
-

@@ -368,14 +368,7 @@ def test_import_errors(api: Api) -> None:
 
 
 @pytest.mark.warren_only
-def test_import_refuses_other_vhosts(api: Api, unique: str) -> None:
-    document = {"vhosts": [{"name": "other"}], "queues": [{"name": unique, "vhost": "other"}]}
-    status, body = api.call("POST", "definitions", document)
-    assert status == 400
-    assert body == {
-        "error": "bad_request",
-        "reason": "no_such_vhost 'other': Warren cannot create virtual hosts (only '/' exists)",
-    }
+def test_import_refuses_a_queue_rabbitmq_refuses(api: Api, unique: str) -> None:
     status, body = api.call(
         "POST",
         "definitions",

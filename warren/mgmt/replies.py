@@ -60,6 +60,12 @@ def unauthorized(reason: str | None) -> web.Response:
     return web.Response(status=401, text=body, content_type="application/json", headers=headers)
 
 
+def not_authorised(reason: str) -> web.Response:
+    """A known user refused by its tags or permissions (RabbitMQ spells it with an s)."""
+    body = json_body({"error": "not_authorised", "reason": reason})
+    return web.Response(status=401, text=body, content_type="application/json")
+
+
 def method_not_allowed(allowed: list[str]) -> web.Response:
     return web.Response(status=405, headers={"Allow": ", ".join(allowed)})
 

@@ -1,10 +1,11 @@
 """One handler per RabbitMQ management resource, over `warren.runtime.admin`.
 
 Theory of operation:
-1. `ROUTES` maps a path (its fixed segments, then how many variable segments follow) to
-   the handlers of each method, so ``/api/policies/%2F/p`` is ``("policies",)`` with the
-   parameters ``["/", "p"]``. A handler turns the admin call's result or failure into
-   RabbitMQ's status code and body.
+1. `ROUTES` maps a path pattern (``policies/{}/{}``: ``{}`` is one variable segment) to
+   an `Endpoint` per method: its handler, the `authz.Level` it needs, and which variable
+   segment (if any) names a vhost the caller must have a permission on. So
+   ``/api/policies/%2F/p`` is ``policies/{}/{}`` with the parameters ``["/", "p"]``. A
+   handler turns the admin call's result or failure into RabbitMQ's status and body.
 2. Status codes follow RabbitMQ's Cowboy resources: GET 200; PUT 201 when it created the
    object and 204 when it replaced one; DELETE 204, or 404 when there was nothing to
    delete; 400 for a refused body.
@@ -19,40 +20,18 @@ Theory of operation:
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from warren.mgmt import replies
+from warren.mgmt.authz import Level
+from warren.mgmt.context import Handler, listed
 from warren.runtime import admin
 from warren.runtime.broker import Broker
 
-Handler = Callable[[web.Request, Broker, list[str]], Awaitable[web.Response]]
-
 POLICY_REQUIRED_KEYS = ("pattern", "definition")
-
-
-async def get_overview(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    return replies.ok(admin.overview(broker))
-
-
-async def get_alive(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    return replies.ok({"status": "ok"})
-
-
-async def list_queues(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    try:
-        return replies.ok(admin.list_queues(broker, params[0] if params else None))
-    except admin.NotFound:
-        return replies.not_found()
-
-
-async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    try:
-        return replies.ok(admin.get_queue(broker, params[0], params[1]))
-    except admin.NotFound:
-        return replies.not_found()
 
 
 async def get_definitions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -89,9 +68,10 @@ def policy_handlers(*, operator: bool) -> tuple[Handler, Handler, Handler, Handl
     async def list_all(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
         vhost = params[0] if params else None
         try:
-            return replies.ok(admin.list_policies(broker, vhost, operator=operator))
+            found = admin.list_policies(broker, vhost, operator=operator)
         except admin.NotFound:
             return replies.not_found()
+        return listed(request, broker, found)
 
     async def get_one(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
         try:
@@ -163,31 +143,81 @@ async def read_body(
     return body
 
 
-def _routes() -> dict[tuple[tuple[str, ...], int], Mapping[str, Handler]]:
-    routes: dict[tuple[tuple[str, ...], int], Mapping[str, Handler]] = {
-        (("overview",), 0): {"GET": get_overview},
-        (("health", "checks", "alive"), 0): {"GET": get_alive},
-        (("queues",), 0): {"GET": list_queues},
-        (("queues",), 1): {"GET": list_queues},
-        (("queues",), 2): {"GET": get_queue},
-        (("definitions",), 0): {"GET": get_definitions, "POST": post_definitions},
-        (("definitions",), 1): {"GET": get_definitions, "POST": post_definitions},
-    }
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    handler: Handler
+    level: Level = Level.MANAGEMENT
+    vhost_param: int | None = None  # the variable segment naming a vhost to check
+
+
+Routes = dict[str, dict[str, Endpoint]]
+
+
+def _policy_routes() -> Routes:
+    routes: Routes = {}
     for prefix, operator in (("policies", False), ("operator-policies", True)):
+        level = Level.ADMINISTRATOR if operator else Level.POLICYMAKER
         list_all, get_one, put_one, delete_one = policy_handlers(operator=operator)
-        routes[(prefix,), 0] = {"GET": list_all}
-        routes[(prefix,), 1] = {"GET": list_all}
-        routes[(prefix,), 2] = {"GET": get_one, "PUT": put_one, "DELETE": delete_one}
+        routes[prefix] = {"GET": Endpoint(list_all, level)}
+        routes[prefix + "/{}"] = {"GET": Endpoint(list_all, level, 0)}
+        routes[prefix + "/{}/{}"] = {
+            "GET": Endpoint(get_one, level, 0),
+            "PUT": Endpoint(put_one, level, 0),
+            "DELETE": Endpoint(delete_one, level, 0),
+        }
+    admin_only = Level.ADMINISTRATOR
+    routes["definitions"] = {
+        "GET": Endpoint(get_definitions, admin_only),
+        "POST": Endpoint(post_definitions, admin_only),
+    }
+    routes["definitions/{}"] = {
+        "GET": Endpoint(get_definitions, admin_only, 0),
+        "POST": Endpoint(post_definitions, admin_only, 0),
+    }
     return routes
 
 
-ROUTES = _routes()
+def _all_routes() -> Routes:
+    from warren.mgmt import resources_access, resources_live, resources_objects
+
+    routes = _policy_routes()
+    for module in (resources_access, resources_live, resources_objects):
+        for pattern, endpoints in module.routes().items():
+            assert pattern not in routes, pattern
+            routes[pattern] = {
+                method: Endpoint(handler, level, vhost_param)
+                for method, (handler, level, vhost_param) in endpoints.items()
+            }
+    return routes
 
 
-def route(segments: list[str]) -> tuple[Mapping[str, Handler], list[str]] | None:
-    """The handlers for a path below /api/ and its variable segments, if it is known."""
-    for (prefix, count), handlers in ROUTES.items():
-        size = len(prefix)
-        if tuple(segments[:size]) == prefix and len(segments) == size + count:
-            return handlers, segments[size:]
+_TABLE: list[tuple[list[str | None], dict[str, Endpoint]]] | None = None
+
+
+def _table() -> list[tuple[list[str | None], dict[str, Endpoint]]]:
+    """Patterns as segment lists (None: variable), literal ones first at each position."""
+    global _TABLE
+    if _TABLE is None:
+        table = [
+            ([None if part == "{}" else part for part in pattern.split("/")], endpoints)
+            for pattern, endpoints in _all_routes().items()
+        ]
+        table.sort(key=lambda entry: [part is None for part in entry[0]])
+        _TABLE = table
+    return _TABLE
+
+
+def route(segments: list[str]) -> tuple[dict[str, Endpoint], list[str]] | None:
+    """The endpoints for a path below /api/ and its variable segments, if it is known."""
+    for pattern, endpoints in _table():
+        if len(pattern) != len(segments):
+            continue
+        params: list[str] = []
+        for part, segment in zip(pattern, segments, strict=True):
+            if part is None:
+                params.append(segment)
+            elif part != segment:
+                break
+        else:
+            return endpoints, params
     return None

@@ -4,7 +4,10 @@ Theory of operation:
 1. Every request under /api/ needs HTTP basic credentials of a broker user. No
    credentials is a bare 401 with RabbitMQ's ``WWW-Authenticate`` realm; wrong ones are
    ``not_authorized``/``Login failed``; a loopback-only user (guest) from another address
-   is refused as RabbitMQ refuses it.
+   is refused as RabbitMQ refuses it. The caller's tags then decide (`authz`): a user
+   without a management tag is refused everything, each endpoint needs its level, and a
+   path naming an existing vhost needs a permission on it. /metrics (Prometheus) needs
+   no credentials, as on RabbitMQ's prometheus port.
 2. Dispatch splits the *raw* path on ``/`` and unquotes each segment, so ``%2F`` is the
    vhost ``/`` and never a separator; `resources.route` finds the handlers. HEAD is
    answered by the GET handler (aiohttp drops the body). An unknown path is RabbitMQ's
@@ -15,28 +18,34 @@ Theory of operation:
 4. Everything outside /api/ is the web UI's static files (`warren/mgmt/ui`), served
    without credentials as RabbitMQ serves its own; the UI asks for them and sends them
    on its API calls.
+5. `start_management` also starts the rate sampler (`rates.run_sampler`) and stops it
+   on cleanup.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import ipaddress
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import unquote
 
 from aiohttp import web
 
-from warren.mgmt import replies
+from warren.mgmt import metrics, replies
+from warren.mgmt.authz import VHOST_REFUSED, Level, Principal
+from warren.mgmt.context import BROKER_KEY, PRINCIPAL, RATES_KEY
+from warren.mgmt.rates import Rates, run_sampler
 from warren.mgmt.resources import route
 from warren.runtime.broker import Broker
 
 log = logging.getLogger("warren.mgmt")
 
-BROKER_KEY = web.AppKey("broker", Broker)
 API_PREFIX = "/api/"
 UI_DIR = Path(__file__).with_name("ui")
 
@@ -44,10 +53,22 @@ UI_DIR = Path(__file__).with_name("ui")
 def build_app(broker: Broker) -> web.Application:
     app = web.Application(middlewares=[authenticate])
     app[BROKER_KEY] = broker
+    app[RATES_KEY] = Rates()
     app.router.add_route("*", "/api/{tail:.*}", dispatch)
     app.router.add_get("/", ui_index)
     app.router.add_static("/ui/", UI_DIR)
+    app.router.add_get("/metrics", metrics.serve)
+    app.router.add_get("/metrics/per-object", metrics.serve_per_object)
+    app.cleanup_ctx.append(_sampler)
     return app
+
+
+async def _sampler(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.get_running_loop().create_task(run_sampler(app[BROKER_KEY], app[RATES_KEY]))
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def start_management(broker: Broker, tls: ssl.SSLContext | None = None) -> web.AppRunner:
@@ -84,12 +105,17 @@ async def authenticate(
     credentials = _credentials(request.headers.get("Authorization", ""))
     if credentials is None:
         return replies.unauthorized(None)
-    user, password = credentials
+    name, password = credentials
     broker = request.app[BROKER_KEY]
-    if not broker.authenticate(user, password):
+    user = broker.access.authenticate(name, password)
+    if user is None:
         return replies.unauthorized("Login failed")
-    if user in broker.config.loopback_users and not _is_loopback(request.remote):
+    if name in broker.config.loopback_users and not _is_loopback(request.remote):
         return replies.unauthorized("User can only log in via localhost")
+    caller = Principal(user)
+    if not caller.has(Level.MANAGEMENT):
+        return replies.not_authorised(Level.MANAGEMENT.value)
+    request[PRINCIPAL] = caller
     return await handler(request)
 
 
@@ -122,10 +148,18 @@ async def dispatch(request: web.Request) -> web.Response:
     found = route(segments)
     if found is None:
         return replies.not_found()
-    handlers, params = found
+    endpoints, params = found
     method = "GET" if request.method == "HEAD" else request.method
-    handler = handlers.get(method)
-    if handler is None:
-        allowed = ["HEAD", *handlers] if "GET" in handlers else list(handlers)
+    endpoint = endpoints.get(method)
+    if endpoint is None:
+        allowed = ["HEAD", *endpoints] if "GET" in endpoints else list(endpoints)
         return replies.method_not_allowed(allowed)
-    return await handler(request, request.app[BROKER_KEY], params)
+    broker = request.app[BROKER_KEY]
+    caller = request[PRINCIPAL]
+    if not caller.has(endpoint.level):
+        return replies.not_authorised(endpoint.level.value)
+    if endpoint.vhost_param is not None:
+        vhost = params[endpoint.vhost_param]
+        if vhost in broker.vhosts and not caller.may_use_vhost(broker, vhost):
+            return replies.not_authorised(VHOST_REFUSED)
+    return await endpoint.handler(request, broker, params)

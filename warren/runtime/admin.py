@@ -18,12 +18,9 @@ Theory of operation:
 
 from __future__ import annotations
 
-import base64
 import datetime
 import decimal
-import hashlib
 import platform
-import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -305,10 +302,9 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
     """The broker's definitions in the shape of RabbitMQ's GET /api/definitions.
 
     With `vhost`, RabbitMQ's per-vhost shape: only ``rabbit_version`` and the five object
-    lists, whose queues, exchanges and bindings carry no ``vhost`` key. Users carry a
-    ``password_hash`` computed as RabbitMQ's ``rabbit_password_hashing_sha256`` would
-    (Warren keeps the password itself), and every user is an administrator with full
-    permissions on every vhost, which is what Warren's single user is.
+    lists, whose queues, exchanges and bindings carry no ``vhost`` key. Users carry
+    their stored ``password_hash`` (``rabbit_password_hashing_sha256``) and tags;
+    permissions and vhosts are the node's own.
 
     Difference from RabbitMQ 3.10.8: only durable exchanges, durable non-exclusive queues
     and the bindings between durable ends are exported (what the definitions store keeps
@@ -341,7 +337,8 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
             for item in objects[key]:
                 item.pop("vhost", None)
         return {"rabbit_version": RABBITMQ_VERSION, **objects}
-    user_names = sorted(broker.users)
+    access = broker.access
+    user_names = sorted(access.users)
     return {
         "rabbit_version": RABBITMQ_VERSION,
         "rabbitmq_version": RABBITMQ_VERSION,
@@ -350,18 +347,23 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
         "users": [
             {
                 "name": name,
-                "password_hash": password_hash(broker.users[name]),
-                "hashing_algorithm": HASHING_ALGORITHM,
-                "tags": ["administrator"],
+                "password_hash": access.users[name].password_hash,
+                "hashing_algorithm": access.users[name].hashing_algorithm,
+                "tags": list(access.users[name].tags),
                 "limits": {},
             }
             for name in user_names
         ],
         "vhosts": [{"name": v.name} for v in vhosts],
         "permissions": [
-            {"user": name, "vhost": v.name, "configure": ".*", "write": ".*", "read": ".*"}
-            for name in user_names
-            for v in vhosts
+            {
+                "user": p.user,
+                "vhost": p.vhost,
+                "configure": p.configure,
+                "write": p.write,
+                "read": p.read,
+            }
+            for p in sorted(access.permissions.values(), key=lambda p: (p.user, p.vhost))
         ],
         "topic_permissions": [],
         "parameters": objects["parameters"],
@@ -373,13 +375,6 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
         "exchanges": objects["exchanges"],
         "bindings": objects["bindings"],
     }
-
-
-def password_hash(password: str) -> str:
-    """rabbit_password_hashing_sha256: base64(salt ++ sha256(salt ++ password)), 4-byte salt."""
-    salt = secrets.token_bytes(4)
-    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
-    return base64.b64encode(salt + digest).decode("ascii")
 
 
 def _policy_value(policy: Json) -> Json:
@@ -456,10 +451,10 @@ def import_definitions(broker: Broker, document: object, vhost: str | None = Non
     """Declare what a RabbitMQ definitions document holds, as a client's declares would.
 
     Objects that exist already are left as they are (RabbitMQ's import does the same), so
-    importing twice changes nothing. Users, permissions, topic permissions, global
-    parameters and parameters other than operator policies are accepted and ignored:
-    Warren has only its configured user. A vhost Warren does not have is refused, since
-    vhosts cannot be created yet. With `vhost` (POST /api/definitions/{vhost}) every object
+    importing twice changes nothing; users and permissions are replaced by the
+    document's. Vhosts, users (with their ``password_hash``) and permissions are created;
+    topic permissions, global parameters and parameters other than operator policies are
+    accepted and ignored. With `vhost` (POST /api/definitions/{vhost}) every object
     goes to that vhost, whatever its own ``vhost`` key says.
     """
     if not isinstance(document, dict):
@@ -492,14 +487,12 @@ def _target(broker: Broker, item: Json, vhost: str | None) -> VHost:
 
 
 def _no_vhost(name: object) -> str:
-    return f"no_such_vhost {name!r}: Warren cannot create virtual hosts (only '/' exists)"
+    return f"no_such_vhost {name!r}"
 
 
 def _import(broker: Broker, document: Json, vhost: str | None) -> None:
     if vhost is None:
-        for item in _items(document, "vhosts"):
-            if item.get("name") not in broker.vhosts:
-                raise DefinitionsError(_no_vhost(item.get("name")))
+        _import_access(broker, document)
     policies = [(item, False) for item in _items(document, "policies")]
     for item in _items(document, "parameters"):
         if item.get("component") == OPERATOR_POLICY_COMPONENT:
@@ -524,6 +517,39 @@ def _import(broker: Broker, document: Json, vhost: str | None) -> None:
         _import_exchange(broker, _target(broker, item, vhost), item)
     for item in _items(document, "bindings"):
         _import_binding(broker, _target(broker, item, vhost), item)
+
+
+def _import_access(broker: Broker, document: Json) -> None:
+    """Vhosts, users and permissions of a whole-node document (RabbitMQ's order)."""
+    from warren.runtime import admin_access  # it builds on this module
+
+    for item in _items(document, "vhosts"):
+        name = item["name"]
+        if not isinstance(name, str):
+            raise DefinitionsError(f"malformed definitions: vhost name {name!r}")
+        if name not in broker.vhosts:
+            admin_access.put_vhost(broker, name, _vhost_metadata(item), creator="")
+    for item in _items(document, "users"):
+        admin_access.put_user(
+            broker,
+            str(item["name"]),
+            {
+                "password_hash": item.get("password_hash", ""),
+                "hashing_algorithm": item.get("hashing_algorithm", HASHING_ALGORITHM),
+                "tags": item.get("tags", ""),
+            },
+        )
+    for item in _items(document, "permissions"):
+        try:
+            admin_access.put_permission(broker, str(item["vhost"]), str(item["user"]), item)
+        except admin_access.AccessError as refused:
+            raise DefinitionsError(str(refused.reason)) from None
+
+
+def _vhost_metadata(item: Json) -> Json:
+    metadata = item.get("metadata")
+    source = metadata if isinstance(metadata, dict) else item
+    return {key: source[key] for key in ("description", "tags") if key in source}
 
 
 def _import_queue(broker: Broker, target: VHost, item: Json) -> None:

@@ -53,9 +53,11 @@ from warren.queue import (
     Settle,
     Tick,
 )
+from warren.runtime.access import Access
 from warren.runtime.deadletter import dead_letter
 from warren.runtime.paging import admit, release, resident
 from warren.storage.pages import PageRef
+from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
@@ -292,7 +294,11 @@ class Broker:
         self.config = config
         self.vhosts: dict[str, VHost] = {"/": VHost("/")}
         self.queues: dict[tuple[str, str], QueueHost] = {}
-        self.users: dict[str, str] = {config.default_user: config.default_pass}
+        # users, permissions and vhost metadata; recovery replaces it with the stored ones
+        self.access = Access.with_default(config.default_user, config.default_pass)
+        # message counters of closed channels, per vhost (live channels keep their own)
+        self.retired_stats: dict[str, MessageStats] = {}
+        self.started_at_ms = now_ms()
         self.connections: set[object] = set()
         self.alarms: set[str] = set()  # resource alarms in force (`warren.runtime.alarms`)
         self.memory_pressure = False  # queues page messages out (`warren.runtime.paging`)
@@ -338,4 +344,11 @@ class Broker:
         return host.machine.ready_count
 
     def authenticate(self, user: str, password: str) -> bool:
-        return self.users.get(user) == password
+        return self.access.authenticate(user, password) is not None
+
+    def retire_stats(self, vhost: str, stats: MessageStats) -> None:
+        """A channel closed: keep its counts in its vhost's totals."""
+        retired = self.retired_stats.get(vhost)
+        if retired is None:
+            retired = self.retired_stats[vhost] = MessageStats()
+        retired.add(stats)

@@ -70,6 +70,7 @@ from warren.queue import (
     Settle,
     Touch,
 )
+from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
     from warren.runtime.broker import QueueHost
@@ -135,6 +136,7 @@ class Channel:
         self.transaction: _Transaction | None = None
         self.last_queue = ""
         self.reply_token: str | None = None
+        self.stats = MessageStats()  # message_stats of the management API
         self._handlers: dict[type, Callable[[Any], None]] = {
             m.ChannelFlow: self._flow,
             m.ChannelFlowOk: self._ignore,
@@ -424,9 +426,15 @@ class Channel:
         consumer = self.consumers[consumer_tag]
         tag = self.next_tag
         self.next_tag = tag + 1
+        stats = self.stats
         if not consumer.no_ack:
             self.unacked[tag] = (host, entry.msg_id, True)
             self.counted_unacked += 1
+            stats.deliver += 1
+        else:
+            stats.deliver_no_ack += 1
+        if entry.delivery_count > 1:
+            stats.redeliver += 1
         self.connection.delivered = True
         self.connection.send(
             deliver_frames(
@@ -465,7 +473,9 @@ class Channel:
     def _basic_get(self, method: m.BasicGet) -> None:
         host = self._host(self._queue_name(method.queue))
         reply = host.apply(Get(method.no_ack))
+        stats = self.stats
         if not isinstance(reply, Got):
+            stats.get_empty += 1
             self.send(m.BasicGetEmpty())
             return
         entry = reply.entry
@@ -473,6 +483,11 @@ class Channel:
         self.next_tag = tag + 1
         if not method.no_ack:
             self.unacked[tag] = (host, entry.msg_id, False)
+            stats.get += 1
+        else:
+            stats.get_no_ack += 1
+        if entry.delivery_count > 1:
+            stats.redeliver += 1
         self._send_frames(
             get_ok_frames(
                 self.number,
@@ -506,7 +521,9 @@ class Channel:
         return [(delivery_tag, held)]
 
     def _basic_ack(self, method: m.BasicAck) -> None:
-        self._settle(Settle, self._take(method.delivery_tag, method.multiple))
+        taken = self._take(method.delivery_tag, method.multiple)
+        self.stats.ack += len(taken)
+        self._settle(Settle, taken)
 
     def _basic_nack(self, method: m.BasicNack) -> None:
         taken = self._take(method.delivery_tag, method.multiple)
@@ -587,6 +604,7 @@ class Channel:
             return
         vhost = self.vhost
         queues = vhost.route(exchange, routing_keys, headers)
+        self.stats.publish += 1
         broker_queues = self.broker.queues
         vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
@@ -597,8 +615,12 @@ class Channel:
         for name in queues:
             if broker_queues[vhost_name, name].apply(enqueue) is REJECTED_REPLY:
                 rejected = True
-        if not queues and method.mandatory:
-            self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
+        if not queues:
+            if method.mandatory:
+                self.stats.return_unroutable += 1
+                self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
+            else:
+                self.stats.drop_unroutable += 1
         if self.confirm:
             self.publish_seq += 1
             if rejected:
@@ -687,11 +709,15 @@ class Channel:
         """The acks (and nacks) that may go now, in publish order: everything published
         since the last ack, up to the first publish still waiting for the log."""
         if self._held:
-            return self._release_held()
+            before = self.confirmed_upto
+            released = self._release_held()
+            self.stats.confirm += self.confirmed_upto - before
+            return released
         upto = self.publish_seq
         if upto <= self.confirmed_upto:
             return []
         multiple = upto - self.confirmed_upto > 1
+        self.stats.confirm += upto - self.confirmed_upto
         self.confirmed_upto = upto
         return [m.BasicAck(upto, multiple)]
 
@@ -794,6 +820,7 @@ class Channel:
         """The channel is gone: cancel its consumers and requeue what it held."""
         if self.durability is not None:
             self.durability.forget(self)
+        self.broker.retire_stats(self.vhost.name, self.stats)
         self._held.clear()
         self._deferred = None
         for tag in list(self.consumers):

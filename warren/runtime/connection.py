@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__
@@ -80,6 +81,10 @@ class AmqpConnection(asyncio.Protocol):
         self.vhost: Any = None
         self.user = ""
         self.peer = ""
+        # what the management API shows of the connection
+        self.client_properties: dict[str, Any] = {}
+        self.auth_mechanism = ""
+        self.connected_at_ms = int(time.time() * 1000)
         self.cancel_notify = False
         self.paused = False
         self.delivered = False  # deliveries were written since the last pump
@@ -374,6 +379,8 @@ class AmqpConnection(asyncio.Protocol):
             client = decode_table(method.client_properties)
         except TableError:
             client = {}
+        self.client_properties = client
+        self.auth_mechanism = method.mechanism
         capabilities = client.get("capabilities")
         if isinstance(capabilities, dict):
             self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
@@ -420,6 +427,11 @@ class AmqpConnection(asyncio.Protocol):
             raise HardError(ReplyCode.NOT_ALLOWED, f"vhost {method.virtual_host} not found").at(
                 10, 40
             )
+        if self.broker.access.permission(self.user, vhost.name) is None:
+            raise HardError(
+                ReplyCode.NOT_ALLOWED,
+                f"access to vhost '{vhost.name}' refused for user '{self.user}'",
+            ).at(10, 40)
         self.vhost = vhost
         if self._timer is not None:
             self._timer.cancel()

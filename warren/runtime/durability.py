@@ -255,6 +255,12 @@ class Durability:
 
     # --- definitions: policies -------------------------------------------------------------
 
+    def vhost_deleted(self, name: str) -> None:
+        """A vhost and everything in it is gone (its queues were deleted first)."""
+        self.definitions.delete_vhost(name)
+        self._exchanges.pop(name, None)
+        self._bindings = {b for b in self._bindings if b.vhost != name}
+
     def policy_set(self, policy: Policy, *, operator: bool) -> None:
         definition = PolicyDefinition(
             policy.vhost,

@@ -36,6 +36,7 @@ from warren.model import DestinationKind, VHost
 from warren.model.policy import PolicyError, make_policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Restore, Restored
+from warren.runtime.access import Permission, User, VHostInfo
 from warren.runtime.durability import Durability
 from warren.runtime.paging import PAGED_OUT
 from warren.storage.definitions import (
@@ -43,8 +44,10 @@ from warren.storage.definitions import (
     Definitions,
     DefinitionsStore,
     ExchangeDefinition,
+    PermissionDefinition,
     PolicyDefinition,
     QueueDefinition,
+    UserDefinition,
     VHostDefinition,
 )
 from warren.storage.journal import QueueJournal
@@ -121,6 +124,7 @@ def _rebuild(
         definitions.put_vhost(VHostDefinition("/", "Default virtual host"))
     for stored_vhost in loaded.vhosts:
         _vhost(broker, stored_vhost.name)
+    _restore_access(broker, definitions, loaded)
     for policies, operator in ((loaded.policies, False), (loaded.operator_policies, True)):
         for policy in policies:
             _restore_policy(broker, policy, operator)
@@ -134,6 +138,41 @@ def _rebuild(
     for binding in loaded.bindings:
         _restore_binding(broker, binding)
     return hosts
+
+
+def _restore_access(broker: Broker, definitions: DefinitionsStore, loaded: Definitions) -> None:
+    """Users, permissions and vhost metadata. On a node's first start (no users stored) the
+    default user and its permissions on ``/`` are stored, as RabbitMQ creates them once."""
+    access = broker.access
+    if not loaded.users:
+        with definitions.transaction():
+            for user in access.users.values():
+                definitions.put_user(
+                    UserDefinition(user.name, user.password_hash, user.tags, user.hashing_algorithm)
+                )
+            for permission in access.permissions.values():
+                definitions.put_permission(
+                    PermissionDefinition(
+                        permission.user,
+                        permission.vhost,
+                        permission.configure,
+                        permission.write,
+                        permission.read,
+                    )
+                )
+    else:
+        access.users = {
+            user.name: User(user.name, user.password_hash, user.tags, user.hashing_algorithm)
+            for user in loaded.users
+        }
+        access.permissions = {
+            (p.user, p.vhost): Permission(p.user, p.vhost, p.configure, p.write, p.read)
+            for p in loaded.permissions
+        }
+    for stored in loaded.vhosts:
+        access.vhosts[stored.name] = VHostInfo(
+            stored.name, stored.description, stored.tags, stored.default_queue_type
+        )
 
 
 def _restore_policy(broker: Broker, stored: PolicyDefinition, operator: bool) -> None:

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import mgmt_scenario  # noqa: E402
+import mgmt_scenario
 
 OUTPUT = Path(__file__).with_name("rabbitmq-3.10.8-mgmt.json")
 

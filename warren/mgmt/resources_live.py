@@ -1,0 +1,284 @@
+"""HTTP resources for the node and what is live on it: overview, nodes, connections,
+channels, consumers, health checks (over `warren.runtime.admin_live`).
+
+Counts are read when the request comes (never stale); rates come from `warren.mgmt.rates`.
+Health checks answer 200 ``{"status": "ok", …}`` or 503 ``{"status": "failed", …}`` as
+RabbitMQ's do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from warren.mgmt import replies
+from warren.mgmt.authz import Level
+from warren.mgmt.context import listed, principal, rates, single
+from warren.mgmt.rates import totals_counts
+from warren.runtime import admin, admin_live
+from warren.runtime.admin import NotFound
+from warren.runtime.broker import Broker
+
+MANAGEMENT = Level.MANAGEMENT
+MONITOR = Level.MONITOR
+
+
+async def overview(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    """The node's overview; a user below monitoring sees only its vhosts' totals and not the
+    listeners, as in RabbitMQ."""
+    sampled = rates(request)
+    caller = principal(request)
+    body = admin.overview(broker)
+    body["rates_mode"] = "basic"
+    body["disable_stats"] = False
+    body["enable_queue_totals"] = False
+    totals = body["object_totals"]
+    if caller.sees_all:
+        body["message_stats"] = sampled.with_details(
+            ("node",), admin_live.node_stats(broker).counts()
+        )
+        body["queue_totals"] = sampled.with_details(("totals",), totals_counts(broker))
+        totals["channels"] = sum(1 for _ in admin_live.channels(broker))
+        totals["connections"] = len(admin_live.connections(broker))
+    else:
+        vhosts = caller.visible_vhosts(broker)
+        body["message_stats"] = _summed(
+            sampled,
+            [("vhost", v) for v in vhosts],
+            [admin_live.vhost_stats(broker, v).counts() for v in vhosts],
+        )
+        body["queue_totals"] = _summed(
+            sampled,
+            [("vhost-totals", v) for v in vhosts],
+            [totals_counts(broker, v) for v in vhosts],
+        )
+        own = [c for c in admin_live.connections(broker) if c.user == caller.name]
+        totals["connections"] = len(own)
+        totals["channels"] = sum(len(c.channels) for c in own)
+        totals["exchanges"] = sum(len(broker.vhosts[v].exchanges) for v in vhosts)
+        totals["queues"] = sum(len(broker.vhosts[v].queues) for v in vhosts)
+        del totals["consumers"]
+        for key in ("listeners", "node"):
+            body.pop(key, None)
+    body["statistics_db_event_queue"] = 0
+    return single(request, body)
+
+
+def _summed(sampled: Any, keys: list[Any], counts: list[dict[str, int]]) -> dict[str, Any]:
+    """Counts and rates of several sampled keys added up."""
+    out: dict[str, Any] = {}
+    for key, part in zip(keys, counts, strict=True):
+        part_rates = sampled.rates(key, part)
+        for name, value in part.items():
+            out[name] = out.get(name, 0) + value
+            rate = out.get(name + "_details", {"rate": 0.0})["rate"] + part_rates[name]
+            out[name + "_details"] = {"rate": round(rate, 1)}
+    return dict(sorted(out.items()))
+
+
+async def cluster_name(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    return replies.ok({"name": broker.config.node_name})
+
+
+async def extensions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    return replies.ok([])
+
+
+async def list_nodes(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    return listed(request, broker, [admin_live.node_json(broker)])
+
+
+async def get_node(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    if params[0] != broker.config.node_name:
+        return replies.not_found()
+    return single(request, admin_live.node_json(broker))
+
+
+# --- Connections ---
+
+
+def _connections(request: web.Request, broker: Broker, vhost: str | None) -> list[Any]:
+    caller = principal(request)
+    return [
+        c
+        for c in admin_live.connections(broker)
+        if caller.sees_user(c.user) and (vhost is None or c.vhost.name == vhost)
+    ]
+
+
+async def list_connections(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    vhost = params[0] if params else None
+    if vhost is not None and vhost not in broker.vhosts:
+        return replies.not_found()
+    items = [admin_live.connection_json(broker, c) for c in _connections(request, broker, vhost)]
+    return listed(request, broker, items)
+
+
+def _own_connection(request: web.Request, broker: Broker, name: str) -> Any:
+    connection = admin_live.find_connection(broker, name)
+    if not principal(request).sees_user(connection.user):
+        raise NotFound()
+    return connection
+
+
+async def get_connection(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    try:
+        connection = _own_connection(request, broker, params[0])
+    except NotFound:
+        return replies.not_found()
+    return single(request, admin_live.connection_json(broker, connection))
+
+
+async def delete_connection(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    try:
+        _own_connection(request, broker, params[0])
+        admin_live.close_connection(broker, params[0], request.headers.get("X-Reason"))
+    except NotFound:
+        return replies.not_found()
+    return replies.no_content()
+
+
+# --- Channels ---
+
+
+def channel_json(request: web.Request, broker: Broker, channel: Any, **kw: bool) -> Any:
+    body = admin_live.channel_json(broker, channel, **kw)
+    body["message_stats"] = rates(request).with_details(
+        ("channel", id(channel)), body["message_stats"]
+    )
+    return body
+
+
+async def list_channels(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    vhost = params[0] if params else None
+    if vhost is not None and vhost not in broker.vhosts:
+        return replies.not_found()
+    caller = principal(request)
+    items = [
+        channel_json(request, broker, ch)
+        for ch in admin_live.channels(broker)
+        if caller.sees_user(ch.connection.user) and (vhost is None or ch.vhost.name == vhost)
+    ]
+    return listed(request, broker, items)
+
+
+async def connection_channels(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    try:
+        connection = _own_connection(request, broker, params[0])
+    except NotFound:
+        return replies.not_found()
+    items = [
+        channel_json(request, broker, connection.channels[n]) for n in sorted(connection.channels)
+    ]
+    return listed(request, broker, items)
+
+
+async def get_channel(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    try:
+        channel = admin_live.find_channel(broker, params[0])
+    except NotFound:
+        return replies.not_found()
+    if not principal(request).sees_user(channel.connection.user):
+        return replies.not_found()
+    return single(request, channel_json(request, broker, channel, details=True))
+
+
+async def list_consumers(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    caller = principal(request)
+    if params:
+        if params[0] not in broker.vhosts:
+            return replies.not_found()
+        vhosts = [params[0]]
+    else:
+        vhosts = caller.visible_vhosts(broker)
+    items = [c for vhost in vhosts for c in admin_live.consumers(broker, vhost)]
+    return listed(request, broker, items)
+
+
+# --- Health checks ---
+
+
+def _failed(reason: str, **extra: Any) -> web.Response:
+    body = replies.json_body({"status": "failed", "reason": reason, **extra})
+    return web.Response(status=503, text=body, content_type="application/json")
+
+
+async def check_ok(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    return replies.ok({"status": "ok"})
+
+
+async def check_single_node(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    return replies.ok({"status": "ok", "reason": "single node cluster"})
+
+
+def _ports(broker: Broker) -> list[int]:
+    return sorted({broker.config.port, broker.config.management_port})
+
+
+async def check_port(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    try:
+        port = int(params[0])
+    except ValueError:
+        return replies.bad_request(f"Invalid port: {params[0]}")
+    if port in _ports(broker):
+        return replies.ok({"status": "ok", "port": port})
+    return _failed("No active listener", missing=port, ports=_ports(broker))
+
+
+async def check_protocol(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    protocols = ["http", "amqp"]
+    if params[0] in protocols or params[0] == "amqp091":
+        return replies.ok({"status": "ok", "protocol": params[0]})
+    return _failed("No active listener", missing=params[0], protocols=protocols)
+
+
+async def check_certificates(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    return replies.ok({"status": "ok"})  # Warren has no TLS listener: nothing expires
+
+
+async def aliveness(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    if params[0] not in broker.vhosts:
+        return replies.not_found()
+    return replies.ok({"status": "ok"})
+
+
+def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
+    checks = "health/checks/"
+    return {
+        "overview": {"GET": (overview, MANAGEMENT, None)},
+        "cluster-name": {"GET": (cluster_name, MANAGEMENT, None)},
+        "extensions": {"GET": (extensions, MANAGEMENT, None)},
+        "nodes": {"GET": (list_nodes, MONITOR, None)},
+        "nodes/{}": {"GET": (get_node, MONITOR, None)},
+        "connections": {"GET": (list_connections, MANAGEMENT, None)},
+        "connections/{}": {
+            "GET": (get_connection, MANAGEMENT, None),
+            "DELETE": (delete_connection, MANAGEMENT, None),
+        },
+        "connections/{}/channels": {"GET": (connection_channels, MANAGEMENT, None)},
+        "vhosts/{}/connections": {"GET": (list_connections, MANAGEMENT, 0)},
+        "vhosts/{}/channels": {"GET": (list_channels, MANAGEMENT, 0)},
+        "channels": {"GET": (list_channels, MANAGEMENT, None)},
+        "channels/{}": {"GET": (get_channel, MANAGEMENT, None)},
+        "consumers": {"GET": (list_consumers, MANAGEMENT, None)},
+        "consumers/{}": {"GET": (list_consumers, MANAGEMENT, 0)},
+        checks + "alive": {"GET": (check_ok, MANAGEMENT, None)},
+        checks + "virtual-hosts": {"GET": (check_ok, MANAGEMENT, None)},
+        checks + "local-alarms": {"GET": (check_ok, MANAGEMENT, None)},
+        checks + "alarms": {"GET": (check_ok, MANAGEMENT, None)},
+        checks + "node-is-quorum-critical": {"GET": (check_single_node, MANAGEMENT, None)},
+        checks + "node-is-mirror-sync-critical": {"GET": (check_single_node, MANAGEMENT, None)},
+        checks + "port-listener/{}": {"GET": (check_port, MANAGEMENT, None)},
+        checks + "protocol-listener/{}": {"GET": (check_protocol, MANAGEMENT, None)},
+        checks + "certificate-expiration/{}/{}": {"GET": (check_certificates, MANAGEMENT, None)},
+        "aliveness-test/{}": {"GET": (aliveness, MANAGEMENT, 0)},
+    }

@@ -1,0 +1,330 @@
+"""HTTP resources for exchanges, queues and bindings (declare, delete, publish, get, purge),
+over `warren.runtime.admin_objects`.
+
+Status codes as RabbitMQ's: PUT 201 created / 204 already there, DELETE 204 or 404, a
+model refusal 400 with its text (ACCESS_REFUSED: 401 ``Access refused.``), a binding
+POST 201 with a relative ``Location`` (the properties key, percent-encoded again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from warren.errors import ReplyCode
+from warren.mgmt import replies
+from warren.mgmt.authz import Level
+from warren.mgmt.context import listed, principal, rates, single
+from warren.mgmt.rates import queue_counts
+from warren.mgmt.resources import read_body
+from warren.model import DestinationKind, VHost
+from warren.runtime import admin, admin_live, admin_objects
+from warren.runtime.admin import NotFound
+from warren.runtime.broker import Broker
+
+MANAGEMENT = Level.MANAGEMENT
+GET_KEYS = ("ackmode", "count", "encoding")
+KINDS = {"q": DestinationKind.QUEUE, "e": DestinationKind.EXCHANGE}
+
+
+def refused(error: admin_objects.ObjectError) -> web.Response:
+    if error.code == ReplyCode.ACCESS_REFUSED:
+        return replies.error(401, "not_authorised", "Access refused.")
+    if error.code == ReplyCode.NOT_FOUND:
+        return replies.error(404, "not_found", error.detail)
+    return replies.bad_request(error.detail)
+
+
+def visible(request: web.Request, broker: Broker, params: list[str]) -> list[VHost] | None:
+    """The vhosts a list covers: the one named (None if it does not exist), or all the
+    caller may see."""
+    if params:
+        vhost = broker.vhosts.get(params[0])
+        return None if vhost is None else [vhost]
+    return [broker.vhosts[name] for name in principal(request).visible_vhosts(broker)]
+
+
+# --- Exchanges ---
+
+
+async def list_exchanges(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    vhosts = visible(request, broker, params)
+    if vhosts is None:
+        return replies.not_found()
+    return listed(request, broker, admin_objects.list_exchanges(broker, vhosts))
+
+
+async def get_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    try:
+        found = admin_objects.get_exchange(broker, params[0], _exchange_name(params[1]))
+        return single(request, found)
+    except NotFound:
+        return replies.not_found()
+
+
+async def put_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    if params[0] not in broker.vhosts:
+        return replies.vhost_not_found()
+    body = await read_body(request, ())
+    if isinstance(body, web.Response):
+        return body
+    try:
+        created = admin_objects.declare_exchange(broker, params[0], params[1], body)
+    except admin_objects.ObjectError as error:
+        return refused(error)
+    except admin.DefinitionsError as error:
+        return replies.bad_request(str(error))
+    return replies.created() if created else replies.no_content()
+
+
+async def delete_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    if_unused = request.query.get("if-unused") == "true"
+    try:
+        admin_objects.delete_exchange(broker, params[0], params[1], if_unused=if_unused)
+    except NotFound:
+        return replies.not_found()
+    except admin_objects.ObjectError as error:
+        return refused(error)
+    return replies.no_content()
+
+
+async def publish(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    body = await read_body(request, ("properties", "routing_key", "payload", "payload_encoding"))
+    if isinstance(body, web.Response):
+        return body
+    exchange = "" if params[1] == "amq.default" else params[1]
+    try:
+        routed = admin_objects.publish(broker, params[0], exchange, body)
+    except NotFound:
+        return replies.not_found()
+    except admin_objects.ObjectError as error:
+        return replies.bad_request(error.detail)
+    return replies.ok({"routed": routed})
+
+
+def _exchange_name(name: str) -> str:
+    return "" if name == "amq.default" else name
+
+
+async def source_bindings(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    source = _exchange_name(params[1])
+    try:
+        found = admin_objects.bindings_between(broker, params[0], source, None, None)
+    except NotFound:
+        return replies.not_found()
+    return listed(request, broker, found)
+
+
+async def destination_bindings(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    vhost = broker.vhosts.get(params[0])
+    if vhost is None or params[1] not in vhost.exchanges:
+        return replies.not_found()
+    found = admin_objects.bindings_between(
+        broker, params[0], None, DestinationKind.EXCHANGE, params[1]
+    )
+    return listed(request, broker, found)
+
+
+# --- Queues ---
+
+
+def queue_json(
+    request: web.Request, broker: Broker, vhost: VHost, name: str, *, details: bool = False
+) -> dict[str, Any]:
+    record = vhost.queues[name]
+    info = admin.queue_info(broker, vhost, record)
+    counts = queue_counts(broker, vhost.name, name)
+    info.update(rates(request).with_details(("queue", vhost.name, name), counts))
+    host = broker.queue(vhost.name, name)
+    info["exclusive_consumer_tag"] = None
+    info["head_message_timestamp"] = None
+    info["single_active_consumer_tag"] = None
+    info["recoverable_slaves"] = None
+    if host is not None and host.machine.exclusive_consumer is not None:
+        for consumer in admin_live.queue_consumers(broker, vhost.name, name):
+            if consumer["exclusive"]:
+                info["exclusive_consumer_tag"] = consumer["consumer_tag"]
+    if details:
+        info["consumer_details"] = admin_live.queue_consumers(broker, vhost.name, name)
+        info["incoming"] = []
+        info["deliveries"] = []
+    return info
+
+
+async def list_queues(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    vhosts = visible(request, broker, params)
+    if vhosts is None:
+        return replies.not_found()
+    items = [queue_json(request, broker, v, name) for v in vhosts for name in sorted(v.queues)]
+    return listed(request, broker, items)
+
+
+async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    vhost = broker.vhosts.get(params[0])
+    if vhost is None or params[1] not in vhost.queues:
+        return replies.not_found()
+    return single(request, queue_json(request, broker, vhost, params[1], details=True))
+
+
+async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    if params[0] not in broker.vhosts:
+        return replies.vhost_not_found()
+    body = await read_body(request, ())
+    if isinstance(body, web.Response):
+        return body
+    try:
+        created = admin_objects.declare_queue(broker, params[0], params[1], body)
+    except admin_objects.ObjectError as error:
+        return refused(error)
+    except admin.DefinitionsError as error:
+        return replies.bad_request(str(error))
+    return replies.created() if created else replies.no_content()
+
+
+async def delete_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    query = request.query
+    try:
+        admin_objects.delete_queue(
+            broker,
+            params[0],
+            params[1],
+            if_unused=query.get("if-unused") == "true",
+            if_empty=query.get("if-empty") == "true",
+        )
+    except NotFound:
+        return replies.not_found()
+    except admin_objects.ObjectError as error:
+        return refused(error)
+    return replies.no_content()
+
+
+async def purge_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    try:
+        admin_objects.purge_queue(broker, params[0], params[1])
+    except NotFound:
+        return replies.not_found()
+    return replies.no_content()
+
+
+async def get_messages(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    body = await read_body(request, GET_KEYS)
+    if isinstance(body, web.Response):
+        return body
+    try:
+        return replies.ok(admin_objects.get_messages(broker, params[0], params[1], body))
+    except NotFound:
+        return replies.not_found()
+    except admin_objects.ObjectError as error:
+        return replies.bad_request(error.detail)
+    except (TypeError, ValueError) as error:
+        return replies.bad_request(str(error))
+
+
+async def queue_bindings(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    try:
+        found = admin_objects.bindings_between(
+            broker, params[0], None, DestinationKind.QUEUE, params[1]
+        )
+    except NotFound:
+        return replies.not_found()
+    return listed(request, broker, found)
+
+
+# --- Bindings ---
+
+
+async def list_bindings(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    vhosts = visible(request, broker, params)
+    if vhosts is None:
+        return replies.not_found()
+    return listed(request, broker, admin_objects.list_bindings(vhosts))
+
+
+def binding_handlers(kind: DestinationKind) -> dict[str, Any]:
+    async def between(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+        vhost, source, destination = params
+        try:
+            found = admin_objects.bindings_between(
+                broker, vhost, _exchange_name(source), kind, destination
+            )
+        except NotFound:
+            return replies.not_found()
+        return listed(request, broker, found)
+
+    async def create(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+        vhost, source, destination = params
+        if vhost not in broker.vhosts:
+            return replies.vhost_not_found()
+        body = await read_body(request, ())
+        if isinstance(body, web.Response):
+            return body
+        try:
+            key = admin_objects.add_binding(broker, vhost, source, kind, destination, body)
+        except admin_objects.ObjectError as error:
+            return refused(error)
+        except admin.DefinitionsError as error:
+            return replies.bad_request(str(error))
+        location = quote(destination, safe="") + "/" + quote(key, safe="~")
+        return web.Response(status=201, headers={"Location": location})
+
+    async def get_one(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+        vhost, source, destination, key = params
+        try:
+            binding = admin_objects.find_binding(broker, vhost, source, kind, destination, key)
+        except NotFound:
+            return replies.not_found()
+        return single(request, admin_objects.binding_json(broker.vhosts[vhost], binding))
+
+    async def delete_one(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+        vhost, source, destination, key = params
+        try:
+            admin_objects.delete_binding(broker, vhost, source, kind, destination, key)
+        except NotFound:
+            return replies.not_found()
+        except admin_objects.ObjectError as error:
+            return refused(error)
+        return replies.no_content()
+
+    return {"list": between, "create": create, "get": get_one, "delete": delete_one}
+
+
+def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
+    table: dict[str, dict[str, tuple[Any, Level, int | None]]] = {
+        "exchanges": {"GET": (list_exchanges, MANAGEMENT, None)},
+        "exchanges/{}": {"GET": (list_exchanges, MANAGEMENT, 0)},
+        "exchanges/{}/{}": {
+            "GET": (get_exchange, MANAGEMENT, 0),
+            "PUT": (put_exchange, MANAGEMENT, 0),
+            "DELETE": (delete_exchange, MANAGEMENT, 0),
+        },
+        "exchanges/{}/{}/publish": {"POST": (publish, MANAGEMENT, 0)},
+        "exchanges/{}/{}/bindings/source": {"GET": (source_bindings, MANAGEMENT, 0)},
+        "exchanges/{}/{}/bindings/destination": {"GET": (destination_bindings, MANAGEMENT, 0)},
+        "queues": {"GET": (list_queues, MANAGEMENT, None)},
+        "queues/{}": {"GET": (list_queues, MANAGEMENT, 0)},
+        "queues/{}/{}": {
+            "GET": (get_queue, MANAGEMENT, 0),
+            "PUT": (put_queue, MANAGEMENT, 0),
+            "DELETE": (delete_queue, MANAGEMENT, 0),
+        },
+        "queues/{}/{}/contents": {"DELETE": (purge_queue, MANAGEMENT, 0)},
+        "queues/{}/{}/get": {"POST": (get_messages, MANAGEMENT, 0)},
+        "queues/{}/{}/bindings": {"GET": (queue_bindings, MANAGEMENT, 0)},
+        "bindings": {"GET": (list_bindings, MANAGEMENT, None)},
+        "bindings/{}": {"GET": (list_bindings, MANAGEMENT, 0)},
+    }
+    for letter, kind in KINDS.items():
+        handlers = binding_handlers(kind)
+        table["bindings/{}/e/{}/" + letter + "/{}"] = {
+            "GET": (handlers["list"], MANAGEMENT, 0),
+            "POST": (handlers["create"], MANAGEMENT, 0),
+        }
+        table["bindings/{}/e/{}/" + letter + "/{}/{}"] = {
+            "GET": (handlers["get"], MANAGEMENT, 0),
+            "DELETE": (handlers["delete"], MANAGEMENT, 0),
+        }
+    return table

@@ -1,0 +1,249 @@
+"""Admin calls for users, vhosts and permissions, in RabbitMQ's HTTP shapes.
+
+Theory of operation:
+1. Each change is written to the definitions store (when the node has one) before the
+   in-memory `Access` and model change, so a 2xx reply means it survives a restart.
+2. A new vhost gets the model's predeclared exchanges and, as in RabbitMQ, its creator
+   gets full permissions on it. Deleting a vhost deletes its queues (with their messages),
+   closes its connections (320 CONNECTION_FORCED) and forgets its permissions.
+3. Failures: `admin.NotFound` for a missing object, `AccessError` with RabbitMQ's
+   ``reason`` for a refused body (``tags_not_present``, ``vhost_or_user_not_found``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from warren.errors import HardError, ReplyCode
+from warren.model import VHost
+from warren.runtime.access import HASHING_ALGORITHM, Permission, User, VHostInfo, hash_password
+from warren.runtime.admin import NotFound
+from warren.storage.definitions import PermissionDefinition, UserDefinition, VHostDefinition
+
+if TYPE_CHECKING:
+    from warren.runtime.broker import Broker
+
+Json = dict[str, Any]
+PERMISSION_KEYS = ("configure", "write", "read")
+
+
+class AccessError(ValueError):
+    """A body RabbitMQ would refuse; `reason` is its 400 reason (a string or a JSON value)."""
+
+    def __init__(self, reason: Any) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
+
+
+def parse_tags(value: object) -> tuple[str, ...]:
+    """Tags as a comma-separated string or a list, as RabbitMQ accepts both."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    return tuple(tag for tag in (str(item).strip() for item in items) if tag)
+
+
+# --- Users ---
+
+
+def user_json(user: User) -> Json:
+    return {
+        "name": user.name,
+        "password_hash": user.password_hash,
+        "hashing_algorithm": user.hashing_algorithm,
+        "tags": list(user.tags),
+        "limits": {},
+    }
+
+
+def list_users(broker: Broker, *, without_permissions: bool = False) -> list[Json]:
+    access = broker.access
+    users = [access.users[name] for name in sorted(access.users)]
+    if without_permissions:
+        granted = {user for user, _vhost in access.permissions}
+        users = [user for user in users if user.name not in granted]
+    return [user_json(user) for user in users]
+
+
+def get_user(broker: Broker, name: str) -> Json:
+    user = broker.access.users.get(name)
+    if user is None:
+        raise NotFound()
+    return user_json(user)
+
+
+def put_user(broker: Broker, name: str, body: Json) -> bool:
+    """Create or replace a user; True when it is new. RabbitMQ wants ``tags`` unless a
+    password is given; a ``password_hash`` is taken as it is (``""``: no password login)."""
+    if "tags" not in body and "password" not in body and "password_hash" not in body:
+        raise AccessError("tags_not_present")
+    existing = broker.access.users.get(name)
+    tags = parse_tags(body.get("tags")) if "tags" in body else (existing.tags if existing else ())
+    if "password" in body:
+        password_hash = hash_password(str(body["password"]))
+        algorithm = HASHING_ALGORITHM
+    elif "password_hash" in body:
+        password_hash = str(body["password_hash"])
+        algorithm = str(body.get("hashing_algorithm", HASHING_ALGORITHM))
+    elif existing is not None:
+        password_hash, algorithm = existing.password_hash, existing.hashing_algorithm
+    else:
+        password_hash, algorithm = "", HASHING_ALGORITHM
+    user = User(name, password_hash, tags, algorithm)
+    store_user(broker, user)
+    return existing is None
+
+
+def store_user(broker: Broker, user: User) -> None:
+    if broker.durability is not None:
+        broker.durability.definitions.put_user(
+            UserDefinition(user.name, user.password_hash, user.tags, user.hashing_algorithm)
+        )
+    broker.access.users[user.name] = user
+
+
+def delete_user(broker: Broker, name: str) -> None:
+    if name not in broker.access.users:
+        raise NotFound()
+    if broker.durability is not None:
+        broker.durability.definitions.delete_user(name)
+    broker.access.forget_user(name)
+
+
+# --- Vhosts ---
+
+
+def vhost_json(broker: Broker, name: str) -> Json:
+    info = broker.access.vhosts.get(name) or VHostInfo(name)
+    tags = list(info.tags)
+    return {
+        "name": name,
+        "description": info.description,
+        "tags": tags,
+        "default_queue_type": info.default_queue_type or "undefined",
+        "metadata": {"description": info.description, "tags": tags},
+        "tracing": False,
+        "cluster_state": {broker.config.node_name: "running"},
+    }
+
+
+def vhost_names(broker: Broker) -> list[str]:
+    return sorted(broker.vhosts)
+
+
+def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
+    """Create a vhost (its creator gets full permissions) or update its metadata."""
+    existing = broker.access.vhosts.get(name)
+    queue_type = body.get("default_queue_type")
+    info = VHostInfo(
+        name,
+        str(body.get("description", existing.description if existing else "")),
+        parse_tags(body["tags"]) if "tags" in body else (existing.tags if existing else ()),
+        str(queue_type) if queue_type else (existing.default_queue_type if existing else None),
+    )
+    created = name not in broker.vhosts
+    if broker.durability is not None:
+        broker.durability.definitions.put_vhost(
+            VHostDefinition(name, info.description, info.tags, info.default_queue_type)
+        )
+    broker.access.vhosts[name] = info
+    if created:
+        broker.vhosts[name] = VHost(name)
+        if creator in broker.access.users:
+            store_permission(broker, Permission(creator, name))
+    return created
+
+
+def delete_vhost(broker: Broker, name: str) -> None:
+    found = broker.vhosts.get(name)
+    if found is None:
+        raise NotFound()
+    vhost: VHost = found
+    for connection in list(broker.connections):
+        if getattr(connection, "vhost", None) is vhost:
+            close = getattr(connection, "close_with", None)
+            if close is not None:
+                close(HardError(ReplyCode.CONNECTION_FORCED, f"vhost '{name}' is deleted"))
+    for queue_name in list(vhost.queues):
+        broker.delete_queue(vhost, queue_name)
+    if broker.durability is not None:
+        broker.durability.vhost_deleted(name)
+    del broker.vhosts[name]
+    broker.access.forget_vhost(name)
+    broker.retired_stats.pop(name, None)
+
+
+# --- Permissions ---
+
+
+def permission_json(permission: Permission) -> Json:
+    return {
+        "user": permission.user,
+        "vhost": permission.vhost,
+        "configure": permission.configure,
+        "write": permission.write,
+        "read": permission.read,
+    }
+
+
+def list_permissions(
+    broker: Broker, *, user: str | None = None, vhost: str | None = None
+) -> list[Json]:
+    access = broker.access
+    if user is not None and user not in access.users:
+        raise NotFound()
+    if vhost is not None and vhost not in broker.vhosts:
+        raise NotFound()
+    found = [
+        p
+        for p in access.permissions.values()
+        if (user is None or p.user == user) and (vhost is None or p.vhost == vhost)
+    ]
+    found.sort(key=lambda p: (p.user, p.vhost))
+    return [permission_json(p) for p in found]
+
+
+def get_permission(broker: Broker, vhost: str, user: str) -> Json:
+    permission = broker.access.permission(user, vhost)
+    if permission is None:
+        raise NotFound()
+    return permission_json(permission)
+
+
+def put_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
+    if vhost not in broker.vhosts or user not in broker.access.users:
+        raise AccessError("vhost_or_user_not_found")
+    for key in PERMISSION_KEYS:
+        try:
+            re.compile(str(body[key]))
+        except re.error as refused:
+            raise AccessError(f"invalid_regexp {body[key]!r}: {refused}") from None
+    created = broker.access.permission(user, vhost) is None
+    store_permission(
+        broker,
+        Permission(user, vhost, str(body["configure"]), str(body["write"]), str(body["read"])),
+    )
+    return created
+
+
+def store_permission(broker: Broker, permission: Permission) -> None:
+    if broker.durability is not None:
+        broker.durability.definitions.put_permission(
+            PermissionDefinition(
+                permission.user,
+                permission.vhost,
+                permission.configure,
+                permission.write,
+                permission.read,
+            )
+        )
+    broker.access.permissions[permission.user, permission.vhost] = permission
+
+
+def delete_permission(broker: Broker, vhost: str, user: str) -> None:
+    if broker.access.permission(user, vhost) is None:
+        raise NotFound()
+    if broker.durability is not None:
+        broker.durability.definitions.delete_permission(user, vhost)
+    del broker.access.permissions[user, vhost]
