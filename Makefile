@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The web UI's end-to-end test drives Debian's chromium (never a browser Playwright downloads).
 CHROMIUM := /usr/bin/chromium
+# The real rabbitmqadmin (v1) the suite runs against Warren: taken from Debian's
+# rabbitmq-server package into a cache under .venv, never installed or started.
+RABBITMQADMIN_DIR := $(VENV)/rabbitmqadmin
+RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 
 .PHONY: run test lint bench clean
 
@@ -28,13 +32,21 @@ $(CHROMIUM):
 run: $(STAMP)
 	$(BIN)/warren-server --data-dir ./data
 
-test: $(STAMP) $(CHROMIUM)
+$(RABBITMQADMIN): | $(BIN)/python
+	mkdir -p $(RABBITMQADMIN_DIR)
+	cd $(RABBITMQADMIN_DIR) && rm -rf package *.deb && apt-get download rabbitmq-server \
+		&& dpkg -x rabbitmq-server_*.deb package
+	cp -L "$$(find $(RABBITMQADMIN_DIR)/package -name rabbitmqadmin -type f | head -n 1)" $@
+	rm -rf $(RABBITMQADMIN_DIR)/package $(RABBITMQADMIN_DIR)/*.deb
+	chmod +x $@
+
+test: $(STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	@# pytest exits 5 when it collected no tests: not a failure of the code.
-	$(BIN)/pytest $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
+	WARREN_RABBITMQADMIN=$(RABBITMQADMIN) $(BIN)/pytest $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'

@@ -49,6 +49,15 @@ class ObjectError(ValueError):
         return cls(int(error.code), error.text.split(" - ", 1)[-1])
 
 
+def flag(body: Json, key: str, default: bool) -> bool:
+    """A boolean field; RabbitMQ also takes the strings "true" and "false" (rabbitmqadmin
+    sends those)."""
+    value = body.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
 # --- Exchanges ---
 
 
@@ -83,9 +92,9 @@ def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) -> bool:
             name,
             str(body.get("type", "direct")),
             passive=False,
-            durable=bool(body.get("durable", True)),
-            auto_delete=bool(body.get("auto_delete", False)),
-            internal=bool(body.get("internal", False)),
+            durable=flag(body, "durable", True),
+            auto_delete=flag(body, "auto_delete", False),
+            internal=flag(body, "internal", False),
             arguments=typed_arguments(body.get("arguments")),
         )
     except AmqpError as refused:
@@ -185,9 +194,9 @@ def declare_queue(broker: Broker, vhost: str, name: str, body: Json) -> bool:
             name,
             owner=None,
             passive=False,
-            durable=bool(body.get("durable", True)),
+            durable=flag(body, "durable", True),
             exclusive=False,
-            auto_delete=bool(body.get("auto_delete", False)),
+            auto_delete=flag(body, "auto_delete", False),
             arguments=typed_arguments(body.get("arguments")),
         )
     except AmqpError as refused:
@@ -253,7 +262,8 @@ def get_messages(broker: Broker, vhost: str, name: str, body: Json) -> list[Json
 def _message_json(entry: Any, remaining: int, encoding: str, truncate: object) -> Json:
     message: Message = entry.message
     body = message.body
-    shown = body[: int(truncate)] if isinstance(truncate, int) else body
+    limit = int(truncate) if isinstance(truncate, int | str) and str(truncate).isdigit() else None
+    shown = body if limit is None else body[:limit]
     payload_encoding = "string"
     if encoding == "base64":
         payload, payload_encoding = base64.b64encode(shown).decode("ascii"), "base64"
