@@ -35,10 +35,14 @@ class Rates:
         self._history: dict[Hashable, deque[tuple[float, Counts]]] = {}
 
     def observe(self, key: Hashable, counts: Counts, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
         ring = self._history.get(key)
         if ring is None:
+            # a new object (channel, queue) starts from nothing: what it counted before its
+            # first sample happened since the previous sampling round
             ring = self._history[key] = deque(maxlen=SAMPLES_KEPT)
-        ring.append((self.clock() if now is None else now, dict(counts)))
+            ring.append((now - INTERVAL_S, dict.fromkeys(counts, 0)))
+        ring.append((now, dict(counts)))
 
     def keep_only(self, keys: set[Hashable]) -> None:
         for key in [key for key in self._history if key not in keys]:
