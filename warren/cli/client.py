@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 DEFAULT_URL = "http://127.0.0.1:15672"
 
@@ -52,8 +52,8 @@ class Client:
         self._authorization = f"Basic {token}"
         self.timeout_s = timeout_s
 
-    def get(self, *segments: str) -> Reply:
-        return self.request("GET", segments)
+    def get(self, *segments: str, query: dict[str, str] | None = None) -> Reply:
+        return self.request("GET", segments, query=query)
 
     def put(self, segments: tuple[str, ...], body: Any) -> Reply:
         return self.request("PUT", segments, body)
@@ -64,13 +64,26 @@ class Client:
     def delete(self, *segments: str) -> Reply:
         return self.request("DELETE", segments)
 
-    def request(self, method: str, segments: tuple[str, ...], body: Any = None) -> Reply:
+    def request(
+        self,
+        method: str,
+        segments: tuple[str, ...],
+        body: Any = None,
+        *,
+        query: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
         path = "/api/" + "/".join(quote(segment, safe="") for segment in segments)
+        if query:
+            path += "?" + urlencode(query)
         data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"Authorization": self._authorization, "Accept": "application/json"}
+        sent = {"Authorization": self._authorization}
+        if method != "DELETE":  # RabbitMQ answers 406 to a purge that asks for JSON back
+            sent["Accept"] = "application/json"
         if data is not None:
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(self.base + path, data, headers, method=method)
+            sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
+        request = urllib.request.Request(self.base + path, data, sent, method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return Reply(response.status, _decode(response.read()))

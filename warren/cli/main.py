@@ -16,12 +16,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from warren.cli import commands
+from warren.cli import verbs as actions
 from warren.cli.client import DEFAULT_URL, Client, Unreachable
 from warren.cli.commands import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, Context
 from warren.cli.formatters import FORMATTER_NAMES, Formatter
+from warren.cli.verbs import LISTINGS
 
 Number = TypeVar("Number", int, float)
 
@@ -98,7 +100,46 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
     queues.add_argument("columns", nargs="*", metavar="column")
     for ignored in ("--online", "--offline", "--local"):
         queues.add_argument(ignored, action="store_true", help=argparse.SUPPRESS)
+    for verb in LISTINGS:
+        lister = verbs.add_parser(verb, parents=[flags], help=verb.replace("_", " "))
+        lister.add_argument("columns", nargs="*", metavar="column")
+    _everyday_verbs(verbs, flags)
     return parser, dict(verbs.choices)
+
+
+def _everyday_verbs(verbs: Any, flags: Parser) -> None:
+    """rabbitmqctl's verbs for users, vhosts, permissions, queues and connections."""
+
+    def verb(name: str, help_text: str, *arguments: str) -> Parser:
+        parser: Parser = verbs.add_parser(name, parents=[flags], help=help_text)
+        for argument in arguments:
+            parser.add_argument(argument)
+        return parser
+
+    verb("status", "show the node's status")
+    verb("add_user", "create a user", "username", "password")
+    verb("delete_user", "delete a user", "username")
+    verb("change_password", "change a user's password", "username", "password")
+    tags = verb("set_user_tags", "set a user's tags", "username")
+    tags.add_argument("tags", nargs="*")
+    vhost = verb("add_vhost", "create a virtual host", "name")
+    vhost.add_argument("--description", default="")
+    vhost.add_argument("--tags", default="")
+    verb("delete_vhost", "delete a virtual host and everything in it", "name")
+    verb(
+        "set_permissions",
+        "set a user's permissions in the vhost",
+        "username",
+        "conf",
+        "write",
+        "read",
+    )
+    verb("purge_queue", "remove the ready messages of a queue", "queue")
+    deleter = verb("delete_queue", "delete a queue", "queue")
+    deleter.add_argument("-e", "--if-empty", dest="if_empty", action="store_true")
+    deleter.add_argument("-u", "--if-unused", dest="if_unused", action="store_true")
+    closer = verb("close_connection", "close a client connection", "connection_name")
+    closer.add_argument("explanation")
 
 
 def _settings(args: argparse.Namespace) -> None:
@@ -123,6 +164,16 @@ def _run(args: argparse.Namespace, usage: str) -> int:
     timeout_s = _number(args.timeout, "--timeout", usage, float)
     ctx = _context(args, timeout_s)
     verb: str = args.verb
+    if verb in LISTINGS:
+        listing = LISTINGS[verb]
+        chosen = args.columns or list(listing.default_columns)
+        unknown = [column for column in chosen if column not in listing.fields]
+        if unknown:
+            raise UsageError(f"Info key(s) {','.join(unknown)} are not supported", usage)
+        return actions.run_listing(ctx, verb, chosen, timeout_s)
+    everyday = _everyday(ctx, args)
+    if everyday is not None:
+        return everyday
     if verb == "export_definitions":
         return commands.export_definitions(ctx, args.file)
     if verb == "import_definitions":
@@ -150,6 +201,31 @@ def _run(args: argparse.Namespace, usage: str) -> int:
     if unknown:
         raise UsageError(f"Info key(s) {','.join(unknown)} are not supported", usage)
     return commands.list_queues(ctx, columns, timeout_s)
+
+
+def _everyday(ctx: Context, args: argparse.Namespace) -> int | None:
+    verb: str = args.verb
+    calls: dict[str, Callable[[], int]] = {
+        "status": lambda: actions.status(ctx),
+        "add_user": lambda: actions.add_user(ctx, args.username, args.password),
+        "delete_user": lambda: actions.delete_user(ctx, args.username),
+        "change_password": lambda: actions.change_password(ctx, args.username, args.password),
+        "set_user_tags": lambda: actions.set_user_tags(ctx, args.username, args.tags),
+        "add_vhost": lambda: actions.add_vhost(ctx, args.name, args.description, args.tags),
+        "delete_vhost": lambda: actions.delete_vhost(ctx, args.name),
+        "set_permissions": lambda: actions.set_permissions(
+            ctx, args.username, args.conf, args.write, args.read
+        ),
+        "purge_queue": lambda: actions.purge_queue(ctx, args.queue),
+        "delete_queue": lambda: actions.delete_queue(
+            ctx, args.queue, if_empty=args.if_empty, if_unused=args.if_unused
+        ),
+        "close_connection": lambda: actions.close_connection(
+            ctx, args.connection_name, args.explanation
+        ),
+    }
+    call = calls.get(verb)
+    return None if call is None else call()
 
 
 def _number(text: str, flag: str, usage: str, kind: Callable[[str], Number]) -> Number:
