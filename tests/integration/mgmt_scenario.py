@@ -88,7 +88,14 @@ def q(text: str) -> str:
     return quote(text, safe="")
 
 
-def run(base: str, user: str, password: str, amqp_url: str, prefix: str) -> list[Exchange]:
+def run(
+    base: str,
+    user: str,
+    password: str,
+    amqp_url: str,
+    prefix: str,
+    stats_wait_s: float = STATS_WAIT_S,
+) -> list[Exchange]:
     """The scenario; see the module docstring. Everything built is deleted afterwards."""
     http = Http(base, user, password)
     steps: list[Exchange] = []
@@ -200,7 +207,7 @@ def run(base: str, user: str, password: str, amqp_url: str, prefix: str) -> list
             },
         )
         with _amqp(amqp_url, vhost, names["consumed"]) as connection_name:
-            time.sleep(STATS_WAIT_S)
+            time.sleep(stats_wait_s)
             _reads(step, v, x, qn, names, connection_name, urlsplit(amqp_url).port or 5672)
             step("connection.delete", "DELETE", f"connections/{q(connection_name)}")
         step(

@@ -207,7 +207,9 @@ def recorded() -> dict[str, Any]:
 def replayed(broker: Any, management: tuple[str, str, str]) -> dict[str, Any]:
     base, user, password = management
     prefix = "shape"
-    steps = mgmt_scenario.run(base, user, password, broker.url, prefix)
+    # RabbitMQ's statistics need a collection interval; Warren's rates one sampling round
+    wait_s = mgmt_scenario.STATS_WAIT_S if broker.is_rabbitmq else 1.5
+    steps = mgmt_scenario.run(base, user, password, broker.url, prefix, wait_s)
     return {f"{s.name}#{index}": s.as_json() for index, s in enumerate(steps)}
 
 

@@ -186,7 +186,7 @@ def _process(lines: list[str]) -> None:
         open_fds = len(os.listdir("/proc/self/fd"))
     except OSError:
         open_fds = 0
-    rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_bytes = admin_live.resident_bytes()
     for name, help_text, value in (
         ("process_open_fds", "Open file descriptors", open_fds),
         ("process_max_fds", "Open file descriptors limit", soft_fds),

@@ -13,7 +13,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
@@ -21,6 +21,8 @@ from typing import Any
 
 from warren.runtime import admin_live
 from warren.runtime.broker import Broker
+
+log = logging.getLogger("warren.mgmt.rates")
 
 INTERVAL_S = 1.0
 WINDOW_S = 5.0
@@ -122,6 +124,8 @@ def sample_broker(broker: Broker, rates: Rates) -> None:
 
 async def run_sampler(broker: Broker, rates: Rates) -> None:
     while True:
-        with contextlib.suppress(Exception):
+        try:
             sample_broker(broker, rates)
+        except Exception:  # a bug here must not stop the sampling, nor the node
+            log.exception("sampling the broker's counters failed")
         await asyncio.sleep(INTERVAL_S)

@@ -1,4 +1,8 @@
-"""One handler per RabbitMQ management resource, over `warren.runtime.admin`.
+"""The route table of the management API, and the policy and definitions resources.
+
+The other resources live beside it: `resources_access` (users, vhosts, permissions),
+`resources_objects` (exchanges, queues, bindings), `resources_live` (overview, nodes,
+connections, channels, consumers, health checks).
 
 Theory of operation:
 1. `ROUTES` maps a path pattern (``policies/{}/{}``: ``{}`` is one variable segment) to

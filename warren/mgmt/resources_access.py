@@ -15,6 +15,7 @@ from aiohttp import web
 from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
+from warren.mgmt.rates import totals_counts
 from warren.mgmt.resources import read_body
 from warren.runtime import admin_access, admin_live
 from warren.runtime.admin import NotFound
@@ -82,17 +83,11 @@ def vhost_json(request: web.Request, broker: Broker, name: str) -> dict[str, Any
     sampled = rates(request)
     return {
         **admin_access.vhost_json(broker, name),
-        **sampled.with_details(("vhost-totals", name), _vhost_totals(broker, name)),
+        **sampled.with_details(("vhost-totals", name), totals_counts(broker, name)),
         "message_stats": sampled.with_details(
             ("vhost", name), admin_live.vhost_stats(broker, name).counts()
         ),
     }
-
-
-def _vhost_totals(broker: Broker, name: str) -> dict[str, int]:
-    from warren.mgmt.rates import totals_counts
-
-    return totals_counts(broker, name)
 
 
 async def list_vhosts(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

@@ -237,7 +237,6 @@ def node_stats(broker: Broker) -> MessageStats:
 
 def node_json(broker: Broker) -> Json:
     config = broker.config
-    usage = resource.getrusage(resource.RUSAGE_SELF)
     soft_fds, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         fd_used = len(os.listdir("/proc/self/fd"))
@@ -258,7 +257,7 @@ def node_json(broker: Broker) -> Json:
         "processors": os.cpu_count() or 1,
         "rates_mode": "basic",
         "partitions": [],
-        "mem_used": usage.ru_maxrss * 1024,
+        "mem_used": resident_bytes(),
         "mem_limit": 0,
         "mem_alarm": False,
         "disk_free": disk_free,
@@ -290,3 +289,13 @@ def node_json(broker: Broker) -> Json:
         "net_ticktime": 60,
         "mem_calculation_strategy": "rss",
     }
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux /proc; else its peak from getrusage)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
