@@ -246,6 +246,7 @@ def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) 
             channel.basic_publish("", queue, str(number).encode())
         status, body = api.call("GET", f"queues/%2F/{quote(queue, safe='')}")
         assert (status, body["messages_ready"]) == (200, 20)  # at once, no stats delay
+        assert body["message_stats"]["publish"] == 20
         time.sleep(2.5)  # a sampling round or two
         stats = api.call("GET", "overview")[1]["message_stats"]
         assert stats["publish"] - before >= 20
@@ -260,5 +261,7 @@ def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) 
         text = per_object.read().decode()
         assert f'rabbitmq_queue_messages_ready{{vhost="/",queue="{queue}"}} 20' in text
         assert f'rabbitmq_queue_messages_unacked{{vhost="/",queue="{queue}"}} 0' in text
+        published = f'rabbitmq_queue_messages_published_total{{vhost="/",queue="{queue}"}} 20'
+        assert published in text
     finally:
         connection.close()

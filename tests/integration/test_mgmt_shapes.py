@@ -90,7 +90,7 @@ ABSENT: dict[str, str] = {
     "messages_ram": STATS,
     "messages_ready_ram": STATS,
     "messages_unacknowledged_ram": STATS,
-    "message_stats": STATS,  # per queue and per exchange only; see PRESENT_MESSAGE_STATS
+    "message_stats": STATS,  # per exchange only; see PRESENT_MESSAGE_STATS
     "user_who_performed_action": "Warren does not record who declared an object",
 }
 # message_stats is kept where Warren has it: node, vhost and channel replies.
@@ -104,6 +104,12 @@ PRESENT_MESSAGE_STATS = (
     "vhost.channels",
     "auth.manager.overview",
     "auth.manager.vhosts",
+    "queue",
+    "queue.consumed",
+    "queues",
+    "vhost.queues",
+    "queues.page",
+    "queues.page.regex",
 )
 # Fields only Warren has, and why.
 EXTRA: dict[str, str] = {

@@ -164,6 +164,12 @@ def render(broker: Broker, *, per_object: bool) -> str:
                 lines.append(f"{PREFIX}{name}{{{labels}}} {values[key]}")
         else:
             lines.append(f"{PREFIX}{name} {sum(values[key] for _v, _q, values in queues)}")
+    if per_object:
+        name = "queue_messages_published_total"
+        _family(lines, name, "counter", "Total number of messages published to queues")
+        for (vhost, queue), host in sorted(broker.queues.items()):
+            labels = f'vhost="{_label(vhost)}",queue="{_label(queue)}"'
+            lines.append(f"{PREFIX}{name}{{{labels}}} {host.stats.publish}")
     counts = admin_live.node_stats(broker).counts()
     for name, help_text, key in CHANNEL_COUNTERS:
         _family(lines, name, "counter", help_text)

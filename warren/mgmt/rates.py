@@ -21,6 +21,7 @@ from typing import Any
 
 from warren.runtime import admin_live
 from warren.runtime.broker import Broker
+from warren.runtime.stats import MessageStats
 
 log = logging.getLogger("warren.mgmt.rates")
 
@@ -89,6 +90,30 @@ def queue_counts(broker: Broker, vhost: str, name: str) -> dict[str, int]:
     }
 
 
+QUEUE_STATS = (
+    "publish",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "get_empty",
+    "redeliver",
+    "ack",
+    "deliver_get",
+)
+
+
+def queue_message_stats(stats: MessageStats) -> dict[str, int]:
+    """The ``message_stats`` keys RabbitMQ shows for a queue: ``publish`` once something
+    was published to it, the delivery keys once something was delivered or fetched."""
+    counts = stats.counts()
+    shown = {"publish": counts["publish"]} if counts["publish"] else {}
+    delivery = QUEUE_STATS[1:]
+    if any(counts[key] for key in delivery):
+        shown.update((key, counts[key]) for key in delivery)
+    return shown
+
+
 def totals_counts(broker: Broker, vhost: str | None = None) -> dict[str, int]:
     totals = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
     for (queue_vhost, _name), host in list(broker.queues.items()):
@@ -117,8 +142,9 @@ def sample_broker(broker: Broker, rates: Rates) -> None:
         observe(("vhost-totals", vhost), totals_counts(broker, vhost))
     for channel in admin_live.channels(broker):
         observe(("channel", id(channel)), channel.stats.counts())
-    for vhost, name in list(broker.queues):
+    for (vhost, name), host in list(broker.queues.items()):
         observe(("queue", vhost, name), queue_counts(broker, vhost, name))
+        observe(("queue-stats", vhost, name), queue_message_stats(host.stats))
     rates.keep_only(seen)
 
 

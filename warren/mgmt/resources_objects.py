@@ -17,7 +17,7 @@ from warren.errors import ReplyCode
 from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
-from warren.mgmt.rates import queue_counts
+from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
 from warren.model import DestinationKind, VHost
 from warren.runtime import admin, admin_live, admin_objects
@@ -138,8 +138,12 @@ def queue_json(
     record = vhost.queues[name]
     info = admin.queue_info(broker, vhost, record)
     counts = queue_counts(broker, vhost.name, name)
-    info.update(rates(request).with_details(("queue", vhost.name, name), counts))
+    sampled = rates(request)
+    info.update(sampled.with_details(("queue", vhost.name, name), counts))
     host = broker.queue(vhost.name, name)
+    shown = queue_message_stats(host.stats) if host is not None else {}
+    if shown:
+        info["message_stats"] = sampled.with_details(("queue-stats", vhost.name, name), shown)
     info["exclusive_consumer_tag"] = None
     info["head_message_timestamp"] = None
     info["single_active_consumer_tag"] = None

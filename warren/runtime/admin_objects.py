@@ -26,6 +26,7 @@ from warren.errors import AmqpError, ReplyCode
 from warren.model import Binding, DestinationKind, Exchange, VHost
 from warren.queue import Discard, Enqueue, Get, Got, Purge, Return, Settle
 from warren.runtime.admin import NotFound, plain_arguments, plain_value, typed_arguments, vhost_of
+from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -142,7 +143,12 @@ def publish(broker: Broker, vhost: str, exchange: str, body: Json) -> bool:
     for name in queues:
         host = broker.queue(target.name, name)
         if host is not None:
+            host.stats.publish += 1
             host.apply(enqueue)
+    counted = MessageStats()  # the API's publishes count in the vhost's totals
+    counted.publish = 1
+    counted.drop_unroutable = 0 if queues else 1
+    broker.retire_stats(target.name, counted)
     return bool(queues)
 
 

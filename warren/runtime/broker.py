@@ -108,6 +108,7 @@ class QueueHost:
         "policy",
         "record",
         "scratch_paged",
+        "stats",
     )
 
     def __init__(self, broker: Broker, record: QueueRecord) -> None:
@@ -123,6 +124,8 @@ class QueueHost:
         self.policy: Policy | None = None
         self.operator_policy: Policy | None = None
         self.scratch_paged = False  # some message went to a scratch page (`paging`)
+        # message_stats of the management API, bumped by the channels that use the queue
+        self.stats = MessageStats()
         self.refresh_policies()
 
     @property

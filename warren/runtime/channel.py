@@ -427,14 +427,18 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         stats = self.stats
+        queue_stats = host.stats
         if not consumer.no_ack:
             self.unacked[tag] = (host, entry.msg_id, True)
             self.counted_unacked += 1
             stats.deliver += 1
+            queue_stats.deliver += 1
         else:
             stats.deliver_no_ack += 1
+            queue_stats.deliver_no_ack += 1
         if entry.delivery_count > 1:
             stats.redeliver += 1
+            queue_stats.redeliver += 1
         self.connection.delivered = True
         self.connection.send(
             deliver_frames(
@@ -476,6 +480,7 @@ class Channel:
         stats = self.stats
         if not isinstance(reply, Got):
             stats.get_empty += 1
+            host.stats.get_empty += 1
             self.send(m.BasicGetEmpty())
             return
         entry = reply.entry
@@ -484,10 +489,13 @@ class Channel:
         if not method.no_ack:
             self.unacked[tag] = (host, entry.msg_id, False)
             stats.get += 1
+            host.stats.get += 1
         else:
             stats.get_no_ack += 1
+            host.stats.get_no_ack += 1
         if entry.delivery_count > 1:
             stats.redeliver += 1
+            host.stats.redeliver += 1
         self._send_frames(
             get_ok_frames(
                 self.number,
@@ -550,6 +558,8 @@ class Channel:
                 group[1].append(msg_id)
         self.counted_unacked -= counted
         for host, msg_ids in by_host.values():
+            if command is Settle:
+                host.stats.ack += len(msg_ids)
             host.apply(command(msg_ids))
         if self.global_prefetch and counted:
             self.dispatch_consumers()
@@ -613,7 +623,9 @@ class Channel:
         # a durable queue that logs the message appends to the log: the confirm waits
         logged_from = durability.log.next_sequence if durability is not None else 0
         for name in queues:
-            if broker_queues[vhost_name, name].apply(enqueue) is REJECTED_REPLY:
+            host = broker_queues[vhost_name, name]
+            host.stats.publish += 1
+            if host.apply(enqueue) is REJECTED_REPLY:
                 rejected = True
         if not queues:
             if method.mandatory:
