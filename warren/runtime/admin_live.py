@@ -75,7 +75,7 @@ def connection_json(broker: Broker, connection: AmqpConnection) -> Json:
         "port": port,
         "peer_host": peer_host,
         "peer_port": peer_port,
-        "ssl": False,
+        "ssl": bool(connection.transport and connection.transport.get_extra_info("ssl_object")),
         "ssl_protocol": "",
         "ssl_key_exchange": "",
         "ssl_cipher": "",

@@ -387,7 +387,9 @@ class AmqpConnection(asyncio.Protocol):
             self._blocked_capability = bool(capabilities.get("connection.blocked"))
         if method.mechanism == "EXTERNAL":
             user = login_name(self._peer_certificate, self.broker.config.ssl_cert_login_from)
-            allowed = user is not None and user in self.broker.users and self._from_allowed(user)
+            allowed = (
+                user is not None and user in self.broker.access.users and self._from_allowed(user)
+            )
         else:
             user, password = _credentials(method.mechanism, method.response)
             allowed = self._allowed(user, password)
