@@ -265,3 +265,24 @@ def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) 
         assert published in text
     finally:
         connection.close()
+
+
+@pytest.mark.warren_only
+def test_alarm_health_check_fails_while_an_alarm_is_up(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WARREN_VM_MEMORY_HIGH_WATERMARK", "1MiB")  # always above it
+    server = server_factory()
+    api = Api(server.broker.management_url)
+    deadline = time.monotonic() + 10
+    status, body = api.call("GET", "health/checks/local-alarms")
+    while status == 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status, body = api.call("GET", "health/checks/local-alarms")
+    assert (status, body["status"], body["reason"]) == (
+        503,
+        "failed",
+        "There are alarms in effect in the cluster",
+    )
+    assert body["alarms"] == [{"node": "warren@localhost", "resource": "memory"}]
+    assert api.call("GET", "nodes")[1][0]["mem_alarm"] is True

@@ -212,6 +212,18 @@ async def check_ok(request: web.Request, broker: Broker, params: list[str]) -> w
     return replies.ok({"status": "ok"})
 
 
+async def check_alarms(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    """503 while a resource alarm (memory, disk) is in force, in RabbitMQ's shape."""
+    alarms = broker.alarms
+    if not alarms:
+        return replies.ok({"status": "ok"})
+    node = broker.config.node_name
+    return _failed(
+        "There are alarms in effect in the cluster",
+        alarms=[{"node": node, "resource": resource} for resource in sorted(alarms)],
+    )
+
+
 async def check_single_node(
     request: web.Request, broker: Broker, params: list[str]
 ) -> web.Response:
@@ -273,8 +285,8 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
         "consumers/{}": {"GET": (list_consumers, MANAGEMENT, 0)},
         checks + "alive": {"GET": (check_ok, MANAGEMENT, None)},
         checks + "virtual-hosts": {"GET": (check_ok, MANAGEMENT, None)},
-        checks + "local-alarms": {"GET": (check_ok, MANAGEMENT, None)},
-        checks + "alarms": {"GET": (check_ok, MANAGEMENT, None)},
+        checks + "local-alarms": {"GET": (check_alarms, MANAGEMENT, None)},
+        checks + "alarms": {"GET": (check_alarms, MANAGEMENT, None)},
         checks + "node-is-quorum-critical": {"GET": (check_single_node, MANAGEMENT, None)},
         checks + "node-is-mirror-sync-critical": {"GET": (check_single_node, MANAGEMENT, None)},
         checks + "port-listener/{}": {"GET": (check_port, MANAGEMENT, None)},
