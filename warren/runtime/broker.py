@@ -56,8 +56,8 @@ from warren.queue import (
 from warren.runtime.access import Access
 from warren.runtime.deadletter import dead_letter
 from warren.runtime.paging import admit, release, resident
-from warren.storage.pages import PageRef
 from warren.runtime.stats import MessageStats
+from warren.storage.pages import PageRef
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
