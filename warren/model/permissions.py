@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from warren.errors import SoftError, access_refused, describe_exchange, describe_queue
+from warren.model.binding import DestinationKind as Kind
 
 DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 # a user's own answers per resource; past this many names the memo starts over
@@ -40,11 +41,6 @@ class Access(enum.Enum):
     CONFIGURE = "configure"
     WRITE = "write"
     READ = "read"
-
-
-class Kind(enum.Enum):
-    QUEUE = "queue"
-    EXCHANGE = "exchange"
 
 
 @dataclass(slots=True)

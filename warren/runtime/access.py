@@ -11,8 +11,9 @@ Theory of operation:
    tag allows; this module only keeps them.
 3. A permission is three regular expressions (configure, write, read) per user and vhost.
    Having one is what "may use the vhost" means (connection.open, the HTTP API for
-   management users). Checking the expressions per operation on AMQP is not done yet
-   (issue #10).
+   management users); channels check the expressions on every declare, delete, bind,
+   publish, consume, get and purge through `permission_check` (`warren.model.permissions`
+   says which operation needs what).
 4. Vhost metadata (description, tags, default queue type) sits beside the model's `VHost`,
    which knows nothing of it.
 5. Pure bookkeeping: persistence is the caller's (`warren.runtime.admin_access` writes the
@@ -26,6 +27,8 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field
+
+from warren.model.permissions import PermissionCheck
 
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 SALT_BYTES = 4
@@ -65,6 +68,13 @@ class Permission:
     configure: str = FULL_ACCESS
     write: str = FULL_ACCESS
     read: str = FULL_ACCESS
+
+
+def permission_check(permission: Permission | None, user: str, vhost: str) -> PermissionCheck:
+    """The check for `permission` (None: the user may use nothing in the vhost)."""
+    if permission is None:
+        return PermissionCheck(user, vhost, "", "", "")
+    return PermissionCheck(user, vhost, permission.configure, permission.write, permission.read)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ from warren.errors import (
     queue_not_found,
 )
 from warren.model import DestinationKind, VHost
+from warren.model.permissions import Access, PermissionCheck
 from warren.queue import (
     REJECTED_REPLY,
     Checkout,
@@ -70,6 +71,7 @@ from warren.queue import (
     Settle,
     Touch,
 )
+from warren.runtime.access import permission_check
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -134,6 +136,8 @@ class Channel:
         self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
         self._wait_upto = 0  # the highest log sequence anything here waits for
         self.transaction: _Transaction | None = None
+        self._permission: PermissionCheck | None = None  # see `_permit`
+        self._permission_source: object = None
         self.last_queue = ""
         self.reply_token: str | None = None
         self.stats = MessageStats()  # message_stats of the management API
@@ -191,6 +195,8 @@ class Channel:
     # --- exchanges -------------------------------------------------------------------------
 
     def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
+        if not method.passive:
+            self._permit(Access.CONFIGURE, DestinationKind.EXCHANGE, method.exchange)
         exchange = self.vhost.declare_exchange(
             method.exchange,
             method.type,
@@ -205,6 +211,7 @@ class Channel:
         self._reply(method, m.ExchangeDeclareOk())
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
+        self._permit(Access.CONFIGURE, DestinationKind.EXCHANGE, method.exchange)
         self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
         if self.durability is not None:
             self.durability.exchanges_changed(self.vhost)
@@ -229,7 +236,10 @@ class Channel:
         method: m.ExchangeBind | m.ExchangeUnbind | m.QueueBind | m.QueueUnbind,
     ) -> None:
         """Add or remove one binding; `owner` lets the model refuse another's exclusive queue.
-        A binding between durable ends is stored (or deleted) before the reply."""
+        A binding between durable ends is stored (or deleted) before the reply. The user must
+        be allowed to write to the destination and read from the source, in that order."""
+        self._permit(Access.WRITE, kind, destination)
+        self._permit(Access.READ, DestinationKind.EXCHANGE, source)
         arguments = _plain_arguments(method.arguments)
         vhost = self.vhost
         change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
@@ -243,6 +253,18 @@ class Channel:
                 durability.binding_removed(
                     vhost, destination, kind, source, method.routing_key, arguments
                 )
+
+    def _permit(self, access: Access, kind: DestinationKind, name: str) -> None:
+        """403 unless the user's permission in this vhost allows `access` to the resource.
+        The check is rebuilt only when the stored permission changes (or goes)."""
+        source = self.broker.access.permission(self.connection.user, self.vhost.name)
+        check = self._permission
+        if source is not self._permission_source or check is None:
+            self._permission_source = source
+            self._permission = check = permission_check(
+                source, self.connection.user, self.vhost.name
+            )
+        check.check(access, kind, name)
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
         if not getattr(method, "nowait", False):
@@ -275,6 +297,7 @@ class Channel:
         else:
             server_named = not name
             name = name or "amq.gen-" + secrets.token_urlsafe(16)
+            self._permit(Access.CONFIGURE, DestinationKind.QUEUE, name)
             record, created = vhost.declare_queue(
                 name,
                 owner=self.connection,
@@ -310,13 +333,16 @@ class Channel:
         self._reply(method, m.QueueUnbindOk())
 
     def _queue_purge(self, method: m.QueuePurge) -> None:
-        host = self._host(self._queue_name(method.queue))
+        name = self._queue_name(method.queue)
+        self._permit(Access.READ, DestinationKind.QUEUE, name)
+        host = self._host(name)
         count = host.apply(Purge())
         assert isinstance(count, int)
         self._reply(method, m.QueuePurgeOk(count))
 
     def _queue_delete(self, method: m.QueueDelete) -> None:
         name = self._queue_name(method.queue)
+        self._permit(Access.CONFIGURE, DestinationKind.QUEUE, name)
         vhost = self.vhost
         if name not in vhost.queues:
             count = 0
@@ -355,6 +381,7 @@ class Channel:
             self._consume_reply_to(method, tag)
             return
         name = self._queue_name(method.queue)
+        self._permit(Access.READ, DestinationKind.QUEUE, name)
         host = self._host(name)
         arguments = _typed_arguments(method.arguments)
         consumer = _Consumer(tag, host, method.no_ack)
@@ -475,7 +502,9 @@ class Channel:
     # --- basic.get and settlement ----------------------------------------------------------
 
     def _basic_get(self, method: m.BasicGet) -> None:
-        host = self._host(self._queue_name(method.queue))
+        name = self._queue_name(method.queue)
+        self._permit(Access.READ, DestinationKind.QUEUE, name)
+        host = self._host(name)
         reply = host.apply(Get(method.no_ack))
         stats = self.stats
         if not isinstance(reply, Got):
@@ -584,6 +613,7 @@ class Channel:
                 f"message size {len(content.body)} is larger than configured max size"
                 f" {self.max_message_size}"
             ).at(60, 40)
+        self._permit(Access.WRITE, DestinationKind.EXCHANGE, content.method.exchange)
         if self.transaction is not None:
             self.transaction.publishes.append(content)
             return

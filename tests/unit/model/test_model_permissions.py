@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from warren.errors import ReplyCode, SoftError
-from warren.model.permissions import Access, Kind, PermissionCheck
+from warren.model.binding import DestinationKind as Kind
+from warren.model.permissions import Access, PermissionCheck
 
 
 def check(configure: str = ".*", write: str = ".*", read: str = ".*") -> PermissionCheck:
