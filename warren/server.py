@@ -21,6 +21,7 @@ from warren.runtime.alarms import ResourceMonitor
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
+from warren.runtime.passwords import ALGORITHMS
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 
@@ -71,10 +72,12 @@ async def serve(config: Config) -> int:
     """Run the node until SIGINT/SIGTERM; the exit status (non-zero if the log failed)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    broker = Broker(config)
     try:
         if not 0 < config.max_message_size <= MESSAGE_SIZE_MAX:
             raise ValueError(f"max_message_size must be between 1 and {MESSAGE_SIZE_MAX}")
+        if config.password_hashing_module not in ALGORITHMS:
+            raise ValueError(f"password_hashing_module must be one of {', '.join(ALGORITHMS)}")
+        broker = Broker(config)
         tls = server_context(config)
         monitor = ResourceMonitor(broker)
     except (ValueError, OSError, ssl.SSLError) as error:

@@ -107,7 +107,11 @@ async def authenticate(
         return replies.unauthorized(None)
     name, password = credentials
     broker = request.app[BROKER_KEY]
-    user = broker.access.authenticate(name, password)
+    access = broker.access
+    user = access.authenticated(name, password)
+    if user is None and access.has_password(name):  # a slow hash: off the event loop
+        loop = asyncio.get_running_loop()
+        user = await loop.run_in_executor(None, access.authenticate, name, password)
     if user is None:
         return replies.unauthorized("Login failed")
     if name in broker.config.loopback_users and not _is_loopback(request.remote):

@@ -1,11 +1,12 @@
 """Who may log in, and where: users, their tags and passwords, permissions, vhost metadata.
 
 Theory of operation:
-1. A `User` keeps a password hash in RabbitMQ's definitions format
-   (``rabbit_password_hashing_sha256``: base64 of a 4-byte random salt followed by
-   sha256(salt ++ password)), never the password. `authenticate` recomputes the digest
-   with the stored salt and compares in constant time. A user without a hash (RabbitMQ's
-   ``password_hash: ""``) cannot log in with a password.
+1. A `User` keeps a password hash and its algorithm as RabbitMQ's definitions do, never
+   the password (`warren.runtime.passwords`: a slow PBKDF2 by default, RabbitMQ's salted
+   digests accepted). `authenticate` checks the slow way (callers run it on a worker
+   thread) and remembers a success; `authenticated` is the fast answer for a password
+   that verified before. A user without a hash (RabbitMQ's ``password_hash: ""``) cannot
+   log in with a password.
 2. Tags are RabbitMQ's: ``administrator``, ``monitoring``, ``policymaker``,
    ``management``, or anything else (which grants nothing). `warren.mgmt` decides what a
    tag allows; this module only keeps them.
@@ -22,35 +23,12 @@ Theory of operation:
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import secrets
 from dataclasses import dataclass, field
 
 from warren.model.permissions import PermissionCheck
+from warren.runtime.passwords import DEFAULT_ALGORITHM, Verifier, hash_password, verify
 
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
-SALT_BYTES = 4
 FULL_ACCESS = ".*"
-
-
-def hash_password(password: str, salt: bytes | None = None) -> str:
-    """rabbit_password_hashing_sha256: base64(salt ++ sha256(salt ++ password))."""
-    salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
-    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
-    return base64.b64encode(salt + digest).decode("ascii")
-
-
-def check_password(password: str, password_hash: str) -> bool:
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except ValueError:
-        return False
-    if len(raw) != SALT_BYTES + hashlib.sha256().digest_size:
-        return False
-    expected = hash_password(password, raw[:SALT_BYTES])
-    return hmac.compare_digest(expected, password_hash)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +36,7 @@ class User:
     name: str
     password_hash: str
     tags: tuple[str, ...] = ()
-    hashing_algorithm: str = HASHING_ALGORITHM
+    hashing_algorithm: str = DEFAULT_ALGORITHM
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,22 +68,42 @@ class Access:
     users: dict[str, User] = field(default_factory=dict)
     permissions: dict[tuple[str, str], Permission] = field(default_factory=dict)
     vhosts: dict[str, VHostInfo] = field(default_factory=dict)
+    hashing_algorithm: str = DEFAULT_ALGORITHM  # for new passwords
+    verifier: Verifier = field(default_factory=Verifier)
 
     @classmethod
-    def with_default(cls, user: str, password: str) -> Access:
+    def with_default(
+        cls, user: str, password: str, hashing_algorithm: str = DEFAULT_ALGORITHM
+    ) -> Access:
         """A node's first start: the default user, an administrator with full access to
         the default vhost (RabbitMQ's default_user, default_user_tags, default_permissions)."""
-        access = cls()
-        access.users[user] = User(user, hash_password(password), ("administrator",))
+        access = cls(hashing_algorithm=hashing_algorithm)
+        hashed = hash_password(password, hashing_algorithm)
+        access.users[user] = User(user, hashed, ("administrator",), hashing_algorithm)
         access.permissions[user, "/"] = Permission(user, "/")
         access.vhosts["/"] = VHostInfo("/", "Default virtual host")
         return access
 
+    def has_password(self, name: str) -> bool:
+        user = self.users.get(name)
+        return user is not None and bool(user.password_hash)
+
+    def authenticated(self, name: str, password: str) -> User | None:
+        """The user, if this password verified before against their current hash (fast)."""
+        user = self.users.get(name)
+        if user is None or not self.verifier.known(name, password, user.password_hash):
+            return None
+        return user
+
     def authenticate(self, name: str, password: str) -> User | None:
+        """The user, if the password matches (slow: run it off the event loop)."""
         user = self.users.get(name)
         if user is None or not user.password_hash:
             return None
-        return user if check_password(password, user.password_hash) else None
+        if not verify(password, user.password_hash, user.hashing_algorithm):
+            return None
+        self.verifier.remember(name, password, user.password_hash)
+        return user
 
     def permission(self, user: str, vhost: str) -> Permission | None:
         return self.permissions.get((user, vhost))

@@ -35,6 +35,7 @@ from warren.model.policy import (
     make_policy,
 )
 from warren.model.vhost import RESERVED_PREFIX
+from warren.runtime.passwords import SHA256
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker, QueueHost
@@ -291,7 +292,6 @@ def _listeners(broker: Broker) -> list[Json]:
 
 DEFINITIONS_KEYS = ("parameters", "policies", "queues", "exchanges", "bindings")
 OPERATOR_POLICY_COMPONENT = "operator_policy"
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 
 
 class DefinitionsError(ValueError):
@@ -535,7 +535,7 @@ def _import_access(broker: Broker, document: Json) -> None:
             str(item["name"]),
             {
                 "password_hash": item.get("password_hash", ""),
-                "hashing_algorithm": item.get("hashing_algorithm", HASHING_ALGORITHM),
+                "hashing_algorithm": item.get("hashing_algorithm", SHA256),
                 "tags": item.get("tags", ""),
             },
         )

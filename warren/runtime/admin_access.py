@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from warren.errors import HardError, ReplyCode
 from warren.model import VHost
-from warren.runtime.access import HASHING_ALGORITHM, Permission, User, VHostInfo, hash_password
+from warren.runtime.access import Permission, User, VHostInfo
 from warren.runtime.admin import NotFound
+from warren.runtime.passwords import SHA256, hash_password
 from warren.storage.definitions import PermissionDefinition, UserDefinition, VHostDefinition
 
 if TYPE_CHECKING:
@@ -81,15 +82,15 @@ def put_user(broker: Broker, name: str, body: Json) -> bool:
     existing = broker.access.users.get(name)
     tags = parse_tags(body.get("tags")) if "tags" in body else (existing.tags if existing else ())
     if "password" in body:
-        password_hash = hash_password(str(body["password"]))
-        algorithm = HASHING_ALGORITHM
+        algorithm = broker.access.hashing_algorithm
+        password_hash = hash_password(str(body["password"]), algorithm)
     elif "password_hash" in body:
         password_hash = str(body["password_hash"])
-        algorithm = str(body.get("hashing_algorithm", HASHING_ALGORITHM))
+        algorithm = str(body.get("hashing_algorithm", SHA256))
     elif existing is not None:
         password_hash, algorithm = existing.password_hash, existing.hashing_algorithm
     else:
-        password_hash, algorithm = "", HASHING_ALGORITHM
+        password_hash, algorithm = "", broker.access.hashing_algorithm
     user = User(name, password_hash, tags, algorithm)
     store_user(broker, user)
     return existing is None

@@ -298,7 +298,9 @@ class Broker:
         self.vhosts: dict[str, VHost] = {"/": VHost("/")}
         self.queues: dict[tuple[str, str], QueueHost] = {}
         # users, permissions and vhost metadata; recovery replaces it with the stored ones
-        self.access = Access.with_default(config.default_user, config.default_pass)
+        self.access = Access.with_default(
+            config.default_user, config.default_pass, config.password_hashing_module
+        )
         # message counters of closed channels, per vhost (live channels keep their own)
         self.retired_stats: dict[str, MessageStats] = {}
         self.started_at_ms = now_ms()
@@ -345,9 +347,6 @@ class Broker:
         if self.durability is not None:
             self.durability.queue_deleted(vhost, host)
         return host.machine.ready_count
-
-    def authenticate(self, user: str, password: str) -> bool:
-        return self.access.authenticate(user, password) is not None
 
     def retire_stats(self, vhost: str, stats: MessageStats) -> None:
         """A channel closed: keep its counts in its vhost's totals."""

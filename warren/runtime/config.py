@@ -26,6 +26,7 @@ class Config:
     node_name: str = "warren@localhost"
     default_user: str = "guest"
     default_pass: str = "guest"
+    password_hashing_module: str = "warren_password_hashing_pbkdf2_sha256"
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     heartbeat: int = 60
     frame_max: int = 131072
@@ -58,6 +59,10 @@ _HELP = {
     "node_name": "this node's name",
     "default_user": "user created on first start",
     "default_pass": "password of the default user",
+    "password_hashing_module": (
+        "how new passwords are hashed: warren_password_hashing_pbkdf2_sha256 (slow, the"
+        " default) or RabbitMQ's rabbit_password_hashing_sha256/_sha512/_md5"
+    ),
     "loopback_users": "users allowed to connect only from loopback, comma separated",
     "heartbeat": "heartbeat interval the server proposes, seconds (0 disables)",
     "frame_max": "largest frame the server accepts, bytes",

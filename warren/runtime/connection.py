@@ -98,6 +98,7 @@ class AmqpConnection(asyncio.Protocol):
         self._closed = False
         self._throttled = False  # reading paused until the buffered events are handled
         self._peer_certificate: dict[str, Any] | None = None
+        self._authenticating = False  # a password check runs on a worker thread
         self.published = False  # ever: a resource alarm blocks such connections
         self.blocked = False  # by a resource alarm: not read until it clears
         self._blocked_capability = False  # the client takes connection.blocked
@@ -162,6 +163,8 @@ class AmqpConnection(asyncio.Protocol):
                     self._on_error(event, error)
                 if self._closed:
                     return
+                if self._authenticating:
+                    break  # the rest waits for the password check (`_checked`)
             else:
                 self._throttle()
         except HardError as error:
@@ -182,7 +185,12 @@ class AmqpConnection(asyncio.Protocol):
         self.loop.call_soon(self._handle_events)
 
     def _resume_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing() and not self.blocked:
+        if (
+            self.transport is not None
+            and not self.transport.is_closing()
+            and not self.blocked
+            and not self._authenticating
+        ):
             self.transport.resume_reading()
 
     # --- resource alarms (`warren.runtime.alarms`) ------------------------------------------
@@ -385,30 +393,53 @@ class AmqpConnection(asyncio.Protocol):
         if isinstance(capabilities, dict):
             self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
             self._blocked_capability = bool(capabilities.get("connection.blocked"))
-        if method.mechanism == "EXTERNAL":
+        access = self.broker.access
+        mechanism = method.mechanism
+        if mechanism == "EXTERNAL":
             user = login_name(self._peer_certificate, self.broker.config.ssl_cert_login_from)
-            allowed = (
-                user is not None and user in self.broker.access.users and self._from_allowed(user)
-            )
-        else:
-            user, password = _credentials(method.mechanism, method.response)
-            allowed = self._allowed(user, password)
-        if not allowed:
+            self._login(mechanism, user, user is not None and user in access.users)
+            return
+        user, password = _credentials(mechanism, method.response)
+        if user is None or password is None:
+            self._login(mechanism, user, False)
+        elif access.authenticated(user, password) is not None:
+            self._login(mechanism, user, True)
+        elif not access.has_password(user):
+            self._login(mechanism, user, False)
+        else:  # a slow hash to check: on a worker thread, this connection waits
+            self._authenticating = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+            checked = self.loop.run_in_executor(None, access.authenticate, user, password)
+            checked.add_done_callback(lambda done: self._checked(mechanism, user, done))
+
+    def _checked(self, mechanism: str, user: str, done: asyncio.Future[Any]) -> None:
+        """The password check finished: carry on with the login, then with what was read."""
+        self._authenticating = False
+        if self._closed:
+            return
+        try:
+            self._login(mechanism, user, done.result() is not None)
+        except HardError as error:
+            self.close_with(error)
+        self.flush()
+        if not self._closed:
+            self._resume_reading()
+            self._handle_events()
+
+    def _login(self, mechanism: str, user: str | None, authenticated: bool) -> None:
+        """403 unless authenticated (and from loopback for loopback-only users); else tune."""
+        if user is None or not authenticated or not self._from_allowed(user):
             raise HardError(
                 ReplyCode.ACCESS_REFUSED,
-                f"Login was refused using authentication mechanism {method.mechanism}. "
+                f"Login was refused using authentication mechanism {mechanism}. "
                 "For details see the broker logfile.",
             )
-        self.user = user or ""
+        self.user = user
         config = self.broker.config
         self.send_method(
             0, m.ConnectionTune(config.channel_max, config.frame_max, config.heartbeat)
         )
-
-    def _allowed(self, user: str | None, password: str | None) -> bool:
-        if user is None or password is None or not self.broker.authenticate(user, password):
-            return False
-        return self._from_allowed(user)
 
     def _from_allowed(self, user: str) -> bool:
         """Loopback-only users (guest) may log in from loopback addresses only."""
