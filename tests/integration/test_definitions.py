@@ -176,8 +176,12 @@ def test_export_shape_matches_rabbitmq(amqp: Any, api: Api, unique: str) -> None
             assert list(item) == list(items[0]), key
     assert {"name": "/"} in document["vhosts"]
     user = document["users"][0]
-    assert user["hashing_algorithm"] == "rabbit_password_hashing_sha256"
-    assert len(base64.b64decode(user["password_hash"])) == 4 + 32
+    if amqp.broker.is_rabbitmq:
+        assert user["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+        assert len(base64.b64decode(user["password_hash"])) == 4 + 32
+    else:  # PBKDF2 by default: salt, rounds, key (docs/security.md)
+        assert user["hashing_algorithm"] == "warren_password_hashing_pbkdf2_sha256"
+        assert len(base64.b64decode(user["password_hash"])) == 16 + 4 + 32
 
     objects = durable(mine(document, unique))
     assert objects["exchanges"] == [

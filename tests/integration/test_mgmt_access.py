@@ -111,15 +111,21 @@ def test_no_permission_on_the_vhost_refuses_connection_open(
     )
 
 
-def test_password_is_stored_as_rabbitmq_sha256(api: Api, unique: str) -> None:
+def test_password_is_stored_salted_and_hashed(broker, api: Api, unique: str) -> None:
+    # RabbitMQ: one salted SHA-256; Warren: PBKDF2 by default (docs/security.md)
     user = f"{unique}.u"
     make_user(api, user, "monitoring")
     status, body = api.call("GET", f"users/{quote(user, safe='')}")
     assert status == 200
-    assert body["hashing_algorithm"] == "rabbit_password_hashing_sha256"
     raw = base64.b64decode(body["password_hash"])
-    salt, digest = raw[:4], raw[4:]
-    assert digest == hashlib.sha256(salt + PASSWORD.encode()).digest()
+    if broker.is_rabbitmq:
+        assert body["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+        salt, digest = raw[:4], raw[4:]
+        assert digest == hashlib.sha256(salt + PASSWORD.encode()).digest()
+    else:
+        assert body["hashing_algorithm"] == "warren_password_hashing_pbkdf2_sha256"
+        salt, rounds, key = raw[:16], int.from_bytes(raw[16:20], "big"), raw[20:]
+        assert key == hashlib.pbkdf2_hmac("sha256", PASSWORD.encode(), salt, rounds)
     assert body["tags"] == ["monitoring"]
 
 
