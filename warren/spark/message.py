@@ -1,0 +1,205 @@
+"""One AMQP message as one Spark row, both ways.
+
+Theory of operation:
+1. `SCHEMA` is the row a reader produces: the body, where the message came from, the
+   AMQP 0-9-1 basic properties (spec section 1.8, class basic, field names as pika spells
+   them), `headers` as a map of strings and `x_death` as typed structs (RabbitMQ's
+   dead-lettering doc, "Dead-Lettered Messages").
+2. `row_of` turns a delivered message into a tuple in `SCHEMA`'s order. Header values that
+   are not strings become JSON (`{"a": 1}`, `5`, `true`); timestamps become aware UTC datetimes
+   so no local time zone leaks in.
+3. `outgoing_of` turns a row (any subset of `SCHEMA`'s columns, `body` required) into what a
+   publisher sends. Header values are sent as strings: the map type cannot say which were
+   numbers, so types other than strings do not survive a round trip, except `x-death`, which
+   is rebuilt from the typed `x_death` column so a replayed message keeps its history.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import decimal
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pika
+import pika.spec
+
+X_DEATH_TYPE = (
+    "array<struct<queue: string, reason: string, count: bigint, exchange: string, "
+    "routing_keys: array<string>, time: timestamp, original_expiration: string>>"
+)
+
+SCHEMA = (
+    "body binary, exchange string, routing_key string, redelivered boolean, "
+    "content_type string, content_encoding string, delivery_mode int, priority int, "
+    "correlation_id string, reply_to string, expiration string, message_id string, "
+    "timestamp timestamp, type string, user_id string, app_id string, "
+    f"headers map<string, string>, x_death {X_DEATH_TYPE}"
+)
+
+STRING_PROPERTIES = (
+    "content_type",
+    "content_encoding",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "type",
+    "user_id",
+    "app_id",
+)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime.datetime):
+        return _utc(value).isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"cannot encode {type(value).__name__} in a header")
+
+
+def _utc(moment: datetime.datetime) -> datetime.datetime:
+    """pika decodes AMQP timestamps as naive datetimes in UTC."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.UTC)
+    return moment
+
+
+def _from_spark(moment: datetime.datetime) -> datetime.datetime:
+    """Spark hands timestamps to Python as naive datetimes in local time."""
+    return moment.astimezone(datetime.UTC)
+
+
+def header_text(value: object) -> str:
+    """A header value as the `headers` map shows it: strings as they are, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return json.dumps(value, default=_json_default, sort_keys=True)
+
+
+def _x_death(headers: Mapping[str, Any]) -> list[tuple[Any, ...]] | None:
+    deaths = headers.get("x-death")
+    if not isinstance(deaths, list):
+        return None
+    rows = []
+    for death in deaths:
+        if not isinstance(death, Mapping):
+            continue
+        time = death.get("time")
+        rows.append(
+            (
+                death.get("queue"),
+                death.get("reason"),
+                death.get("count"),
+                death.get("exchange"),
+                list(death.get("routing-keys") or []),
+                _utc(time) if isinstance(time, datetime.datetime) else None,
+                death.get("original-expiration"),
+            )
+        )
+    return rows
+
+
+def row_of(
+    deliver: pika.spec.Basic.Deliver, properties: pika.spec.BasicProperties, body: bytes
+) -> tuple[Any, ...]:
+    """A delivered message as a row in `SCHEMA`'s column order."""
+    headers = properties.headers or {}
+    timestamp = properties.timestamp
+    return (
+        body,
+        deliver.exchange,
+        deliver.routing_key,
+        deliver.redelivered,
+        properties.content_type,
+        properties.content_encoding,
+        properties.delivery_mode,
+        properties.priority,
+        properties.correlation_id,
+        properties.reply_to,
+        properties.expiration,
+        properties.message_id,
+        None if timestamp is None else datetime.datetime.fromtimestamp(timestamp, datetime.UTC),
+        properties.type,
+        properties.user_id,
+        properties.app_id,
+        {key: header_text(value) for key, value in headers.items()},
+        _x_death(headers),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outgoing:
+    """What one publish sends."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    properties: pika.spec.BasicProperties
+
+
+def _death_table(death: Mapping[str, Any]) -> dict[str, Any]:
+    table: dict[str, Any] = {
+        "queue": death["queue"],
+        "reason": death["reason"],
+        "count": death["count"],
+        "exchange": death["exchange"],
+        "routing-keys": list(death["routing_keys"] or []),
+    }
+    if death["time"] is not None:
+        table["time"] = _from_spark(death["time"])
+    if death["original_expiration"] is not None:
+        table["original-expiration"] = death["original_expiration"]
+    return {key: value for key, value in table.items() if value is not None}
+
+
+def _headers(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    headers: dict[str, Any] = dict(row.get("headers") or {})
+    # The map holds x-death as JSON text; only the typed column can rebuild it.
+    headers.pop("x-death", None)
+    deaths: Sequence[Mapping[str, Any]] | None = row.get("x_death")
+    if deaths:
+        headers["x-death"] = [_death_table(death) for death in deaths]
+    return headers or None
+
+
+def _body(row: Mapping[str, Any]) -> bytes:
+    body = row.get("body")
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode()
+    raise ValueError(f"column 'body' must be binary or string, got {type(body).__name__}")
+
+
+def outgoing_of(row: Mapping[str, Any], exchange: str | None, routing_key: str | None) -> Outgoing:
+    """The publish for one row; `exchange`/`routing_key` (options) win over the columns."""
+    timestamp = row.get("timestamp")
+    properties = pika.BasicProperties(
+        **{name: row.get(name) for name in STRING_PROPERTIES},
+        delivery_mode=row.get("delivery_mode"),
+        priority=row.get("priority"),
+        timestamp=None if timestamp is None else int(_from_spark(timestamp).timestamp()),
+        headers=_headers(row),
+    )
+    return Outgoing(
+        exchange=exchange if exchange is not None else row.get("exchange") or "",
+        routing_key=routing_key if routing_key is not None else row.get("routing_key") or "",
+        body=_body(row),
+        properties=properties,
+    )
+
+
+def body_preview(body: bytes, limit: int = 40) -> str:
+    """A short printable form of a body for error messages and reports."""
+    text = body[:limit].decode("utf-8", errors="replace")
+    if len(body) > limit:
+        text += "..."
+    return text if text.isprintable() else base64.b64encode(body[:limit]).decode()

@@ -1,0 +1,154 @@
+"""The options of the `amqp` data source: names, defaults, validation.
+
+Theory of operation:
+1. Spark hands a data source its options as strings. `ReadOptions.parse` and
+   `WriteOptions.parse` turn them into typed, checked values once, when the data source is
+   built on the driver, so a bad option fails the query at `load()`/`save()`/`start()` with a
+   message naming the option, not later inside a task.
+2. Names are case-insensitive (`batchSize`, `batchsize` and `BATCHSIZE` are one option), as
+   Spark's own sources treat them. An option this source does not know is an error, so a typo
+   is not silently ignored; `path` and `checkpointLocation`, which Spark itself may pass, are
+   let through.
+3. Units are part of the names (`maxWaitMs`, `heartbeatS`), as in the rest of Warren.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+import pika
+
+SPARK_OWN_OPTIONS = frozenset({"path", "checkpointlocation"})
+
+
+class OptionError(ValueError):
+    """An option of the `amqp` data source is missing, unknown or has a bad value."""
+
+
+def _lowered(options: Mapping[str, str | None]) -> dict[str, str]:
+    return {key.lower(): value for key, value in options.items() if value is not None}
+
+
+def _check_known(options: Mapping[str, str], known: frozenset[str], kind: str) -> None:
+    unknown = sorted(set(options) - known - SPARK_OWN_OPTIONS)
+    if unknown:
+        raise OptionError(
+            f"unknown {kind} option(s) {', '.join(unknown)} for format 'amqp'; "
+            f"known: {', '.join(sorted(known))}"
+        )
+
+
+def _uri(options: Mapping[str, str]) -> str:
+    uri = options.get("uri", "")
+    if urlsplit(uri).scheme not in ("amqp", "amqps"):
+        raise OptionError(
+            f"option 'uri' must be an AMQP URI such as amqp://guest:guest@127.0.0.1:5672/%2F, "
+            f"got {uri!r}"
+        )
+    return uri
+
+
+def _integer(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise OptionError(f"option '{name}' must be at least {minimum}, got {value}")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise OptionError(f"option '{name}' must be true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How a reader consumes `queue`.
+
+    A micro-batch closes when it holds `batch_size` messages or `max_wait_ms` has passed since
+    the read began. `prefetch` bounds the unacknowledged messages on the consumer's channel
+    (basic.qos); messages stay unacknowledged until Spark commits their batch, so a prefetch
+    below twice the batch size makes batches smaller, never wrong.
+    """
+
+    uri: str
+    queue: str
+    batch_size: int
+    max_wait_ms: int
+    prefetch: int
+    heartbeat_s: int
+
+    NAMES: ClassVar[frozenset[str]] = frozenset(
+        {"uri", "queue", "batchsize", "maxwaitms", "prefetch", "heartbeats"}
+    )
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str | None]) -> ReadOptions:
+        lowered = _lowered(options)
+        _check_known(lowered, cls.NAMES, "read")
+        queue = lowered.get("queue", "")
+        if not queue:
+            raise OptionError("option 'queue' is required: the name of the queue to read")
+        return cls(
+            uri=_uri(lowered),
+            queue=queue,
+            batch_size=_integer(lowered, "batchSize", 10_000, 1),
+            max_wait_ms=_integer(lowered, "maxWaitMs", 500, 1),
+            prefetch=_integer(lowered, "prefetch", 20_000, 1),
+            heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+    """Where and how a writer publishes.
+
+    `exchange` and `routingKey`, when given, apply to every row and win over the row's
+    `exchange`/`routing_key` columns (a frame read from one queue carries the exchange it came
+    from; an explicit option is the more deliberate choice). `confirmWindow` is the number of
+    published messages that may wait for their publisher confirm at once.
+    """
+
+    uri: str
+    exchange: str | None
+    routing_key: str | None
+    confirm_window: int
+    mandatory: bool
+    heartbeat_s: int
+
+    NAMES: ClassVar[frozenset[str]] = frozenset(
+        {"uri", "exchange", "routingkey", "confirmwindow", "mandatory", "heartbeats"}
+    )
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str | None]) -> WriteOptions:
+        lowered = _lowered(options)
+        _check_known(lowered, cls.NAMES, "write")
+        return cls(
+            uri=_uri(lowered),
+            exchange=lowered.get("exchange"),
+            routing_key=lowered.get("routingkey"),
+            confirm_window=_integer(lowered, "confirmWindow", 1_000, 1),
+            mandatory=_boolean(lowered, "mandatory", True),
+            heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
+        )
+
+
+def connection_parameters(uri: str, heartbeat_s: int) -> pika.URLParameters:
+    """pika's parameters for `uri`, with the heartbeat the options ask for."""
+    parameters = pika.URLParameters(uri)
+    parameters.heartbeat = heartbeat_s
+    parameters.client_properties = {"connection_name": "warren.spark"}
+    return parameters

@@ -1,0 +1,286 @@
+"""Reading a queue into Spark: a streaming reader that acknowledges after Spark commits, and a
+batch reader that only peeks.
+
+Theory of operation (streaming, `QueueStreamReader`):
+1. Spark calls a stream reader's `initialOffset`, `latestOffset`, `partitions` and `commit` in
+   one long-lived Python process on the driver, one call at a time. So one AMQP channel in
+   that process sees every message of the query and can acknowledge by delivery tag. The
+   reader connects lazily, on the first `latestOffset`, so it stays picklable.
+2. A `Consumer` thread owns the pika connection: it consumes with `prefetch` and services
+   heartbeats all the time, also while Spark is busy elsewhere. Deliveries go into a
+   thread-safe buffer; acknowledgements go back to the thread through
+   `add_callback_threadsafe`, the one pika call that is safe from another thread.
+3. An offset is `{"session": S, "seq": N}`: S names this reader's connection, N counts the
+   micro-batches it handed out. `latestOffset` takes up to `batchSize` messages (waiting at
+   most `maxWaitMs`) and keeps them with their highest delivery tag under the new seq.
+   `partitions` puts those rows into the partition itself, so a task reads exactly what the
+   driver took from the queue, in any Python worker. `commit` acknowledges, with `multiple`,
+   up to the tag of the committed seq. Spark commits a batch's offsets only after its sink
+   committed, so a message is acknowledged only once the batch holding it is safely written
+   (at-least-once).
+4. Spark commits a batch only while it plans the next one. When the queue is idle and a
+   handed-out batch is still unacknowledged, `latestOffset` returns a "tick" (seq + 1, no
+   rows) so Spark plans an empty batch and commits the last real one.
+5. After a crash or restart, Spark plans again the batches it wrote to its offset log but did
+   not commit. Offsets of another session name messages that were never acknowledged: the
+   broker requeued them when the old connection died and they arrive again, `redelivered`,
+   in a later batch. So another session's range is planned with no rows, and nothing is
+   lost.
+6. `Trigger.AvailableNow`: `prepareForTriggerAvailableNow` notes the queue's ready-message count
+   as the target; once that many messages were handed out (or the queue stayed empty for
+   `maxWaitMs`), `latestOffset` ticks once to get the last batch committed and then reports no
+   new data, so the query stops.
+
+Batch reads (`QueuePeekReader`) run in a Spark task: they consume what is in the queue
+without acknowledging and close the channel, so the broker requeues every message (RabbitMQ
+sets `redelivered` on them). A batch read never removes messages; draining is a streaming
+query with `Trigger.AvailableNow`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pika.adapters.blocking_connection
+import pika.exceptions
+import pika.spec
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from warren.spark.message import row_of
+from warren.spark.options import ReadOptions, connection_parameters
+
+IO_SLICE_S = 0.05  # the consumer thread's longest wait for the socket before it checks for stop
+CONNECT_TIMEOUT_S = 30.0
+
+Delivery = tuple[int, tuple[Any, ...]]  # (delivery tag, row)
+
+
+class Consumer:
+    """A pika consumer on its own thread; see the module's rules 2 and 3."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._options = options
+        self._buffer: collections.deque[Delivery] = collections.deque()
+        self._arrived = threading.Condition()
+        self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: pika.adapters.blocking_connection.BlockingChannel | None = None
+        self.ready_at_start = 0
+        self._thread = threading.Thread(target=self._run, name="warren-amqp-consumer", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(CONNECT_TIMEOUT_S):
+            raise TimeoutError(
+                f"no AMQP connection to {options.queue!r} after {CONNECT_TIMEOUT_S}s"
+            )
+        self._raise_failure()
+
+    def _run(self) -> None:
+        try:
+            self._connection = pika.BlockingConnection(
+                connection_parameters(self._options.uri, self._options.heartbeat_s)
+            )
+            self._channel = self._connection.channel()
+            declared = self._channel.queue_declare(self._options.queue, passive=True)
+            self.ready_at_start = declared.method.message_count
+            self._channel.basic_qos(prefetch_count=self._options.prefetch)
+            self._channel.basic_consume(self._options.queue, self._on_message)
+        except BaseException as error:  # handed to the Spark thread, which raises it
+            self._failure = error
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while not self._stopping.is_set():
+                self._connection.process_data_events(time_limit=IO_SLICE_S)
+        except BaseException as error:
+            self._failure = error
+            with self._arrived:
+                self._arrived.notify_all()
+        finally:
+            if self._connection.is_open:
+                with contextlib.suppress(pika.exceptions.AMQPError):
+                    self._connection.close()
+
+    def _on_message(
+        self,
+        _channel: object,
+        deliver: pika.spec.Basic.Deliver,
+        properties: pika.spec.BasicProperties,
+        body: bytes,
+    ) -> None:
+        self._buffer.append((deliver.delivery_tag, row_of(deliver, properties, body)))
+        if len(self._buffer) == 1 or len(self._buffer) >= self._options.batch_size:
+            with self._arrived:
+                self._arrived.notify_all()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise ConnectionError(
+                f"AMQP consumer on {self._options.queue!r} failed: {self._failure!r}"
+            ) from self._failure
+
+    def take(self, count_max: int, wait_s: float) -> list[Delivery]:
+        """Up to `count_max` deliveries, waiting until that many arrived or `wait_s` passed."""
+        deadline = time.monotonic() + wait_s
+        with self._arrived:
+            while len(self._buffer) < count_max and self._failure is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._arrived.wait(remaining)
+        self._raise_failure()
+        taken: list[Delivery] = []
+        while self._buffer and len(taken) < count_max:
+            taken.append(self._buffer.popleft())
+        return taken
+
+    def ack_up_to(self, delivery_tag: int) -> None:
+        assert self._connection is not None and self._channel is not None
+        channel = self._channel
+        self._connection.add_callback_threadsafe(
+            lambda: channel.basic_ack(delivery_tag, multiple=True)
+        )
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=CONNECT_TIMEOUT_S)
+
+
+@dataclasses.dataclass
+class HandedOut:
+    """A micro-batch that Spark has not committed yet."""
+
+    seq: int
+    last_delivery_tag: int | None  # None for a tick
+    rows: list[tuple[Any, ...]]
+
+
+class Rows(InputPartition):
+    """A micro-batch's messages, carried to the task that turns them into rows (rule 3)."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        super().__init__(None)
+        self.rows = rows
+
+
+class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The `amqp` streaming reader; see the module's theory of operation."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._options = options
+        self._session = secrets.token_hex(8)
+        self._seq = 0
+        self._consumer: Consumer | None = None
+        self._handed_out: list[HandedOut] = []
+        self._remaining: int | None = None  # messages left to read under Trigger.AvailableNow
+
+    def _connected(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._options)
+        return self._consumer
+
+    def _offset(self) -> dict[str, Any]:
+        return {"session": self._session, "seq": self._seq}
+
+    def initialOffset(self) -> dict[str, Any]:
+        # Spark asks again when it plans the first batch: always the same answer.
+        return {"session": self._session, "seq": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self._options.batch_size)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._remaining = self._connected().ready_at_start
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        count_max = self._options.batch_size
+        if isinstance(limit, ReadMaxRows):
+            count_max = min(count_max, limit.max_rows)
+        if self._remaining is not None:
+            count_max = min(count_max, self._remaining)
+        deliveries = []
+        if count_max > 0:
+            deliveries = self._connected().take(count_max, self._options.max_wait_ms / 1000)
+        if self._remaining is not None:
+            # Under AvailableNow a quiet queue ends the run: what was there has been read.
+            self._remaining = self._remaining - len(deliveries) if deliveries else 0
+        if deliveries:
+            self._hand_out(deliveries[-1][0], [row for _tag, row in deliveries])
+        elif any(entry.last_delivery_tag is not None for entry in self._handed_out):
+            self._hand_out(None, [])  # a tick: rule 4
+        else:
+            return start
+        return self._offset()
+
+    def _hand_out(self, last_delivery_tag: int | None, rows: list[tuple[Any, ...]]) -> None:
+        self._seq += 1
+        self._handed_out.append(HandedOut(self._seq, last_delivery_tag, rows))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        if end.get("session") != self._session:
+            return []  # rule 5: the broker redelivers these
+        first = start["seq"] if start.get("session") == self._session else 0
+        rows = [
+            row
+            for entry in self._handed_out
+            if first < entry.seq <= end["seq"]
+            for row in entry.rows
+        ]
+        return [Rows(rows)] if rows else []
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, Rows)
+        return iter(partition.rows)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if end.get("session") != self._session:
+            return
+        committed = [entry for entry in self._handed_out if entry.seq <= end["seq"]]
+        self._handed_out = self._handed_out[len(committed) :]
+        tags = [entry.last_delivery_tag for entry in committed if entry.last_delivery_tag]
+        if tags:
+            self._connected().ack_up_to(max(tags))
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.stop()
+
+
+class QueuePeekReader(DataSourceReader):
+    """The `amqp` batch reader: every message in the queue, none removed."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._options = options
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        parameters = connection_parameters(self._options.uri, self._options.heartbeat_s)
+        rows = []
+        with pika.BlockingConnection(parameters) as connection:
+            channel = connection.channel()
+            declared = channel.queue_declare(self._options.queue, passive=True)
+            expected = declared.method.message_count
+            if expected == 0:
+                return
+            channel.basic_qos(prefetch_count=0)  # all of them, unacknowledged, at once
+            inactivity_timeout_s = self._options.max_wait_ms / 1000
+            for deliver, properties, body in channel.consume(
+                self._options.queue, inactivity_timeout=inactivity_timeout_s
+            ):
+                if deliver is None or properties is None or body is None:
+                    break  # quiet for maxWaitMs: what was there has arrived
+                rows.append(row_of(deliver, properties, body))
+                if len(rows) >= expected:
+                    break
+        # Closing the connection without acknowledging returns every message to the queue.
+        yield from rows

@@ -1,0 +1,84 @@
+"""A SparkSession for Warren's pipeline, with the `amqp` data source registered.
+
+Theory of operation:
+1. PySpark runs the JVM side of Spark with `java` (from `JAVA_HOME`, else `PATH`); Spark 4
+   needs Java 17 or newer. Without it PySpark fails with an obscure gateway error, so
+   `require_java` checks first and names the fix.
+2. The JVM starts Python workers with `PYSPARK_PYTHON`; it is set to this interpreter so the
+   workers see the same packages (pika, warren) as the driver.
+3. In local mode the driver binds to 127.0.0.1, so a machine whose host name does not resolve
+   (containers, laptops on a train) still works and nothing listens on a public address.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from warren.spark.source import AmqpDataSource
+
+JAVA_VERSION_MIN = 17
+JAVA_FIX = (
+    "install a Java 17 runtime (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; "
+    "or set JAVA_HOME to a JDK/JRE 17+)"
+)
+
+
+class JavaMissingError(RuntimeError):
+    """Spark cannot start: no suitable Java runtime."""
+
+
+def _java() -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        return str(candidate) if candidate.exists() else None
+    return shutil.which("java")
+
+
+def require_java() -> None:
+    """Raise `JavaMissingError`, naming the fix, unless Java 17+ can run."""
+    java = _java()
+    if java is None:
+        raise JavaMissingError(
+            f"Spark needs Java {JAVA_VERSION_MIN}+ and none was found: {JAVA_FIX}"
+        )
+    version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version.stderr)
+    if match is None:
+        raise JavaMissingError(f"{java} -version said {version.stderr.strip()!r}: {JAVA_FIX}")
+    major = int(match.group(2) if match.group(1) == "1" else match.group(1))
+    if major < JAVA_VERSION_MIN:
+        raise JavaMissingError(
+            f"{java} is Java {major}; Spark needs {JAVA_VERSION_MIN}+: {JAVA_FIX}"
+        )
+
+
+def build_session(
+    master: str = "local[2]", app_name: str = "warren-pipeline", shuffle_partitions: int = 4
+) -> SparkSession:
+    """A SparkSession (new or the running one) with `format("amqp")` registered."""
+    require_java()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(AmqpDataSource)
+    return session

@@ -1,0 +1,45 @@
+"""The `amqp` data source: what Spark registers, and the readers and writers it hands out.
+
+`spark.dataSource.register(AmqpDataSource)` makes `format("amqp")` available to `read`,
+`readStream`, `write` and `writeStream`. Options are parsed and checked here, on the driver,
+when a query is planned (see `warren.spark.options`).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from warren.spark.message import SCHEMA
+from warren.spark.options import ReadOptions, WriteOptions
+from warren.spark.reader import QueuePeekReader, QueueStreamReader
+from warren.spark.writer import AmqpStreamWriter, AmqpWriter
+
+
+class AmqpDataSource(DataSource):
+    """Messages of an AMQP 0-9-1 queue as rows, and rows as published messages."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "amqp"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return QueuePeekReader(ReadOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return QueueStreamReader(ReadOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return AmqpWriter(WriteOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return AmqpStreamWriter(WriteOptions.parse(self.options))
