@@ -11,7 +11,9 @@ Theory of operation:
 3. `outgoing_of` turns a row (any subset of `SCHEMA`'s columns, `body` required) into what a
    publisher sends. Header values are sent as strings: the map type cannot say which were
    numbers, so types other than strings do not survive a round trip, except `x-death`, which
-   is rebuilt from the typed `x_death` column so a replayed message keeps its history.
+   is rebuilt from the typed `x_death` column so a replayed message keeps its history. An
+   optional `cc` column (array of strings) becomes the `CC` header (RabbitMQ's sender-selected
+   distribution): more routing keys for the same publish.
 """
 
 from __future__ import annotations
@@ -167,6 +169,8 @@ def _headers(row: Mapping[str, Any]) -> dict[str, Any] | None:
     deaths: Sequence[Mapping[str, Any]] | None = row.get("x_death")
     if deaths:
         headers["x-death"] = [_death_table(death) for death in deaths]
+    if row.get("cc"):
+        headers["CC"] = list(row["cc"])
     return headers or None
 
 

@@ -32,12 +32,12 @@ def _lowered(options: Mapping[str, str | None]) -> dict[str, str]:
     return {key.lower(): value for key, value in options.items() if value is not None}
 
 
-def _check_known(options: Mapping[str, str], known: frozenset[str], kind: str) -> None:
-    unknown = sorted(set(options) - known - SPARK_OWN_OPTIONS)
+def _check_known(options: Mapping[str, str], known: tuple[str, ...], kind: str) -> None:
+    unknown = sorted(set(options) - {name.lower() for name in known} - SPARK_OWN_OPTIONS)
     if unknown:
         raise OptionError(
             f"unknown {kind} option(s) {', '.join(unknown)} for format 'amqp'; "
-            f"known: {', '.join(sorted(known))}"
+            f"known: {', '.join(known)}"
         )
 
 
@@ -90,8 +90,13 @@ class ReadOptions:
     prefetch: int
     heartbeat_s: int
 
-    NAMES: ClassVar[frozenset[str]] = frozenset(
-        {"uri", "queue", "batchsize", "maxwaitms", "prefetch", "heartbeats"}
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "uri",
+        "queue",
+        "batchSize",
+        "maxWaitMs",
+        "prefetch",
+        "heartbeatS",
     )
 
     @classmethod
@@ -128,8 +133,13 @@ class WriteOptions:
     mandatory: bool
     heartbeat_s: int
 
-    NAMES: ClassVar[frozenset[str]] = frozenset(
-        {"uri", "exchange", "routingkey", "confirmwindow", "mandatory", "heartbeats"}
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "uri",
+        "exchange",
+        "routingKey",
+        "confirmWindow",
+        "mandatory",
+        "heartbeatS",
     )
 
     @classmethod

@@ -30,6 +30,8 @@ class AmqpDataSource(DataSource):
         return "amqp"
 
     def schema(self) -> str:
+        # Spark asks for the schema at `load()`: the earliest point to check read options.
+        ReadOptions.parse(self.options)
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -1,0 +1,202 @@
+"""`warren-pipeline`: the pipeline's Spark jobs from the command line.
+
+Every command builds one SparkSession (`--master`, local mode by default), runs its job from
+`warren.spark.jobs` and shows progress on stderr while Spark works; results go to stdout.
+Exit status: 0 done, 1 the job failed, 2 bad usage or no Java.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from rich.console import Console
+from rich.table import Table
+
+from warren.spark.jobs import (
+    ReplayTarget,
+    Source,
+    land,
+    parse_since,
+    replay,
+    replay_plan,
+    summary,
+)
+from warren.spark.report import print_table, totals_by_reason, write_report
+from warren.spark.session import JavaMissingError, build_session
+
+DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
+URI_ENV = "WARREN_AMQP_URI"
+POLL_S = 1  # StreamingQuery.awaitTermination takes whole seconds
+
+
+def watch(query: StreamingQuery, console: Console, what: str) -> int:
+    """Show rows and batches while `query` runs; the number of rows it read."""
+    rows_by_batch: dict[int, int] = {}
+    with console.status(f"{what}: starting Spark") as status:
+        try:
+            while not query.awaitTermination(POLL_S):
+                for progress in query.recentProgress:
+                    rows_by_batch[progress["batchId"]] = progress["numInputRows"]
+                rows = sum(rows_by_batch.values())
+                status.update(f"{what}: {rows} messages in {len(rows_by_batch)} batches")
+        except KeyboardInterrupt:
+            query.stop()
+    for progress in query.recentProgress:
+        rows_by_batch[progress["batchId"]] = progress["numInputRows"]
+    return sum(rows_by_batch.values())
+
+
+def _source(args: argparse.Namespace) -> Source:
+    return Source(uri=args.uri, queue=args.queue, batch_size=args.batch_size)
+
+
+def command_land(spark: SparkSession, args: argparse.Namespace, console: Console) -> int:
+    query = land(
+        spark,
+        _source(args),
+        Path(args.out),
+        file_format=args.format,
+        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        available_now=args.available_now,
+    )
+    rows = watch(query, console, f"landing {args.queue} into {args.out}")
+    console.print(f"landed {rows} messages from {args.queue!r} into {args.out}")
+    return 0
+
+
+def command_dlq_report(spark: SparkSession, args: argparse.Namespace, console: Console) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    source = _source(args)
+    messages_path = out / "dead_letters"
+    since = parse_since(args.since, datetime.datetime.now(datetime.UTC)) if args.since else None
+    if args.drain:
+        query = land(spark, source, messages_path, deduplicate=False, available_now=True)
+        watch(query, console, f"draining {args.queue}")
+    else:
+        with console.status(f"peeking at {args.queue}"):
+            source.peek(spark).write.mode("overwrite").parquet(str(messages_path))
+    with console.status("summarising"):
+        dead_letters = spark.read.parquet(str(messages_path))
+        summarised = summary(dead_letters, args.window, since)
+        summarised.write.mode("overwrite").parquet(str(out / "summary"))
+        rows = [row.asDict() for row in summarised.collect()]
+    title = f"Dead letters in {args.queue}"
+    print_table(Console(), rows, title)
+    page = write_report(out, rows, title)
+    totals = ", ".join(f"{reason} {count}" for reason, count in totals_by_reason(rows).items())
+    console.print(f"{sum(row['count'] for row in rows)} dead letters ({totals}); report: {page}")
+    return 0
+
+
+def _print_targets(console: Console, counts: Counter[tuple[bool, str, str]], title: str) -> None:
+    table = Table(title=title)
+    for column in ("action", "exchange", "routing_key", "messages"):
+        table.add_column(column)
+    for (replayed, exchange, routing_key), count in sorted(counts.items()):
+        action = "replay" if replayed else "back to the queue"
+        table.add_row(action, exchange, routing_key, str(count))
+    console.print(table)
+
+
+def _count_targets(plan: DataFrame) -> Counter[tuple[bool, str, str]]:
+    counts: Counter[tuple[bool, str, str]] = Counter()
+    for row in plan.groupBy("replayed", "exchange", "routing_key").count().collect():
+        counts[(row["replayed"], row["exchange"], row["routing_key"])] += row["count"]
+    return counts
+
+
+def command_dlq_replay(spark: SparkSession, args: argparse.Namespace, console: Console) -> int:
+    source = _source(args)
+    target = ReplayTarget(args.to_exchange, args.to_routing_key)
+    if args.dry_run:
+        with console.status(f"planning a replay of {args.queue}"):
+            plan = replay_plan(source.peek(spark), args.queue, target, args.filter)
+            counts = _count_targets(plan)
+        _print_targets(Console(), counts, f"dry run: what a replay of {args.queue} would do")
+        return 0
+    checkpoint = Path(args.checkpoint or Path(".warren-pipeline") / f"replay-{args.queue}")
+    totals: Counter[tuple[bool, str, str]] = Counter()
+
+    def on_batch(_batch_id: int, batch: DataFrame) -> None:
+        totals.update(_count_targets(batch))
+
+    query = replay(spark, source, target, args.filter, checkpoint, on_batch)
+    watch(query, console, f"replaying {args.queue}")
+    _print_targets(Console(), totals, f"replayed from {args.queue}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="warren-pipeline", description=__doc__.splitlines()[0])
+    root.add_argument(
+        "--uri",
+        default=os.environ.get(URI_ENV, DEFAULT_URI),
+        help=f"AMQP URI of the broker (env {URI_ENV}; default {DEFAULT_URI})",
+    )
+    root.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    root.add_argument(
+        "--batch-size", type=int, default=10_000, help="messages per micro-batch at most"
+    )
+    commands = root.add_subparsers(dest="command", required=True)
+
+    report = commands.add_parser("dlq-report", help="summarise a dead-letter queue")
+    report.add_argument("--queue", required=True, help="the dead-letter queue")
+    report.add_argument("--out", required=True, help="directory for Parquet, PNG and HTML")
+    report.add_argument("--since", help="only dead letters since: ISO 8601 time or 30m, 2h, 7d")
+    report.add_argument("--window", default="1 hour", help="time window (default '1 hour')")
+    report.add_argument(
+        "--drain",
+        action="store_true",
+        help="consume the dead letters (kept in OUT/dead_letters) instead of peeking",
+    )
+    report.set_defaults(run=command_dlq_report)
+
+    replayer = commands.add_parser("dlq-replay", help="republish dead letters")
+    replayer.add_argument("--queue", required=True, help="the dead-letter queue")
+    replayer.add_argument("--filter", help="Spark SQL condition; others go back to the queue")
+    replayer.add_argument("--to-exchange", help="publish here instead of the x-death origin")
+    replayer.add_argument("--to-routing-key", help="with this routing key")
+    replayer.add_argument("--checkpoint", help="where progress is kept, to resume a replay")
+    replayer.add_argument("--dry-run", action="store_true", help="print what would be done")
+    replayer.set_defaults(run=command_dlq_replay)
+
+    lander = commands.add_parser("land", help="stream a queue into files")
+    lander.add_argument("--queue", required=True)
+    lander.add_argument("--out", required=True, help="output directory")
+    lander.add_argument("--format", choices=("parquet", "json"), default="parquet")
+    lander.add_argument("--checkpoint", help="default: OUT/_checkpoint")
+    lander.add_argument(
+        "--available-now", action="store_true", help="land what is there now, then stop"
+    )
+    lander.set_defaults(run=command_land)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(stderr=True)
+    try:
+        spark = build_session(args.master)
+    except JavaMissingError as error:
+        console.print(f"[red]warren-pipeline: {error}[/red]")
+        return 2
+    try:
+        status: int = args.run(spark, args, console)
+    except (PySparkException, ValueError) as error:
+        console.print(f"[red]warren-pipeline {args.command} failed: {error}[/red]")
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
