@@ -9,6 +9,8 @@ CHROMIUM := /usr/bin/chromium
 # rabbitmq-server package into a cache under .venv, never installed or started.
 RABBITMQADMIN_DIR := $(VENV)/rabbitmqadmin
 RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
+# The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
+JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
 .PHONY: run test lint bench clean
 
@@ -16,6 +18,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	@# The Spark pipeline (warren.spark, tests/spark) runs on a Java 17+ runtime.
+	@major=$$($(JAVA) -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1); \
+	if [ "$${major:-0}" -lt 17 ]; then \
+		if [ "$$(id -u)" = 0 ] && [ -z "$(JAVA_HOME)" ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; \
+		else \
+			echo "Spark needs a Java 17+ runtime ($(JAVA) gave '$${major:-none}'): install openjdk-17-jre-headless, or set JAVA_HOME to a JRE 17+" >&2; \
+			exit 1; \
+		fi; \
+	fi
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)

@@ -39,10 +39,15 @@ class Amqp:
     def __init__(self, url: str, prefix: str) -> None:
         self.url = url
         self.prefix = prefix
-        self.connection = pika.BlockingConnection(pika.URLParameters(url))
+        self.connection = self._connect()
         self.channel: BlockingChannel = self.connection.channel()
         self.queues: list[str] = []
         self.exchanges: list[str] = []
+
+    def _connect(self) -> pika.BlockingConnection:
+        parameters = pika.URLParameters(self.url)
+        parameters.heartbeat = 0  # the test sits idle on it while Spark works for minutes
+        return pika.BlockingConnection(parameters)
 
     def queue(self, suffix: str, **arguments: Any) -> str:
         name = f"{self.prefix}.{suffix}"
@@ -74,7 +79,7 @@ class Amqp:
 
     def close(self) -> None:
         if self.connection.is_closed:
-            self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
+            self.connection = self._connect()
             self.channel = self.connection.channel()
         for queue in self.queues:
             self.channel.queue_delete(queue)

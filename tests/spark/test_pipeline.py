@@ -1,0 +1,171 @@
+"""`warren-pipeline` jobs end to end: land across a stop and a SIGKILL, dlq-report, dlq-replay.
+
+Like the data-source tests these speak AMQP only and pass against a real RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pika
+import pytest
+from pyspark.sql import SparkSession
+
+from warren.spark import cli
+from warren.spark.jobs import Source, land
+
+pytestmark = pytest.mark.timeout(900)  # Spark on a busy 2-core machine is slow, not hung
+WAIT_S = 300.0  # a Spark process starting on a loaded 2-core machine takes minutes
+LANDED = 4_000
+EXPIRED, REJECTED, DROPPED = 30, 20, 10
+
+
+def wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def consumers(amqp, queue: str) -> int:
+    return int(amqp.channel.queue_declare(queue, passive=True).method.consumer_count)
+
+
+def test_land_survives_a_stop_and_a_sigkill(spark: SparkSession, amqp, tmp_path: Path):
+    queue = amqp.queue("q")
+    ids = amqp.publish(queue, LANDED)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    source = Source(amqp.url, queue, batch_size=200)
+
+    # 1. A query stopped the polite way after its first batch.
+    query = land(spark, source, out, checkpoint=checkpoint)
+    wait_for(lambda: any(p["numInputRows"] for p in query.recentProgress), "a first batch")
+    query.stop()
+
+    # 2. The same checkpoint in another process, killed with SIGKILL (JVM and workers too)
+    # once it has written two more batches.
+    command = [sys.executable, "-m", "warren.spark.cli", "--uri", amqp.url, "--batch-size", "200"]
+    command += ["land", "--queue", queue, "--out", str(out), "--checkpoint", str(checkpoint)]
+    metadata = out / "_spark_metadata"
+    written_before = len(list(metadata.iterdir()))
+    with (tmp_path / "land.log").open("wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_for(lambda: len(list(metadata.iterdir())) >= written_before + 2, "two more batches")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
+    assert amqp.ready(queue) > 0  # what it had not acknowledged came back
+
+    # 3. Restart from the checkpoint and land what is left.
+    land(spark, source, out, checkpoint=checkpoint, available_now=True).awaitTermination()
+    landed = spark.read.parquet(str(out))
+    assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
+    assert landed.where("redelivered").count() > 0
+    assert amqp.ready(queue) == 0
+
+
+def fill_dead_letter_queue(amqp) -> tuple[str, str, dict[str, str]]:
+    """A DLQ fed by three queues behind exchange `src`: one expires messages, one has them
+    rejected, one drops them at max-length. Returns (dlq, src, queue name by routing key)."""
+    dlx = amqp.exchange("dlx", "fanout")
+    dlq = amqp.queue("dlq")
+    amqp.channel.queue_bind(dlq, dlx)
+    src = amqp.exchange("src")
+    dead_letter = {"x-dead-letter-exchange": dlx}
+    queues = {
+        "exp": amqp.queue("expiring", **dead_letter, **{"x-message-ttl": 1}),
+        "rej": amqp.queue("rejecting", **dead_letter),
+        "max": amqp.queue("bounded", **dead_letter, **{"x-max-length": 1}),
+    }
+    for key, queue in queues.items():
+        amqp.channel.queue_bind(queue, src, routing_key=key)
+    amqp.publish("exp", EXPIRED, exchange=src, id_prefix="exp")
+    amqp.publish("rej", REJECTED, exchange=src, id_prefix="rej")
+    amqp.publish("max", DROPPED + 1, exchange=src, id_prefix="max")
+    for _ in range(REJECTED):
+        method, _properties, _body = amqp.channel.basic_get(queues["rej"])
+        amqp.channel.basic_reject(method.delivery_tag, requeue=False)
+    total = EXPIRED + REJECTED + DROPPED
+    wait_for(lambda: amqp.ready(dlq) == total, f"{total} dead letters", timeout_s=10)
+    return dlq, src, queues
+
+
+def test_dlq_report_counts_each_reason(spark: SparkSession, amqp, tmp_path: Path, capsys):
+    dlq, src, queues = fill_dead_letter_queue(amqp)
+    out = tmp_path / "report"
+
+    assert cli.main(["--uri", amqp.url, "dlq-report", "--queue", dlq, "--out", str(out)]) == 0
+
+    summary = spark.read.parquet(str(out / "summary")).collect()
+    by_reason = {(row.queue, row.reason, row.exchange, row.routing_key): 0 for row in summary}
+    for row in summary:
+        by_reason[(row.queue, row.reason, row.exchange, row.routing_key)] += row["count"]
+    assert by_reason == {
+        (queues["exp"], "expired", src, "exp"): EXPIRED,
+        (queues["rej"], "rejected", src, "rej"): REJECTED,
+        (queues["max"], "maxlen", src, "max"): DROPPED,
+    }
+    page = (out / "report.html").read_text()
+    assert "data:image/png;base64," in page and "expired: 30" in page
+    assert (out / "report.png").read_bytes().startswith(b"\x89PNG")
+    assert "rejected" in capsys.readouterr().out
+    assert amqp.ready(dlq) == EXPIRED + REJECTED + DROPPED  # a report only peeks
+
+
+def drain_ids(amqp, queue: str) -> list[str]:
+    ids = []
+    while True:
+        method, properties, _body = amqp.channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return ids
+        ids.append(properties.message_id)
+
+
+def test_dlq_replay_moves_every_dead_letter_back_once(spark: SparkSession, amqp, tmp_path):
+    dlq, src, queues = fill_dead_letter_queue(amqp)
+    amqp.channel.basic_get(queues["max"], auto_ack=True)  # the one message max-length kept
+    # The consumers are "fixed": the same queues, without the TTL and length limit.
+    for key, queue in queues.items():
+        amqp.channel.queue_delete(queue)
+        amqp.channel.queue_declare(queue, durable=True)
+        amqp.channel.queue_bind(queue, src, routing_key=key)
+    checkpoint = tmp_path / "replay"
+
+    dry_run = ["--uri", amqp.url, "dlq-replay", "--queue", dlq, "--dry-run"]
+    assert cli.main(dry_run) == 0
+    assert amqp.ready(dlq) == EXPIRED + REJECTED + DROPPED
+
+    replay = ["--uri", amqp.url, "dlq-replay", "--queue", dlq, "--checkpoint", str(checkpoint)]
+    assert cli.main(replay) == 0
+
+    assert amqp.ready(dlq) == 0
+    method, properties, _body = amqp.channel.basic_get(queues["rej"])
+    assert method is not None
+    death = properties.headers["x-death"][0]  # the history travels with the message
+    assert (death["reason"], death["queue"], death["count"]) == ("rejected", queues["rej"], 1)
+    amqp.channel.basic_nack(method.delivery_tag, requeue=True)
+    replayed = {key: sorted(drain_ids(amqp, queue)) for key, queue in queues.items()}
+    assert replayed == {
+        "exp": sorted(f"exp-{n}" for n in range(EXPIRED)),
+        "rej": sorted(f"rej-{n}" for n in range(REJECTED)),
+        "max": sorted(f"max-{n}" for n in range(DROPPED)),
+    }
+
+
+def test_cli_reports_a_bad_since(amqp, capsys):
+    assert pika  # the CLI talks AMQP through the data source only
+    status = cli.main(
+        ["--uri", amqp.url, "dlq-report", "--queue", "q", "--out", "/tmp/x", "--since", "soon"]
+    )
+    assert status == 1
+    assert "--since must be an ISO 8601 time" in json.dumps(capsys.readouterr().err)
