@@ -188,12 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spark = build_session(args.master)
     except JavaMissingError as error:
-        console.print(f"[red]warren-pipeline: {error}[/red]")
+        console.print(f"[red]warren-pipeline: {error}[/red]", soft_wrap=True)
         return 2
     try:
         status: int = args.run(spark, args, console)
     except (PySparkException, ValueError) as error:
-        console.print(f"[red]warren-pipeline {args.command} failed: {error}[/red]")
+        console.print(f"[red]warren-pipeline {args.command} failed: {error}[/red]", soft_wrap=True)
         return 1
     return status
 

@@ -153,7 +153,11 @@ class Consumer:
         )
 
     def stop(self) -> None:
-        self._stopping.set()
+        """Stop after the acknowledgements already asked for are sent, then close."""
+        if self._connection is not None and self._failure is None:
+            self._connection.add_callback_threadsafe(self._stopping.set)
+        else:
+            self._stopping.set()
         self._thread.join(timeout=CONNECT_TIMEOUT_S)
 
 
