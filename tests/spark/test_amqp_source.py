@@ -84,3 +84,20 @@ def test_bad_options_fail_at_start_with_the_option_named(
     reader = spark.readStream.format("amqp").option("uri", amqp.url).option("queue", "q")
     with pytest.raises(PySparkException, match=re.escape(message)):
         reader.option(option, value).load()
+
+
+def test_stream_write_moves_a_queue_into_another(spark: SparkSession, amqp, tmp_path):
+    source, target = amqp.queue("from"), amqp.queue("to")
+    ids = amqp.publish(source, 1_000)
+    moved = (
+        Source(amqp.url, source)
+        .stream(spark)
+        .writeStream.format("amqp")
+        .option("uri", amqp.url)
+        .option("routingKey", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    moved.awaitTermination()
+    assert (amqp.ready(source), amqp.ready(target)) == (0, len(ids))
