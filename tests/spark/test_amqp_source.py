@@ -101,3 +101,15 @@ def test_stream_write_moves_a_queue_into_another(spark: SparkSession, amqp, tmp_
     )
     moved.awaitTermination()
     assert (amqp.ready(source), amqp.ready(target)) == (0, len(ids))
+
+
+def test_nacked_rows_fail_the_write_and_are_named(spark: SparkSession, amqp):
+    full = amqp.queue("full", **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    rows = spark.createDataFrame(
+        [("kept", b"x"), ("refused", b"y")], "message_id string, body binary"
+    )
+    writer = rows.coalesce(1).write.format("amqp").option("uri", amqp.url)
+    expected = r"1 of 2 published messages were not delivered.* nacked message_id='refused'"
+    with pytest.raises(PySparkException, match=expected):
+        writer.option("routingKey", full).option("confirmWindow", 1).mode("append").save()
+    assert amqp.ready(full) == 1
