@@ -8,6 +8,7 @@ POST 201 with a relative ``Location`` (the properties key, percent-encoded again
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
 from warren.model import DestinationKind, VHost
 from warren.runtime import admin, admin_live, admin_objects
-from warren.runtime.admin import NotFound
+from warren.runtime.admin import Json, NotFound
 from warren.runtime.broker import Broker
 
 MANAGEMENT = Level.MANAGEMENT
@@ -65,13 +66,23 @@ async def get_exchange(request: web.Request, broker: Broker, params: list[str]) 
 
 
 async def put_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    return await _declare(request, broker, params, admin_objects.declare_exchange)
+
+
+async def _declare(
+    request: web.Request,
+    broker: Broker,
+    params: list[str],
+    declare: Callable[[Broker, str, str, Json], bool],
+) -> web.Response:
+    """PUT of an exchange or a queue: 201 when created, 204 when it was there."""
     if params[0] not in broker.vhosts:
         return replies.vhost_not_found()
     body = await read_body(request, ())
     if isinstance(body, web.Response):
         return body
     try:
-        created = admin_objects.declare_exchange(broker, params[0], params[1], body)
+        created = declare(broker, params[0], params[1], body)
     except admin_objects.ObjectError as error:
         return refused(error)
     except admin.DefinitionsError as error:
@@ -175,18 +186,7 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
 
 
 async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    if params[0] not in broker.vhosts:
-        return replies.vhost_not_found()
-    body = await read_body(request, ())
-    if isinstance(body, web.Response):
-        return body
-    try:
-        created = admin_objects.declare_queue(broker, params[0], params[1], body)
-    except admin_objects.ObjectError as error:
-        return refused(error)
-    except admin.DefinitionsError as error:
-        return replies.bad_request(str(error))
-    return replies.created() if created else replies.no_content()
+    return await _declare(request, broker, params, admin_objects.declare_queue)
 
 
 async def delete_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

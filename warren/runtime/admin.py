@@ -328,7 +328,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
         ],
         "queues": [_queue_definition(record) for v in vhosts for record in _durable_queues(v)],
         "exchanges": [
-            _exchange_definition(v, exchange) for v in vhosts for exchange in _durable_exchanges(v)
+            exchange_json(v, exchange) for v in vhosts for exchange in _durable_exchanges(v)
         ],
         "bindings": [_binding_definition(v, binding) for v in vhosts for binding in _bindings(v)],
     }
@@ -405,7 +405,8 @@ def _durable_exchanges(vhost: VHost) -> list[Exchange]:
     return sorted(found, key=lambda e: e.name)
 
 
-def _exchange_definition(vhost: VHost, exchange: Exchange) -> Json:
+def exchange_json(vhost: VHost, exchange: Exchange) -> Json:
+    """An exchange as the API lists it and a definitions document holds it."""
     return {
         "name": exchange.name,
         "vhost": vhost.name,

@@ -23,9 +23,15 @@ from urllib.parse import quote
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.errors import AmqpError, ReplyCode
-from warren.model import Binding, DestinationKind, Exchange, VHost
+from warren.model import Binding, DestinationKind, VHost
 from warren.queue import Discard, Enqueue, Get, Got, Purge, Return, Settle
-from warren.runtime.admin import NotFound, plain_arguments, plain_value, typed_arguments, vhost_of
+from warren.runtime.admin import (
+    NotFound,
+    exchange_json,
+    plain_value,
+    typed_arguments,
+    vhost_of,
+)
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -60,18 +66,6 @@ def flag(body: Json, key: str, default: bool) -> bool:
 
 
 # --- Exchanges ---
-
-
-def exchange_json(vhost: VHost, exchange: Exchange) -> Json:
-    return {
-        "name": exchange.name,
-        "vhost": vhost.name,
-        "type": exchange.type.value,
-        "durable": exchange.durable,
-        "auto_delete": exchange.auto_delete,
-        "internal": exchange.internal,
-        "arguments": plain_arguments(exchange.arguments),
-    }
 
 
 def list_exchanges(broker: Broker, vhosts: list[VHost]) -> list[Json]:
