@@ -148,3 +148,29 @@ def test_a_user_without_permission_in_a_vhost_cannot_open_it(broker, world):
     assert f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{prefix}.outsider'" in str(
         denied.value
     )
+
+
+@pytest.mark.warren_only
+def test_a_permission_change_reaches_an_open_channel(broker, management, world):
+    """Warren checks a changed permission on the next publish of a channel already open
+    (RabbitMQ caches its answers per channel)."""
+    prefix, vhost = world
+    user = f"{prefix}.changing"
+    api = Api(management)
+    assert api.call("PUT", f"users/{user}", {"password": PASSWORD, "tags": ""}) in (201, 204)
+    path = f"permissions/{quote(vhost, safe='')}/{user}"
+    assert api.call("PUT", path, {"configure": ".*", "write": ".*", "read": ".*"}) in (201, 204)
+    connection = connect(broker, vhost, user)
+    try:
+        channel = connection.channel()
+        channel.basic_publish("ex", "k", b"allowed")
+        channel.basic_qos()
+        assert api.call("PUT", path, {"configure": ".*", "write": "^$", "read": ".*"}) == 204
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.basic_publish("ex", "k", b"refused")
+            channel.basic_qos()
+        assert closed.value.reply_code == 403
+    finally:
+        if connection.is_open:
+            connection.close()
+        api.call("DELETE", f"users/{user}")

@@ -70,6 +70,8 @@ class Access:
     vhosts: dict[str, VHostInfo] = field(default_factory=dict)
     hashing_algorithm: str = DEFAULT_ALGORITHM  # for new passwords
     verifier: Verifier = field(default_factory=Verifier)
+    # grows with every change of permissions, so channels know when their answers are stale
+    version: int = 0
 
     @classmethod
     def with_default(
@@ -108,12 +110,22 @@ class Access:
     def permission(self, user: str, vhost: str) -> Permission | None:
         return self.permissions.get((user, vhost))
 
+    def set_permission(self, permission: Permission) -> None:
+        self.permissions[permission.user, permission.vhost] = permission
+        self.version += 1
+
+    def clear_permission(self, user: str, vhost: str) -> None:
+        self.permissions.pop((user, vhost), None)
+        self.version += 1
+
     def forget_user(self, name: str) -> None:
+        self.version += 1
         self.users.pop(name, None)
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
 
     def forget_vhost(self, name: str) -> None:
+        self.version += 1
         self.vhosts.pop(name, None)
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]

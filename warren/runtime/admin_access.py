@@ -239,7 +239,7 @@ def store_permission(broker: Broker, permission: Permission) -> None:
                 permission.read,
             )
         )
-    broker.access.permissions[permission.user, permission.vhost] = permission
+    broker.access.set_permission(permission)
 
 
 def delete_permission(broker: Broker, vhost: str, user: str) -> None:
@@ -247,4 +247,4 @@ def delete_permission(broker: Broker, vhost: str, user: str) -> None:
         raise NotFound()
     if broker.durability is not None:
         broker.durability.definitions.delete_permission(user, vhost)
-    del broker.access.permissions[user, vhost]
+    broker.access.clear_permission(user, vhost)

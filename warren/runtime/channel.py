@@ -82,6 +82,7 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
 # properties that make a publish decode its header: routing, checks, TTL, priority
 _INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG | REPLY_TO_FLAG
+_WRITABLE_MAX = 1024  # exchanges a channel remembers as writable
 # the commonest properties, known to be well formed: none, or only a delivery mode
 _PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
@@ -138,6 +139,9 @@ class Channel:
         self.transaction: _Transaction | None = None
         self._permission: PermissionCheck | None = None  # see `_permit`
         self._permission_source: object = None
+        self.access = self.broker.access
+        self._writable: set[str] = set()  # exchanges a publish may go to (`_permit_write`)
+        self._writable_version = -1
         self.last_queue = ""
         self.reply_token: str | None = None
         self.stats = MessageStats()  # message_stats of the management API
@@ -257,7 +261,7 @@ class Channel:
     def _permit(self, access: Access, kind: DestinationKind, name: str) -> None:
         """403 unless the user's permission in this vhost allows `access` to the resource.
         The check is rebuilt only when the stored permission changes (or goes)."""
-        source = self.broker.access.permission(self.connection.user, self.vhost.name)
+        source = self.access.permission(self.connection.user, self.vhost.name)
         check = self._permission
         if source is not self._permission_source or check is None:
             self._permission_source = source
@@ -265,6 +269,16 @@ class Channel:
                 source, self.connection.user, self.vhost.name
             )
         check.check(access, kind, name)
+
+    def _permit_write(self, exchange: str) -> None:
+        """`_permit` for a publish, remembered per exchange until permissions change (a
+        publisher then pays one set lookup per message)."""
+        access = self.access
+        if self._writable_version != access.version or len(self._writable) >= _WRITABLE_MAX:
+            self._writable.clear()
+            self._writable_version = access.version
+        self._permit(Access.WRITE, DestinationKind.EXCHANGE, exchange)
+        self._writable.add(exchange)
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
         if not getattr(method, "nowait", False):
@@ -613,7 +627,9 @@ class Channel:
                 f"message size {len(content.body)} is larger than configured max size"
                 f" {self.max_message_size}"
             ).at(60, 40)
-        self._permit(Access.WRITE, DestinationKind.EXCHANGE, content.method.exchange)
+        exchange = content.method.exchange
+        if self._writable_version != self.access.version or exchange not in self._writable:
+            self._permit_write(exchange)
         if self.transaction is not None:
             self.transaction.publishes.append(content)
             return

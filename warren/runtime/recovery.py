@@ -169,6 +169,7 @@ def _restore_access(broker: Broker, definitions: DefinitionsStore, loaded: Defin
             (p.user, p.vhost): Permission(p.user, p.vhost, p.configure, p.write, p.read)
             for p in loaded.permissions
         }
+        access.version += 1
     for stored in loaded.vhosts:
         access.vhosts[stored.name] = VHostInfo(
             stored.name, stored.description, stored.tags, stored.default_queue_type
