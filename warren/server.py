@@ -120,7 +120,6 @@ async def _run(
         server.close()
     await management.cleanup()
     for connection in list(broker.connections):
-        assert isinstance(connection, AmqpConnection)
         connection.shutdown()
     for server in servers:
         with contextlib.suppress(Exception):

@@ -271,7 +271,7 @@ def _queue_totals(broker: Broker) -> Json:
 def _object_totals(broker: Broker) -> Json:
     connections = list(broker.connections)
     return {
-        "channels": sum(len(getattr(c, "channels", ())) for c in connections),
+        "channels": sum(len(c.channels) for c in connections),
         "connections": len(connections),
         "consumers": sum(host.machine.consumer_count for host in broker.queues.values()),
         "exchanges": sum(len(vhost.exchanges) for vhost in broker.vhosts.values()),

@@ -162,10 +162,10 @@ def delete_vhost(broker: Broker, name: str) -> None:
         raise NotFound()
     vhost: VHost = found
     for connection in list(broker.connections):
-        if getattr(connection, "vhost", None) is vhost:
-            close = getattr(connection, "close_with", None)
-            if close is not None:
-                close(HardError(ReplyCode.CONNECTION_FORCED, f"vhost '{name}' is deleted"))
+        if connection.vhost is vhost:
+            connection.close_with(
+                HardError(ReplyCode.CONNECTION_FORCED, f"vhost '{name}' is deleted")
+            )
     for queue_name in list(vhost.queues):
         broker.delete_queue(vhost, queue_name)
     if broker.durability is not None:

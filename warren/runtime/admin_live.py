@@ -33,9 +33,9 @@ PROTOCOL = "AMQP 0-9-1"
 
 def connections(broker: Broker) -> list[AmqpConnection]:
     """Open connections that finished the handshake (they have a vhost), by name."""
-    found = [c for c in list(broker.connections) if getattr(c, "vhost", None) is not None]
+    found = [c for c in list(broker.connections) if c.vhost is not None]
     found.sort(key=connection_name)
-    return found  # type: ignore[return-value]
+    return found
 
 
 def connection_name(connection: Any) -> str:

@@ -149,4 +149,4 @@ class ResourceMonitor:
             log.warning("%s alarm cleared (%s bytes)", resource, reading)
             alarms.discard(resource)
         for connection in list(self.broker.connections):
-            connection.alarms_changed()  # type: ignore[attr-defined]
+            connection.alarms_changed()

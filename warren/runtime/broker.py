@@ -61,6 +61,7 @@ from warren.storage.pages import PageRef
 
 if TYPE_CHECKING:
     from warren.runtime.config import Config
+    from warren.runtime.connection import AmqpConnection
     from warren.runtime.durability import Durability
 
 log = logging.getLogger("warren.broker")
@@ -304,7 +305,7 @@ class Broker:
         # message counters of closed channels, per vhost (live channels keep their own)
         self.retired_stats: dict[str, MessageStats] = {}
         self.started_at_ms = now_ms()
-        self.connections: set[object] = set()
+        self.connections: set[AmqpConnection] = set()
         self.alarms: set[str] = set()  # resource alarms in force (`warren.runtime.alarms`)
         self.memory_pressure = False  # queues page messages out (`warren.runtime.paging`)
         self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
