@@ -330,7 +330,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
         "exchanges": [
             exchange_json(v, exchange) for v in vhosts for exchange in _durable_exchanges(v)
         ],
-        "bindings": [_binding_definition(v, binding) for v in vhosts for binding in _bindings(v)],
+        "bindings": [binding_definition(v, binding) for v in vhosts for binding in _bindings(v)],
     }
     if vhost is not None:
         for key in DEFINITIONS_KEYS[2:]:  # parameters and policies keep theirs, as in RabbitMQ
@@ -437,7 +437,8 @@ def _bindings(vhost: VHost) -> list[Binding]:
     return found
 
 
-def _binding_definition(vhost: VHost, binding: Binding) -> Json:
+def binding_definition(vhost: VHost, binding: Binding) -> Json:
+    """A binding as a definitions document holds it (the API adds its properties key)."""
     return {
         "source": binding.source,
         "vhost": vhost.name,

@@ -27,6 +27,7 @@ from warren.model import Binding, DestinationKind, VHost
 from warren.queue import Discard, Enqueue, Get, Got, Purge, Return, Settle
 from warren.runtime.admin import (
     NotFound,
+    binding_definition,
     exchange_json,
     plain_value,
     typed_arguments,
@@ -307,14 +308,8 @@ def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
 
 
 def binding_json(vhost: VHost, binding: Binding) -> Json:
-    arguments = {key: plain_value(value) for key, value in binding.arguments.items()}
     return {
-        "source": binding.source,
-        "vhost": vhost.name,
-        "destination": binding.destination,
-        "destination_type": binding.kind.value,
-        "routing_key": binding.routing_key,
-        "arguments": arguments,
+        **binding_definition(vhost, binding),
         "properties_key": properties_key(binding.routing_key, binding.arguments),
     }
 
