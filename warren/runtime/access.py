@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from warren.model.permissions import PermissionCheck
 from warren.runtime.passwords import DEFAULT_ALGORITHM, Verifier, hash_password, verify
+from warren.storage.definitions import PermissionDefinition, UserDefinition
 
 FULL_ACCESS = ".*"
 
@@ -38,6 +39,10 @@ class User:
     tags: tuple[str, ...] = ()
     hashing_algorithm: str = DEFAULT_ALGORITHM
 
+    def definition(self) -> UserDefinition:
+        """The user as the definitions store keeps it."""
+        return UserDefinition(self.name, self.password_hash, self.tags, self.hashing_algorithm)
+
 
 @dataclass(frozen=True, slots=True)
 class Permission:
@@ -46,6 +51,10 @@ class Permission:
     configure: str = FULL_ACCESS
     write: str = FULL_ACCESS
     read: str = FULL_ACCESS
+
+    def definition(self) -> PermissionDefinition:
+        """The permission as the definitions store keeps it."""
+        return PermissionDefinition(self.user, self.vhost, self.configure, self.write, self.read)
 
 
 def permission_check(permission: Permission | None, user: str, vhost: str) -> PermissionCheck:

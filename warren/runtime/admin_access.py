@@ -20,7 +20,7 @@ from warren.model import VHost
 from warren.runtime.access import Permission, User, VHostInfo
 from warren.runtime.admin import NotFound
 from warren.runtime.passwords import SHA256, hash_password
-from warren.storage.definitions import PermissionDefinition, UserDefinition, VHostDefinition
+from warren.storage.definitions import VHostDefinition
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -98,9 +98,7 @@ def put_user(broker: Broker, name: str, body: Json) -> bool:
 
 def store_user(broker: Broker, user: User) -> None:
     if broker.durability is not None:
-        broker.durability.definitions.put_user(
-            UserDefinition(user.name, user.password_hash, user.tags, user.hashing_algorithm)
-        )
+        broker.durability.definitions.put_user(user.definition())
     broker.access.users[user.name] = user
 
 
@@ -230,15 +228,7 @@ def put_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
 
 def store_permission(broker: Broker, permission: Permission) -> None:
     if broker.durability is not None:
-        broker.durability.definitions.put_permission(
-            PermissionDefinition(
-                permission.user,
-                permission.vhost,
-                permission.configure,
-                permission.write,
-                permission.read,
-            )
-        )
+        broker.durability.definitions.put_permission(permission.definition())
     broker.access.set_permission(permission)
 
 

@@ -44,10 +44,8 @@ from warren.storage.definitions import (
     Definitions,
     DefinitionsStore,
     ExchangeDefinition,
-    PermissionDefinition,
     PolicyDefinition,
     QueueDefinition,
-    UserDefinition,
     VHostDefinition,
 )
 from warren.storage.journal import QueueJournal
@@ -147,19 +145,9 @@ def _restore_access(broker: Broker, definitions: DefinitionsStore, loaded: Defin
     if not loaded.users:
         with definitions.transaction():
             for user in access.users.values():
-                definitions.put_user(
-                    UserDefinition(user.name, user.password_hash, user.tags, user.hashing_algorithm)
-                )
+                definitions.put_user(user.definition())
             for permission in access.permissions.values():
-                definitions.put_permission(
-                    PermissionDefinition(
-                        permission.user,
-                        permission.vhost,
-                        permission.configure,
-                        permission.write,
-                        permission.read,
-                    )
-                )
+                definitions.put_permission(permission.definition())
     else:
         access.users = {
             user.name: User(user.name, user.password_hash, user.tags, user.hashing_algorithm)
