@@ -14,9 +14,11 @@ Theory of operation:
    validator of the queue's type, arguments that only other queue types accept (in the order
    the client sent them), then the type's rules on flags (a quorum queue is durable, not
    exclusive, not auto-delete). Arguments of an existing queue are never validated again.
-4. Warren differs in one place on purpose: RabbitMQ 3.x accepts any value of
+4. Warren differs in two places on purpose: RabbitMQ 3.x accepts any value of
    ``x-delivery-limit``; Warren requires a non-negative integer, like ``x-max-length``, so the
-   queue machine never sees a limit it cannot use.
+   queue machine never sees a limit it cannot use. And a quorum queue declared with
+   ``x-overflow: reject-publish-dlx`` is refused (`REFUSED_VALUES`), as the quorum-queue
+   guide's feature matrix says, where RabbitMQ 3.10 accepts it and behaves as drop-head.
 
 Source: rabbit_amqqueue.erl (declare_args/0, check_*_arg), rabbit_channel.erl (queue.declare),
 rabbit_{classic,quorum,stream}_queue.erl (capabilities/0), rabbit_queue_type_util.erl.
@@ -269,6 +271,16 @@ VALIDATORS: Mapping[str, Validator] = {
 }
 
 
+# Values a queue type refuses although the argument is valid for it: (argument, value) ->
+# the reason in the 406 text.
+REFUSED_VALUES: Mapping[QueueType, Mapping[tuple[str, str], str]] = {
+    QueueType.QUORUM: {
+        ("x-overflow", "reject-publish-dlx"): "reject-publish-dlx is not supported by quorum"
+        " queues",
+    },
+}
+
+
 # --- Checks of a queue about to be created. ---
 
 
@@ -287,6 +299,7 @@ def validate_new_queue(
     queue_type = queue_type_of(arguments)
     accepted = QUEUE_TYPE_ARGUMENTS[queue_type]
     _run_validators(name, vhost, arguments, [key for key in VALIDATORS if key in accepted])
+    _check_refused_values(name, vhost, arguments, queue_type)
     _check_foreign_arguments(name, vhost, arguments, queue_type)
     error = _property_error(queue_type, name, vhost, durable, exclusive, auto_delete, arguments)
     if error is not None:
@@ -311,6 +324,15 @@ def _run_validators(
             continue
         reason = VALIDATORS[key](value, arguments)
         if reason is not None:
+            raise invalid_queue_arg(key, name, vhost, reason)
+
+
+def _check_refused_values(
+    name: str, vhost: str, arguments: Mapping[str, Typed], queue_type: QueueType
+) -> None:
+    for (key, refused), reason in REFUSED_VALUES.get(queue_type, {}).items():
+        value = arguments.get(key)
+        if value is not None and _string(value) == refused:
             raise invalid_queue_arg(key, name, vhost, reason)
 
 

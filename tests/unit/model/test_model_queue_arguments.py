@@ -253,7 +253,6 @@ def test_golden_classic_only_args_refused_on_quorum(arg: str, value: object) -> 
         {"x-single-active-consumer": True},
         {"x-queue-leader-locator": "balanced"},
         {"x-dead-letter-strategy": "at-least-once"},
-        {"x-overflow": "reject-publish-dlx"},
         {"x-delivery-limit": 0},
     ],
 )
@@ -287,6 +286,13 @@ def test_quorum_invalid_args(arguments: dict[str, object], arg: str, reason: str
 def test_delivery_limit_must_be_a_non_negative_integer(value: object, reason: str) -> None:
     """RabbitMQ 3.x accepts any x-delivery-limit; Warren refuses one it could not apply."""
     assert refusal({**QQ, "x-delivery-limit": value}) == invalid("x-delivery-limit", reason)
+
+
+@pytest.mark.warren_only
+def test_reject_publish_dlx_is_refused_on_quorum() -> None:
+    """RabbitMQ 3.10 accepts it and behaves as drop-head; its guide says it is unsupported."""
+    reason = "reject-publish-dlx is not supported by quorum queues"
+    assert refusal({**QQ, "x-overflow": "reject-publish-dlx"}) == invalid("x-overflow", reason)
 
 
 @pytest.mark.parametrize(
