@@ -16,7 +16,11 @@ Theory of operation:
 4. `effective_settings` is what the queue obeys: the queue's own ``x-`` arguments combined
    with that merged definition, key by key, with RabbitMQ's rule for the queue's type
    (`_RULES`): the minimum for limits and TTLs, the argument for dead-lettering, and for
-   quorum queues the policy for ``overflow`` and ``expires``.
+   quorum queues the policy for ``overflow`` and ``expires``. Then the queue type's own
+   behaviour (`_TYPE_BEHAVIOUR`): a quorum queue returns messages to the back unless it has
+   a delivery limit, and dead-letters at least once only with ``reject-publish`` overflow
+   and a dead-letter exchange (rabbit_quorum_queue:dead_letter_handler/2 falls back to
+   at-most-once otherwise).
 5. Pure: no I/O, clocks or randomness; output never depends on hash order.
 
 Source: rabbit_policy.erl (match_all/2, merge_operator_definitions/2), rabbit_policies.erl
@@ -30,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from warren.model.arguments import QueueType
 from warren.model.policy_validation import (
@@ -40,7 +44,13 @@ from warren.model.policy_validation import (
     validate_policy,
 )
 from warren.model.queue_record import QueueRecord
-from warren.model.settings import Overflow, QueueSettings, settings_from_arguments
+from warren.model.settings import (
+    DEAD_LETTER_PREFETCH_DEFAULT,
+    DeadLetterStrategy,
+    Overflow,
+    QueueSettings,
+    settings_from_arguments,
+)
 
 __all__ = [
     "Policy",
@@ -261,6 +271,7 @@ _QUORUM_RULES: Mapping[str, tuple[str, Resolve]] = {
     "message-ttl": ("message_ttl_ms", Resolve.MINIMUM),
     "dead-letter-exchange": ("dead_letter_exchange", Resolve.ARGUMENT),
     "dead-letter-routing-key": ("dead_letter_routing_key", Resolve.ARGUMENT),
+    "dead-letter-strategy": ("dead_letter_strategy", Resolve.ARGUMENT),
 }
 _STREAM_RULES: Mapping[str, tuple[str, Resolve]] = {
     "max-length-bytes": ("max_length_bytes", Resolve.POLICY),
@@ -273,9 +284,13 @@ _RULES: Mapping[QueueType, Mapping[str, tuple[str, Resolve]]] = {
 
 
 def effective_settings(
-    record: QueueRecord, user: Policy | None, operator: Policy | None
+    record: QueueRecord,
+    user: Policy | None,
+    operator: Policy | None,
+    dead_letter_prefetch: int = DEAD_LETTER_PREFETCH_DEFAULT,
 ) -> QueueSettings:
-    """What the queue obeys, given the user and operator policy that apply to it."""
+    """What the queue obeys, given the user and operator policy that apply to it and the
+    node's prefetch for at-least-once dead-lettering."""
     settings = settings_from_arguments(record.arguments)
     definition = effective_policy_definition(user, operator)
     changes: dict[str, object] = {}
@@ -291,10 +306,41 @@ def effective_settings(
             changes[field] = min(current, from_policy)
         elif resolve is Resolve.POLICY:
             changes[field] = from_policy
-    return dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+    changes["dead_letter_prefetch"] = dead_letter_prefetch
+    merged = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+    return _TYPE_BEHAVIOUR[record.queue_type](merged)
+
+
+def _classic_behaviour(settings: QueueSettings) -> QueueSettings:
+    return settings
+
+
+def _quorum_behaviour(settings: QueueSettings) -> QueueSettings:
+    """rabbit_fifo: returns go to the back without a delivery limit (so that the log can be
+    truncated), to the head with one; x-delivery-count; no global QoS."""
+    strategy = settings.dead_letter_strategy
+    if settings.overflow is not Overflow.REJECT_PUBLISH or settings.dead_letter_exchange is None:
+        strategy = DeadLetterStrategy.AT_MOST_ONCE
+    return dataclasses.replace(
+        settings,
+        dead_letter_strategy=strategy,
+        requeue_at_back=settings.delivery_limit is None,
+        delivery_count_header=True,
+        fetch_counts_as_consumer=True,
+        global_qos=False,
+    )
+
+
+_TYPE_BEHAVIOUR: Mapping[QueueType, Callable[[QueueSettings], QueueSettings]] = {
+    QueueType.CLASSIC: _classic_behaviour,
+    QueueType.QUORUM: _quorum_behaviour,
+    QueueType.STREAM: _classic_behaviour,  # streams are declared but not implemented
+}
 
 
 def _setting_value(queue_type: QueueType, field: str, value: JsonValue) -> object:
+    if field == "dead_letter_strategy":
+        return DeadLetterStrategy(value)
     if field != "overflow":
         return value
     overflow = Overflow(value)

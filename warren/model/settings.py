@@ -5,9 +5,13 @@ Theory of operation:
    dead-lettering, priorities, single active consumer, delivery limit. It is computed from
    the queue's own `x-` arguments and the policy and operator policy that match it
    (`warren.model.policy`), and recomputed whenever one of those changes.
-2. None means "no limit" / "not set". Values are already validated (by
+2. What differs between queue types is a setting too (`requeue_at_back`,
+   `delivery_count_header`, `fetch_counts_as_consumer`, `global_qos`, the effective
+   `dead_letter_strategy`), filled in from ``x-queue-type`` by `warren.model.policy`, so the
+   machine and the runtime ask a setting, never the type.
+3. None means "no limit" / "not set". Values are already validated (by
    `warren.model.arguments` and the policy validation): nothing checks them again.
-3. `settings_from_arguments` reads the queue's own arguments; `warren.model.policy`
+4. `settings_from_arguments` reads the queue's own arguments; `warren.model.policy`
    combines them with policies.
 """
 
@@ -26,6 +30,17 @@ class Overflow(enum.Enum):
     REJECT_PUBLISH_DLX = "reject-publish-dlx"
 
 
+class DeadLetterStrategy(enum.Enum):
+    AT_MOST_ONCE = "at-most-once"
+    # the queue holds a dead-lettered message until its target queues have taken it
+    AT_LEAST_ONCE = "at-least-once"
+
+
+# dead-lettered messages a queue with at-least-once dead-lettering has out at once
+# (RabbitMQ's dead_letter_worker_consumer_prefetch)
+DEAD_LETTER_PREFETCH_DEFAULT = 32
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     max_length: int | None = None
@@ -38,6 +53,14 @@ class QueueSettings:
     max_priority: int | None = None
     single_active_consumer: bool = False
     delivery_limit: int | None = None
+    # the strategy in force (at-least-once only with reject-publish), not the one asked for
+    dead_letter_strategy: DeadLetterStrategy = DeadLetterStrategy.AT_MOST_ONCE
+    dead_letter_prefetch: int = DEAD_LETTER_PREFETCH_DEFAULT
+    # --- set by the queue type ---
+    requeue_at_back: bool = False  # a returned message goes behind every ready one
+    delivery_count_header: bool = False  # deliveries carry x-delivery-count
+    fetch_counts_as_consumer: bool = False  # an unsettled basic.get counts as a consumer
+    global_qos: bool = True  # a channel with a channel-wide prefetch may consume
 
 
 DEFAULT_SETTINGS = QueueSettings()
@@ -71,6 +94,9 @@ def settings_from_arguments(arguments: Mapping[str, Typed]) -> QueueSettings:
     overflow = arguments.get("x-overflow")
     if overflow is not None:
         values["overflow"] = Overflow(_text(overflow.value))
+    strategy = arguments.get("x-dead-letter-strategy")
+    if strategy is not None:
+        values["dead_letter_strategy"] = DeadLetterStrategy(_text(strategy.value))
     single = arguments.get("x-single-active-consumer")
     if single is not None:
         values["single_active_consumer"] = bool(single.value)

@@ -1,5 +1,5 @@
-"""The one queue state machine, shared by classic queues (applied locally) and, later,
-quorum queues (applied after Raft commit). See `warren.queue.machine`."""
+"""The one queue state machine, shared by classic queues (applied locally) and quorum
+queues (applied after Raft commit). See `warren.queue.machine`."""
 
 from warren.queue.machine import (
     DELIVERY_LIMIT,
@@ -33,6 +33,7 @@ from warren.queue.machine import (
     Return,
     SetTimer,
     Settle,
+    SettleDeadLetter,
     Tick,
     Touch,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "Return",
     "SetTimer",
     "Settle",
+    "SettleDeadLetter",
     "Tick",
     "Touch",
 ]

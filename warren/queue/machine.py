@@ -16,8 +16,11 @@ Effects}``):
    `ready` (never delivered, in id order) and `returned` (handed back, a heap by id).
    Everything returned is older than everything never delivered, because deliveries take
    the oldest message first; so a returned message keeps its original place, as classic
-   queues in RabbitMQ do. Messages that expire in the middle are marked dead and skipped
-   when they reach the head (their counts are taken off at once).
+   queues in RabbitMQ do (and quorum queues with a delivery limit: the head). With
+   `settings.requeue_at_back` (quorum queues without a delivery limit) it goes to the
+   back of `ready` instead, which is then in queue order rather than msg_id order.
+   Messages that expire in the middle are marked dead and skipped when they reach the
+   head (their counts are taken off at once).
 5. TTL: a message's deadline is fixed at enqueue (the lower of the queue's message TTL and
    the message's own expiration) and kept across requeues. Unlike RabbitMQ, which looks
    at the head only, Warren removes (or dead-letters) a message when its deadline passes
@@ -35,12 +38,22 @@ Effects}``):
 8. A message leaves the queue in one of these ways only: settled (`Settle`, or a delivery or
    `Get` without ack, which the caller sees), purged (`Purge`), or through an effect:
    `DeadLetter` when the queue has a dead-letter exchange, else `Dropped`, with the reason
-   (``rejected``, ``expired``, ``maxlen``). So a caller that keeps a copy of the messages
-   (the durable classic queue's journal) can follow every departure.
-9. `Restore` rebuilds a queue from what a journal kept: messages with their original
+   (``rejected``, ``expired``, ``maxlen``, ``delivery_limit``). So a caller that keeps a
+   copy of the messages (the durable classic queue's journal) can follow every departure.
+   With at-least-once dead-lettering (`settings.dead_letter_strategy`) a dead-lettered
+   message stays *held*: its `DeadLetter` has ``held=True`` and it leaves only when
+   `SettleDeadLetter` says the target queues took it (or, `Dropped`, when the strategy
+   changes). At most `settings.dead_letter_prefetch` held messages are out as effects at
+   once; the rest wait in order. Held messages count against the length limits (the
+   guide: so that the queue refuses publishes while it cannot get rid of them), not as
+   ready. The runtime resends `dead_letters_in_flight()` when it (re)starts sending.
+9. `delivery_count` counts deliveries and fetches; RabbitMQ's ``x-delivery-count`` (and
+   the delivery limit) count the returns before this delivery, which is one less. An
+   unsettled `Get` counts as a consumer with `settings.fetch_counts_as_consumer`.
+10. `Restore` rebuilds a queue from what a journal kept: messages with their original
    msg_id, absolute deadline (a TTL keeps counting across a restart), priority and whether
    they were delivered before (so that the next delivery is marked redelivered).
-10. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
+11. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
     same machine is later applied from a replicated log, where old entries keep their
     meaning.
 
@@ -58,7 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from warren.errors import SoftError, access_refused, describe_queue
-from warren.model.settings import DEFAULT_SETTINGS, Overflow, QueueSettings
+from warren.model.settings import DEFAULT_SETTINGS, DeadLetterStrategy, Overflow, QueueSettings
 
 MACHINE_VERSION: Final = 1
 # Deliveries one command may hand out. A no-ack consumer has no credit limit, so without a
@@ -183,6 +196,13 @@ class Get(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class SettleDeadLetter(Command):
+    """At-least-once dead-lettering: the target queues took these held messages."""
+
+    msg_ids: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
 class Purge(Command):
     pass
 
@@ -262,6 +282,8 @@ class Deliver:
 class DeadLetter:
     entry: Entry
     reason: str
+    # at-least-once: the queue holds the message until `SettleDeadLetter` names it
+    held: bool = False
 
 
 @dataclass(slots=True)
@@ -348,6 +370,12 @@ class QueueMachine:
     _rings: list[tuple[int, deque[Hashable]]] = field(default_factory=list)
     exclusive_consumer: Hashable | None = None
     active_consumer: Hashable | None = None  # with single active consumer
+    fetched_count: int = 0  # unsettled basic.get deliveries
+    # at-least-once dead-lettering: held messages waiting to go out, and those out
+    dead_letter_count: int = 0
+    dead_letter_bytes: int = 0
+    _dead_letters_waiting: deque[DeadLetter] = field(default_factory=deque)
+    _dead_letters_out: dict[int, DeadLetter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
@@ -360,6 +388,8 @@ class QueueMachine:
 
     @property
     def consumer_count(self) -> int:
+        if self.settings.fetch_counts_as_consumer:
+            return len(self._consumers) + self.fetched_count
         return len(self._consumers)
 
     def consumers(self) -> list[Hashable]:
@@ -368,6 +398,11 @@ class QueueMachine:
     def unacked_msg_ids(self) -> list[int]:
         """The msg_ids delivered or fetched and not yet settled (what a purge keeps)."""
         return sorted(self._unacked)
+
+    def dead_letters_in_flight(self) -> list[DeadLetter]:
+        """The held dead-lettered messages out as effects and not yet settled, oldest first:
+        what a runtime that (re)starts sending them must send again."""
+        return list(self._dead_letters_out.values())
 
     def ready_entries(self) -> Iterator[Entry]:
         """The ready messages, in no particular order (what a purge or a delete drops)."""
@@ -435,10 +470,11 @@ class QueueMachine:
 
     def _full_for(self, size: int) -> bool:
         settings = self.settings
-        if settings.max_length is not None and self.ready_count >= settings.max_length:
+        count = self.ready_count + self.dead_letter_count
+        if settings.max_length is not None and count >= settings.max_length:
             return True
         limit = settings.max_length_bytes
-        return limit is not None and self.ready_bytes + size > limit
+        return limit is not None and self.ready_bytes + self.dead_letter_bytes + size > limit
 
     def _over_limit(self) -> bool:
         settings = self.settings
@@ -528,7 +564,10 @@ class QueueMachine:
                 self._dead_letter(entry, DELIVERY_LIMIT, effects)
             else:
                 entry.live = True
-                heapq.heappush(self._levels[entry.level].returned, entry)
+                if self.settings.requeue_at_back:
+                    self._levels[entry.level].ready.append(entry)
+                else:
+                    heapq.heappush(self._levels[entry.level].returned, entry)
                 self.ready_count += 1
                 self.ready_bytes += entry.size_bytes
                 if entry.expires_at_ms is not None:
@@ -548,7 +587,9 @@ class QueueMachine:
                 continue
             entry, consumer_key = held
             self.unacked_bytes -= entry.size_bytes
-            if consumer_key is not None:
+            if consumer_key is None:
+                self.fetched_count -= 1
+            else:
                 consumer = consumers.get(consumer_key)
                 if consumer is not None:
                     consumer.in_flight -= 1
@@ -565,6 +606,7 @@ class QueueMachine:
         if not command.no_ack:
             self._unacked[entry.msg_id] = (entry, None)
             self.unacked_bytes += entry.size_bytes
+            self.fetched_count += 1
         return Got(entry, self.ready_count)
 
     def _purge(self, meta: Meta, command: Purge, effects: Effects) -> Reply:
@@ -622,7 +664,23 @@ class QueueMachine:
             self._drop_head_over_limit(effects)
         if self.settings.expires_ms != old.expires_ms:
             self.timer_at_ms = None
+        if self.settings.dead_letter_strategy is not DeadLetterStrategy.AT_LEAST_ONCE:
+            self._drop_held(effects)  # the guide: what no target took yet is dropped
+        else:
+            self._send_dead_letters(effects)
         return None
+
+    def _settle_dead_letter(self, meta: Meta, command: SettleDeadLetter, effects: Effects) -> Reply:
+        out = self._dead_letters_out
+        settled = 0
+        for msg_id in command.msg_ids:
+            dead = out.pop(msg_id, None)
+            if dead is not None:
+                self.dead_letter_count -= 1
+                self.dead_letter_bytes -= dead.entry.size_bytes
+                settled += 1
+        self._send_dead_letters(effects)
+        return settled
 
     def _relevel(self) -> None:
         entries: list[Entry] = []
@@ -668,10 +726,32 @@ class QueueMachine:
             effects.append(SetTimer(due))
 
     def _dead_letter(self, entry: Entry, reason: str, effects: Effects) -> None:
-        if self.settings.dead_letter_exchange is not None:
-            effects.append(DeadLetter(entry, reason))
-        else:
+        settings = self.settings
+        if settings.dead_letter_exchange is None:
             effects.append(Dropped(entry, reason))
+        elif settings.dead_letter_strategy is DeadLetterStrategy.AT_LEAST_ONCE:
+            self._dead_letters_waiting.append(DeadLetter(entry, reason, held=True))
+            self.dead_letter_count += 1
+            self.dead_letter_bytes += entry.size_bytes
+            self._send_dead_letters(effects)
+        else:
+            effects.append(DeadLetter(entry, reason))
+
+    def _send_dead_letters(self, effects: Effects) -> None:
+        waiting, out = self._dead_letters_waiting, self._dead_letters_out
+        prefetch = self.settings.dead_letter_prefetch
+        while waiting and len(out) < prefetch:
+            dead = waiting.popleft()
+            out[dead.entry.msg_id] = dead
+            effects.append(dead)
+
+    def _drop_held(self, effects: Effects) -> None:
+        for dead in (*self._dead_letters_out.values(), *self._dead_letters_waiting):
+            effects.append(Dropped(dead.entry, dead.reason))
+        self._dead_letters_out.clear()
+        self._dead_letters_waiting.clear()
+        self.dead_letter_count = 0
+        self.dead_letter_bytes = 0
 
     # --- delivery --------------------------------------------------------------------------
 
@@ -754,4 +834,5 @@ _HANDLERS: dict[type[Command], _Handler] = {
     Dispatch: QueueMachine._dispatch_command,
     Tick: QueueMachine._tick,
     Configure: QueueMachine._configure,
+    SettleDeadLetter: QueueMachine._settle_dead_letter,
 }

@@ -28,6 +28,7 @@ from warren import __version__
 from warren.amqp.table import Typed
 from warren.errors import AmqpError
 from warren.model import Binding, DestinationKind, Exchange, QueueRecord, VHost
+from warren.model.arguments import QueueType
 from warren.model.policy import (
     PolicyError,
     PolicyStore,
@@ -166,7 +167,7 @@ def queue_info(broker: Broker, vhost: VHost, record: QueueRecord) -> Json:
     host = broker.queue(vhost.name, record.name)
     user = host.policy if host else None
     operator = host.operator_policy if host else None
-    return {
+    info = {
         "name": record.name,
         "vhost": record.vhost,
         "durable": record.durable,
@@ -181,6 +182,10 @@ def queue_info(broker: Broker, vhost: VHost, record: QueueRecord) -> Json:
         "state": "running",
         "node": broker.config.node_name,
     }
+    if record.queue_type is QueueType.QUORUM:  # RabbitMQ shows these for quorum queues only
+        info["messages_dlx"] = host.machine.dead_letter_count if host else 0
+        info["message_bytes_dlx"] = host.machine.dead_letter_bytes if host else 0
+    return info
 
 
 def _counters(host: QueueHost | None) -> Json:

@@ -51,10 +51,11 @@ from warren.queue import (
     Refused,
     SetTimer,
     Settle,
+    SettleDeadLetter,
     Tick,
 )
 from warren.runtime.access import Access
-from warren.runtime.deadletter import dead_letter
+from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.paging import admit, release, resident
 from warren.runtime.stats import MessageStats
 from warren.storage.pages import PageRef
@@ -102,6 +103,7 @@ class QueueHost:
         "_limited",
         "_timer",
         "broker",
+        "dead_letter_worker",
         "ever_consumed",
         "journal_key",
         "machine",
@@ -127,6 +129,8 @@ class QueueHost:
         self.scratch_paged = False  # some message went to a scratch page (`paging`)
         # message_stats of the management API, bumped by the channels that use the queue
         self.stats = MessageStats()
+        # sends held dead-lettered messages (at-least-once); made when the first one is
+        self.dead_letter_worker: DeadLetterWorker | None = None
         self.refresh_policies()
 
     @property
@@ -171,7 +175,7 @@ class QueueHost:
         if type(command) is Enqueue:
             if type(reply) is int:
                 durability.enqueued(self, reply, command, meta.now_ms)
-        elif type(command) is Settle:
+        elif type(command) is Settle or type(command) is SettleDeadLetter:
             durability.settled(key, command.msg_ids)
         elif type(command) is Get:
             if type(reply) is Got:
@@ -196,6 +200,12 @@ class QueueHost:
                 ref.channel.deliver(ref.tag, effect.entry, self)
                 if key is not None:
                     (gone if ref.no_ack else delivered).append(effect.entry.msg_id)
+            elif type(effect) is DeadLetter and effect.held:
+                # gone from the journal once `SettleDeadLetter` says the targets have it
+                worker = self.dead_letter_worker
+                if worker is None:
+                    worker = self.dead_letter_worker = DeadLetterWorker(self)
+                worker.send(effect)
             elif type(effect) is DeadLetter:
                 # the copy's record in the target queue comes before the settlement here
                 dead_letter(self, effect.entry, effect.reason)
@@ -238,7 +248,8 @@ class QueueHost:
         user = vhost.policies.match_queue(self.record) if vhost else None
         operator = vhost.operator_policies.match_queue(self.record) if vhost else None
         self.policy, self.operator_policy = user, operator
-        settings = effective_settings(self.record, user, operator)
+        prefetch = self.broker.config.dead_letter_worker_consumer_prefetch
+        settings = effective_settings(self.record, user, operator, prefetch)
         if settings != self.machine.settings:
             self.apply(Configure(settings))
 
@@ -246,6 +257,8 @@ class QueueHost:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.dead_letter_worker is not None:
+            self.dead_letter_worker.stop()
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool

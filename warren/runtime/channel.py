@@ -51,6 +51,7 @@ from warren.errors import (
     HardError,
     ReplyCode,
     SoftError,
+    describe_queue,
     not_allowed,
     not_implemented,
     precondition_failed,
@@ -397,6 +398,9 @@ class Channel:
         name = self._queue_name(method.queue)
         self._permit(Access.READ, DestinationKind.QUEUE, name)
         host = self._host(name)
+        if self.global_prefetch and not host.machine.settings.global_qos:
+            where = describe_queue(name, self.vhost.name)
+            raise not_implemented(f"{where} does not support global qos")
         arguments = _typed_arguments(method.arguments)
         consumer = _Consumer(tag, host, method.no_ack)
         command = Checkout(
@@ -477,9 +481,12 @@ class Channel:
         else:
             stats.deliver_no_ack += 1
             queue_stats.deliver_no_ack += 1
+        message = entry.message
         if entry.delivery_count > 1:
             stats.redeliver += 1
             queue_stats.redeliver += 1
+            if host.machine.settings.delivery_count_header:
+                message = with_delivery_count(message, entry.delivery_count - 1)
         self.connection.delivered = True
         self.connection.send(
             deliver_frames(
@@ -487,7 +494,7 @@ class Channel:
                 consumer.tag_shortstr,
                 tag,
                 entry.delivery_count > 1,
-                entry.message,
+                message,
                 self.connection.frame_max,
             )
         )
@@ -539,12 +546,16 @@ class Channel:
         if entry.delivery_count > 1:
             stats.redeliver += 1
             host.stats.redeliver += 1
+        message = entry.message
+        assert isinstance(message, Message)  # the host made it resident
+        if host.machine.settings.delivery_count_header:  # also a first fetch's 0, as RabbitMQ
+            message = with_delivery_count(message, entry.delivery_count - 1)
         self._send_frames(
             get_ok_frames(
                 self.number,
                 tag,
                 entry.delivery_count > 1,
-                entry.message,  # type: ignore[arg-type]
+                message,
                 reply.remaining,
                 self.connection.frame_max,
             )
@@ -928,3 +939,13 @@ def _priority(arguments: dict[str, Typed]) -> int:
     raise precondition_failed(
         f"invalid arg 'x-priority' for consumer: {value.value!r} is not an integer"
     )
+
+
+def with_delivery_count(message: Message, count: int) -> Message:
+    """`message` with ``x-delivery-count`` (a long, as RabbitMQ's quorum queues send it):
+    the times it was returned before this delivery. The queue keeps the message as it was."""
+    properties = message.properties
+    headers = dict(properties.headers or {})
+    headers["x-delivery-count"] = Typed("l", count)
+    raw = encode_properties(replace(properties, headers=headers))
+    return Message(message.exchange, message.routing_key, raw, message.body, message.route)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from warren.model.settings import DEAD_LETTER_PREFETCH_DEFAULT
+
 
 @dataclass(slots=True)
 class Config:
@@ -49,6 +51,7 @@ class Config:
     vm_memory_high_watermark: str = "0.4"
     vm_memory_high_watermark_paging_ratio: float = 0.5
     disk_free_limit: str = "50MB"
+    dead_letter_worker_consumer_prefetch: int = DEAD_LETTER_PREFETCH_DEFAULT
 
 
 _HELP = {
@@ -91,6 +94,10 @@ _HELP = {
         "share of the memory watermark above which queues page messages out (default 0.5)"
     ),
     "disk_free_limit": "free disk below which publishers are blocked (default 50MB)",
+    "dead_letter_worker_consumer_prefetch": (
+        "dead-lettered messages a quorum queue with at-least-once dead-lettering sends before"
+        " its target queues have taken them (default 32)"
+    ),
     "ssl_cert_login_from": (
         "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
     ),

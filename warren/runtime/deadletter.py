@@ -14,19 +14,28 @@ Theory of operation (RabbitMQ's dead-letter guide and rabbit_dead_letter.erl, 3.
 4. Cycles: unless the reason is ``rejected``, a target queue already in the message's
    x-death history is skipped when no death since it was a rejection (a fully automatic
    cycle, e.g. two queues expiring into each other).
+5. At-least-once (a quorum queue's ``dead-letter-strategy``, RabbitMQ's
+   rabbit_fifo_dlx_worker): the machine holds the message (`DeadLetter.held`) and the
+   queue's `DeadLetterWorker` sends it. The worker remembers which target queues took it,
+   so a retry goes only to the others; once every target has it, and the log is durable
+   as far as their records, it tells the machine (`SettleDeadLetter`, batched per loop
+   turn). A message that routes nowhere (no exchange, no binding, the queue gone) or that
+   a target refuses (its length limit) stays held and is sent again every
+   `RETRY_INTERVAL_S`, so a target may see it twice, as the guide warns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from warren.amqp.content import Message, encode_properties
 from warren.amqp.table import Typed
 from warren.errors import AmqpError
-from warren.queue import REJECTED, Enqueue, Entry
+from warren.queue import REJECTED, REJECTED_REPLY, DeadLetter, Enqueue, Entry, SettleDeadLetter
 from warren.runtime.paging import resident
 
 if TYPE_CHECKING:
@@ -34,34 +43,124 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.deadletter")
 
+# how often a held message that some target did not take is sent again
+RETRY_INTERVAL_S: Final = 1.0
 
-def dead_letter(host: QueueHost, entry: Entry, reason: str) -> None:
+
+def dead_letter(host: QueueHost, entry: Entry, reason: str, taken: set[str] | None = None) -> bool:
+    """Publish the dead copy of `entry` to the queues it routes to, except those in `taken`
+    (which gains the ones that take it now). True when every queue it routes to has it;
+    False when it routes nowhere or a queue refused it."""
     settings = host.machine.settings
     exchange = settings.dead_letter_exchange
     if exchange is None:
-        return
+        return False
     message = resident(host, entry)
     record = host.record
     vhost = host.broker.vhosts.get(record.vhost)
     if vhost is None:
-        return
+        return False
     dead, routing_keys = _dead_message(
         message, reason, record.name, exchange, settings.dead_letter_routing_key
     )
     try:
         queues = vhost.route(exchange, routing_keys, dead.properties.headers)
     except AmqpError:
-        log.debug("dead-letter exchange %r of queue %r is missing: dropped", exchange, record.name)
-        return
+        log.debug("dead-letter exchange %r of queue %r is missing", exchange, record.name)
+        return False
     deaths = _deaths(dead.properties.headers)
     size = len(dead.body)
+    complete = bool(queues)
     for name in queues:
+        if taken is not None and name in taken:
+            continue
         if reason != REJECTED and _is_cycle(name, deaths):
             log.debug("dead-letter cycle through queue %r: message dropped", name)
             continue
         target = host.broker.queue(record.vhost, name)
-        if target is not None:
-            target.apply(Enqueue(dead, size, None, dead.properties.priority or 0))
+        enqueue = Enqueue(dead, size, None, dead.properties.priority or 0)
+        if target is None or target.apply(enqueue) is REJECTED_REPLY:
+            complete = False
+        elif taken is not None:
+            taken.add(name)
+    return complete
+
+
+class DeadLetterWorker:
+    """Sends one queue's held dead-lettered messages and settles them (see point 5)."""
+
+    __slots__ = ("_complete", "_logged", "_retry", "_settle", "_taken", "host")
+
+    def __init__(self, host: QueueHost) -> None:
+        self.host = host
+        self._taken: dict[int, set[str]] = {}  # msg_id -> target queues that have it
+        self._complete: set[int] = set()  # every target has it: waiting for the log or a turn
+        self._logged: list[tuple[int, int]] = []  # (log sequence, msg_id), in log order
+        self._settle: list[int] = []  # settled on the next loop turn
+        self._retry: asyncio.TimerHandle | None = None
+
+    def send(self, dead: DeadLetter) -> None:
+        msg_id = dead.entry.msg_id
+        durability = self.host.broker.durability
+        logged_from = durability.log.next_sequence if durability is not None else 0
+        taken = self._taken.setdefault(msg_id, set())
+        complete = dead_letter(self.host, dead.entry, dead.reason, taken)
+        if durability is not None and durability.log.next_sequence != logged_from:
+            self._logged.append((durability.log.next_sequence - 1, msg_id))
+            durability.wait(self)
+        if not complete:
+            self._retry_later()
+            return
+        del self._taken[msg_id]
+        self._complete.add(msg_id)
+        if not any(logged_id == msg_id for _, logged_id in self._logged):
+            self._settle_soon(msg_id)
+
+    def durable_reached(self, durable_sequence: int) -> bool:
+        """The log is durable up to `durable_sequence`: settle what only waited for that."""
+        logged = self._logged
+        done = 0
+        while done < len(logged) and logged[done][0] <= durable_sequence:
+            done += 1
+        released, self._logged = logged[:done], logged[done:]
+        waiting = {msg_id for _, msg_id in self._logged}
+        for _, msg_id in released:
+            if msg_id in self._complete and msg_id not in waiting:
+                self._settle_soon(msg_id)
+        return bool(self._logged)
+
+    def _settle_soon(self, msg_id: int) -> None:
+        if not self._settle:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._settle.append(msg_id)
+
+    def _flush(self) -> None:
+        msg_ids, self._settle = self._settle, []
+        self._complete.difference_update(msg_ids)
+        if self.host.broker.queue(self.host.record.vhost, self.host.name) is self.host:
+            self.host.apply(SettleDeadLetter(msg_ids))
+
+    def _retry_later(self) -> None:
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(RETRY_INTERVAL_S, self._resend)
+
+    def _resend(self) -> None:
+        """Send again what is held, out and not yet taken by every target."""
+        self._retry = None
+        in_flight = self.host.machine.dead_letters_in_flight()
+        held = {dead.entry.msg_id for dead in in_flight}
+        self._taken = {msg_id: taken for msg_id, taken in self._taken.items() if msg_id in held}
+        for dead in in_flight:
+            if dead.entry.msg_id not in self._complete:
+                self.send(dead)
+
+    def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        durability = self.host.broker.durability
+        if durability is not None:
+            durability.forget(self)
 
 
 def _dead_message(

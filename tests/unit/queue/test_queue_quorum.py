@@ -1,0 +1,249 @@
+"""The queue machine with a quorum queue's settings: requeue position, fetches counted as
+consumers, and at-least-once dead-lettering (held messages, prefetch, settlement)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from warren.amqp.table import Typed
+from warren.model import QueueRecord
+from warren.model.policy import effective_settings
+from warren.model.settings import DeadLetterStrategy, Overflow, QueueSettings
+from warren.queue import (
+    DELIVERY_LIMIT,
+    REJECTED,
+    REJECTED_REPLY,
+    Command,
+    Configure,
+    DeadLetter,
+    Discard,
+    Dropped,
+    Enqueue,
+    Get,
+    Got,
+    Meta,
+    QueueMachine,
+    Return,
+    Settle,
+    SettleDeadLetter,
+)
+
+NOW = Meta(now_ms=0)
+
+
+def quorum_settings(**arguments: object) -> QueueSettings:
+    """What `effective_settings` gives a quorum queue with these arguments, no policy."""
+    typed = {"x-queue-type": Typed("S", "quorum")}
+    for key, value in arguments.items():
+        typed[key] = Typed("S" if isinstance(value, str) else "l", value)
+    record = QueueRecord("q", "/", True, None, False, typed)
+    return effective_settings(record, None, None, dead_letter_prefetch=2)
+
+
+AT_LEAST_ONCE = {
+    "x-dead-letter-exchange": "dlx",
+    "x-dead-letter-strategy": "at-least-once",
+    "x-overflow": "reject-publish",
+}
+
+
+def machine(settings: QueueSettings) -> QueueMachine:
+    return QueueMachine("q", settings=settings)
+
+
+def enqueue(queue: QueueMachine, *bodies: str) -> list[int]:
+    ids = []
+    for body in bodies:
+        reply, _effects = queue.apply(NOW, Enqueue(body, 1))
+        assert isinstance(reply, int)
+        ids.append(reply)
+    return ids
+
+
+def get(queue: QueueMachine) -> Got:
+    reply, _effects = queue.apply(NOW, Get())
+    assert isinstance(reply, Got)
+    return reply
+
+
+def bodies_in_order(queue: QueueMachine) -> list[object]:
+    found = []
+    while True:
+        reply, _effects = queue.apply(NOW, Get(no_ack=True))
+        if reply is None:
+            return found
+        assert isinstance(reply, Got)
+        found.append(reply.entry.message)
+
+
+def test_the_quorum_type_sets_its_behaviour():
+    settings = quorum_settings()
+    assert settings.requeue_at_back
+    assert settings.delivery_count_header
+    assert settings.fetch_counts_as_consumer
+    assert not settings.global_qos
+    assert not quorum_settings(**{"x-delivery-limit": 3}).requeue_at_back
+    classic = effective_settings(QueueRecord("q", "/", True, None, False, {}), None, None)
+    assert not classic.requeue_at_back and classic.global_qos
+
+
+def test_at_least_once_needs_reject_publish_and_a_dead_letter_exchange():
+    assert quorum_settings(**AT_LEAST_ONCE).dead_letter_strategy is DeadLetterStrategy.AT_LEAST_ONCE
+    for missing in ("x-overflow", "x-dead-letter-exchange"):
+        arguments = {k: v for k, v in AT_LEAST_ONCE.items() if k != missing}
+        assert quorum_settings(**arguments).dead_letter_strategy is DeadLetterStrategy.AT_MOST_ONCE
+
+
+def test_a_returned_message_goes_to_the_back_without_a_delivery_limit():
+    queue = machine(quorum_settings())
+    enqueue(queue, "m1", "m2", "m3")
+    queue.apply(NOW, Return([get(queue).entry.msg_id]))
+    assert bodies_in_order(queue) == ["m2", "m3", "m1"]
+
+
+def test_a_returned_message_goes_to_the_head_with_a_delivery_limit():
+    queue = machine(quorum_settings(**{"x-delivery-limit": 5}))
+    enqueue(queue, "m1", "m2", "m3")
+    queue.apply(NOW, Return([get(queue).entry.msg_id]))
+    assert bodies_in_order(queue) == ["m1", "m2", "m3"]
+
+
+def test_a_message_is_delivered_limit_plus_one_times():
+    queue = machine(quorum_settings(**{"x-delivery-limit": 2}))
+    enqueue(queue, "m1")
+    counts = []
+    for _ in range(3):
+        got = get(queue)
+        counts.append(got.entry.delivery_count - 1)  # what x-delivery-count says
+        _reply, effects = queue.apply(NOW, Return([got.entry.msg_id]))
+    assert counts == [0, 1, 2]
+    assert [(type(e), e.reason) for e in effects] == [(Dropped, DELIVERY_LIMIT)]  # type: ignore[union-attr]
+
+
+def test_each_unsettled_fetch_counts_as_a_consumer():
+    queue = machine(quorum_settings())
+    enqueue(queue, "m1", "m2")
+    first, second = get(queue), get(queue)
+    assert queue.consumer_count == 2
+    queue.apply(NOW, Settle([first.entry.msg_id]))
+    queue.apply(NOW, Return([second.entry.msg_id]))
+    assert queue.consumer_count == 0
+
+
+def test_a_classic_queue_counts_no_fetch_as_a_consumer():
+    queue = machine(QueueSettings())
+    enqueue(queue, "m1")
+    get(queue)
+    assert queue.consumer_count == 0
+
+
+def discard_all(queue: QueueMachine) -> list[DeadLetter]:
+    """Fetch and reject every ready message; the dead-letter effects that went out."""
+    out: list[DeadLetter] = []
+    while queue.ready_count:
+        _reply, effects = queue.apply(NOW, Discard([get(queue).entry.msg_id]))
+        out += [e for e in effects if isinstance(e, DeadLetter)]
+    return out
+
+
+def test_at_least_once_holds_dead_letters_up_to_the_prefetch_until_settled():
+    queue = machine(quorum_settings(**AT_LEAST_ONCE))
+    ids = enqueue(queue, "m1", "m2", "m3")
+    out = discard_all(queue)
+    assert [(d.entry.msg_id, d.reason, d.held) for d in out] == [
+        (ids[0], REJECTED, True),
+        (ids[1], REJECTED, True),
+    ]
+    assert (queue.dead_letter_count, queue.dead_letter_bytes) == (3, 3)
+    assert [d.entry.msg_id for d in queue.dead_letters_in_flight()] == ids[:2]
+    reply, effects = queue.apply(NOW, SettleDeadLetter([ids[1], 999]))
+    assert reply == 1
+    assert [(type(e), e.entry.msg_id) for e in effects] == [(DeadLetter, ids[2])]  # type: ignore[union-attr]
+    assert [d.entry.msg_id for d in queue.dead_letters_in_flight()] == [ids[0], ids[2]]
+    queue.apply(NOW, SettleDeadLetter([ids[0], ids[2]]))
+    assert (queue.dead_letter_count, queue.dead_letter_bytes) == (0, 0)
+
+
+def test_held_dead_letters_count_against_the_length_limit():
+    queue = machine(quorum_settings(**AT_LEAST_ONCE, **{"x-max-length": 2}))
+    enqueue(queue, "m1", "m2")
+    discard_all(queue)
+    reply, _effects = queue.apply(NOW, Enqueue("m3", 1))
+    assert reply is REJECTED_REPLY
+    queue.apply(NOW, SettleDeadLetter([d.entry.msg_id for d in queue.dead_letters_in_flight()]))
+    reply, _effects = queue.apply(NOW, Enqueue("m3", 1))
+    assert isinstance(reply, int)
+
+
+def test_leaving_at_least_once_drops_what_is_held():
+    settings = quorum_settings(**AT_LEAST_ONCE)
+    queue = machine(settings)
+    ids = enqueue(queue, "m1", "m2", "m3")
+    discard_all(queue)
+    drop_head = dataclasses.replace(
+        settings, overflow=Overflow.DROP_HEAD, dead_letter_strategy=DeadLetterStrategy.AT_MOST_ONCE
+    )
+    _reply, effects = queue.apply(NOW, Configure(drop_head))
+    assert [(type(e), e.entry.msg_id, e.reason) for e in effects] == [  # type: ignore[union-attr]
+        (Dropped, msg_id, REJECTED) for msg_id in ids
+    ]
+    assert (queue.dead_letter_count, queue.dead_letters_in_flight()) == (0, [])
+
+
+COMMANDS = st.one_of(
+    st.tuples(st.just("enqueue")),
+    st.tuples(st.just("get")),
+    st.tuples(st.sampled_from(["settle", "return", "discard", "settle_dead"]), st.integers(0, 5)),
+    st.tuples(st.just("strategy"), st.booleans()),
+)
+
+
+def run(log: list[tuple]) -> list[object]:
+    """Fold a command log through a fresh at-least-once queue; every reply and effect, as
+    plain values, and the invariants checked after each step."""
+    base = quorum_settings(**AT_LEAST_ONCE, **{"x-max-length": 4})
+    queue = machine(base)
+    fetched: list[int] = []
+    seen: list[object] = []
+    for step in log:
+        command: Command
+        if step[0] == "enqueue":
+            command = Enqueue(f"m{queue.next_msg_id}", 1)
+        elif step[0] == "get":
+            command = Get()
+        elif step[0] == "strategy":
+            strategy = (
+                DeadLetterStrategy.AT_LEAST_ONCE if step[1] else DeadLetterStrategy.AT_MOST_ONCE
+            )
+            command = Configure(dataclasses.replace(base, dead_letter_strategy=strategy))
+        elif step[0] == "settle_dead":
+            out = [d.entry.msg_id for d in queue.dead_letters_in_flight()]
+            command = SettleDeadLetter(out[: step[1]])
+        else:
+            taken, fetched = fetched[: step[1]], fetched[step[1] :]
+            command = {"settle": Settle, "return": Return, "discard": Discard}[step[0]](taken)
+        reply, effects = queue.apply(NOW, command)
+        if isinstance(reply, Got):
+            fetched.append(reply.entry.msg_id)
+            reply = reply.entry.msg_id
+        seen.append(
+            (
+                reply,
+                [(type(e).__name__, getattr(e, "entry", None) and e.entry.msg_id) for e in effects],
+            )
+        )  # type: ignore[union-attr]
+        out_count = len(queue.dead_letters_in_flight())
+        assert out_count <= base.dead_letter_prefetch
+        if isinstance(command, Enqueue) and isinstance(reply, int):  # returns may go over
+            assert queue.ready_count + queue.dead_letter_count <= 4
+        assert queue.dead_letter_count >= out_count
+        assert queue.consumer_count == len(fetched)
+    return seen
+
+
+@given(st.lists(COMMANDS, max_size=40))
+def test_the_same_log_gives_the_same_replies_and_effects(log):
+    assert run(log) == run(log)
