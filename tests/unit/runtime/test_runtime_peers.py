@@ -4,6 +4,7 @@ messages, RPC with remote errors, reconnection and the partition hook."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import pickle
 import struct
@@ -46,12 +47,8 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
     async def body() -> None:
         nodes = await start_nodes("a", "b", "c")
         received: list[tuple[str, str, object]] = []
-        links: list[tuple[str, str, bool]] = []
         for name, peers in nodes.items():
-            peers.on_message(
-                lambda sender, message, name=name: received.append((name, sender, message))
-            )
-            peers.on_link(lambda node, up, name=name: links.append((name, node, up)))
+            peers.on_message(functools.partial(record, received, name))
         await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
         for x in nodes:
             for y in nodes:
@@ -74,6 +71,10 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         await close_all(nodes)
 
     run(body)
+
+
+def record(into: list[tuple[str, str, object]], name: str, sender: str, message: object) -> None:
+    into.append((name, sender, message))
 
 
 def test_rpc_answers_and_raises_remote_amqp_errors_as_themselves() -> None:

@@ -94,8 +94,9 @@ class _Link:
         self.closed = False
 
     def close(self) -> None:
+        """Drop the connection at once: what is still buffered is best effort anyway."""
         self.closed = True
-        self.writer.close()
+        self.writer.transport.abort()
 
 
 class Peers:
@@ -251,29 +252,33 @@ class Peers:
     async def _dial_loop(self, node: str) -> None:
         backoff = BACKOFF_MIN_S
         while node in self._addresses:
-            host, port = self._addresses[node]
-            try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), HANDSHAKE_TIMEOUT_S
-                )
-            except (OSError, TimeoutError) as error:
-                log.debug("dialing node %s at %s:%s failed: %r", node, host, port, error)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-                continue
-            try:
-                await asyncio.wait_for(
-                    self._handshake_dial(node, reader, writer), HANDSHAKE_TIMEOUT_S
-                )
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, _Refused) as error:
-                log.warning("handshake with node %s at %s:%s failed: %r", node, host, port, error)
-                writer.close()
+            link = await self._dial(node, *self._addresses[node])
+            if link is None:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
             backoff = BACKOFF_MIN_S
-            await self._run_link(_Link(node, reader, writer))
+            await self._run_link(link)
             await asyncio.sleep(BACKOFF_MIN_S)
+
+    async def _dial(self, node: str, host: str, port: int) -> _Link | None:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), HANDSHAKE_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as error:
+            log.debug("dialing node %s at %s:%s failed: %r", node, host, port, error)
+            return None
+        try:
+            await asyncio.wait_for(self._handshake_dial(node, reader, writer), HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, _Refused) as error:
+            log.warning("handshake with node %s at %s:%s failed: %r", node, host, port, error)
+            writer.transport.abort()
+            return None
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            raise
+        return _Link(node, reader, writer)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -287,7 +292,7 @@ class Peers:
             except (OSError, TimeoutError, asyncio.IncompleteReadError, _Refused) as error:
                 peer = writer.get_extra_info("peername")
                 log.warning("refused a node connection from %s: %r", peer, error)
-                writer.close()
+                writer.transport.abort()
                 return
             old = self._links.get(node)
             if old is not None:
@@ -296,7 +301,7 @@ class Peers:
             await self._run_link(_Link(node, reader, writer))
         except asyncio.CancelledError:
             # `close` cancels; asyncio's server callback would report a cancelled task
-            writer.close()
+            writer.transport.abort()
         finally:
             self._tasks.discard(task)
 
