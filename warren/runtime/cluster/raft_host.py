@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from warren.cluster.nodes import NodeNames
+from warren.cluster.raft_codec import EncodedMessage, decode_messages, encode_messages
 from warren.raft import (
     NO_NODE,
     Entry,
@@ -93,9 +94,10 @@ class GroupMachine(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RaftTraffic:
-    """One round's Raft messages from one node to another: (group id, message), in order."""
+    """One round's Raft messages from one node to another, in order, encoded by
+    `warren.cluster.raft_codec` (pickling tuples is far cheaper than dataclasses)."""
 
-    messages: tuple[tuple[str, Message], ...]
+    messages: tuple[EncodedMessage, ...]
 
 
 _Input = Message | Callable[[], object]
@@ -461,7 +463,7 @@ class RaftHost:
         groups = self._groups
         node_id = self.node_id
         try:
-            for group_id, message in payload.messages:
+            for group_id, message in decode_messages(payload.messages):
                 group = groups.get(group_id)
                 if group is not None and message.to == node_id:
                     group.step_or_queue(message)
@@ -545,7 +547,7 @@ class RaftHost:
                     "no name known for Raft node %s: %s messages dropped", node_id, len(messages)
                 )
                 continue
-            self.peers.send(name, RaftTraffic(tuple(messages)))
+            self.peers.send(name, RaftTraffic(encode_messages(messages)))
 
     def _fail(self, error: BaseException) -> None:
         if self.failure is not None:
