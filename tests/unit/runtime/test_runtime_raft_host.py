@@ -135,7 +135,9 @@ async def propose_all(node: Node, group_id: str, payloads: list[bytes]) -> list[
     return list(await asyncio.gather(*(group.propose(p) for p in payloads)))
 
 
-def test_three_hosts_elect_one_leader_that_everyone_knows(tmp_path: Path) -> None:
+def test_three_hosts_elect_one_leader_that_everyone_knows_and_it_can_hand_over(
+    tmp_path: Path,
+) -> None:
     async def body() -> None:
         nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
         leader = await leader_of(list(nodes.values()), "g")
@@ -152,6 +154,10 @@ def test_three_hosts_elect_one_leader_that_everyone_knows(tmp_path: Path) -> Non
         assert status["role"] == "leader" and status["leader"] == leader.name
         match_index = status["match_index"]
         assert isinstance(match_index, dict) and set(match_index) == {"a", "b", "c"}
+        target = next(n for n in nodes.values() if n is not leader)
+        assert not target.group("g").transfer(leader.name)  # only the leader hands over
+        assert leader.group("g").transfer(target.name)
+        await eventually(lambda: target.group("g").is_leader)
         await stop_all(nodes)
 
     run(body)
