@@ -1,0 +1,231 @@
+"""The node transport on real loopback sockets: links, the cookie handshake, batching of
+messages, RPC with remote errors, reconnection and the partition hook."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import pickle
+import struct
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from warren.errors import ReplyCode, SoftError, queue_not_found
+from warren.runtime.cluster.peers import MAGIC, Peers, PeerUnavailable, RemoteError
+
+COOKIE = "secret cookie"
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 15))
+
+
+async def start_nodes(*names: str, cookie: str = COOKIE) -> dict[str, Peers]:
+    nodes = {name: Peers(name, cookie, "127.0.0.1", 0, {}) for name in names}
+    for peers in nodes.values():
+        await peers.start()
+    for peers in nodes.values():
+        for other in nodes.values():
+            peers.set_address(other.node, "127.0.0.1", other.port)
+    return nodes
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def close_all(nodes: dict[str, Peers]) -> None:
+    for peers in nodes.values():
+        await peers.close()
+
+
+def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b", "c")
+        received: list[tuple[str, str, object]] = []
+        for name, peers in nodes.items():
+            peers.on_message(functools.partial(record, received, name))
+        await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        for x in nodes:
+            for y in nodes:
+                if x != y:
+                    nodes[x].send(y, ("hello", x, y))
+                    nodes[x].send(y, ("again", x, y))
+        await eventually(lambda: len(received) == 12)
+        assert sorted(received) == sorted(
+            (y, x, (word, x, y))
+            for x in nodes
+            for y in nodes
+            if x != y
+            for word in ("hello", "again")
+        )
+        # per sender, order holds
+        assert [m for r, s, m in received if (r, s) == ("b", "a")] == [
+            ("hello", "a", "b"),
+            ("again", "a", "b"),
+        ]
+        await close_all(nodes)
+
+    run(body)
+
+
+def record(into: list[tuple[str, str, object]], name: str, sender: str, message: object) -> None:
+    into.append((name, sender, message))
+
+
+def test_rpc_answers_and_raises_remote_amqp_errors_as_themselves() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b")
+
+        async def handler(sender: str, request: object) -> object:
+            if request == "missing":
+                raise queue_not_found("q", "/")
+            if request == "bug":
+                raise KeyError("oops")
+            return (sender, request, "done")
+
+        nodes["a"].serve(handler)
+        nodes["b"].serve(handler)
+        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        assert await nodes["b"].call("a", "work") == ("b", "work", "done")
+        assert await nodes["a"].call("b", 42) == ("a", 42, "done")
+        with pytest.raises(SoftError) as raised:
+            await nodes["b"].call("a", "missing")
+        assert raised.value.code is ReplyCode.NOT_FOUND
+        assert raised.value.text == "NOT_FOUND - no queue 'q' in vhost '/'"
+        with pytest.raises(RemoteError, match="oops"):
+            await nodes["a"].call("b", "bug")
+        await close_all(nodes)
+
+    run(body)
+
+
+def test_a_call_to_a_dead_node_raises_peer_unavailable() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b")
+
+        async def slow(sender: str, request: object) -> object:
+            await asyncio.sleep(10)
+            return None
+
+        nodes["b"].serve(slow)
+        await eventually(lambda: nodes["a"].connected("b"))
+        with pytest.raises(PeerUnavailable, match="no answer"):
+            await nodes["a"].call("b", "x", timeout=0.1)
+        pending = asyncio.ensure_future(nodes["a"].call("b", "x"))
+        await asyncio.sleep(0.05)
+        await nodes["b"].close()
+        with pytest.raises(PeerUnavailable, match="link down"):
+            await pending
+        await eventually(lambda: not nodes["a"].connected("b"))
+        with pytest.raises(PeerUnavailable, match="not connected"):
+            await nodes["a"].call("b", "x")
+        with pytest.raises(PeerUnavailable, match="not connected"):
+            await nodes["a"].call("nobody", "x")
+        await nodes["a"].close()
+
+    run(body)
+
+
+def test_a_node_without_the_cookie_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    async def body() -> None:
+        good = await start_nodes("b", "c")
+        bad = Peers("a", "wrong cookie", "127.0.0.1", 0, {"b": ("127.0.0.1", good["b"].port)})
+        await bad.start()
+        received: list[object] = []
+        good["b"].on_message(lambda sender, message: received.append(message))
+        await eventually(lambda: good["b"].connected("c"))
+        await asyncio.sleep(0.3)  # several dial attempts
+        assert not bad.connected("b") and not good["b"].connected("a")
+        bad.send("b", "let me in")
+        # Something that does not check the acceptor's proof and sends a wrong one of its own.
+        reader, writer = await asyncio.open_connection("127.0.0.1", good["b"].port)
+        hello = MAGIC + b"n" * 16 + b"a"
+        writer.write(struct.pack(">I", len(hello)) + hello)
+        await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
+        writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([(0, "let me in")]))
+        assert await reader.read() == b""  # closed, nothing unpickled
+        writer.close()
+        assert received == [] and not good["b"].connected("a")
+        await bad.close()
+        await close_all(good)
+
+    with caplog.at_level(logging.WARNING, logger="warren.peers"):
+        run(body)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("handshake with node b" in m and "did not prove the cookie" in m for m in messages)
+    assert any("refused a node connection" in m and "did not prove" in m for m in messages)
+
+
+def test_a_connection_that_skips_the_handshake_is_refused() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("b")
+        received: list[object] = []
+        nodes["b"].on_message(lambda sender, message: received.append(message))
+        reader, writer = await asyncio.open_connection("127.0.0.1", nodes["b"].port)
+        writer.write(frame([(0, "hello")]))
+        assert await reader.read() == b""
+        writer.close()
+        assert received == []
+        await close_all(nodes)
+
+    run(body)
+
+
+def frame(items: list[tuple[object, ...]]) -> bytes:
+    payload = pickle.dumps(items, protocol=5)
+    return struct.pack(">I", len(payload)) + payload
+
+
+def test_a_dialer_reconnects_when_the_node_comes_back() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b")
+        changes: list[tuple[str, bool]] = []
+        nodes["a"].on_link(lambda node, up: changes.append((node, up)))
+        await eventually(lambda: nodes["a"].connected("b"))
+        port = nodes["b"].port
+        await nodes["b"].close()
+        await eventually(lambda: not nodes["a"].connected("b"))
+        await asyncio.sleep(0.3)  # a few failed dials with backoff
+        again = Peers("b", COOKIE, "127.0.0.1", port, {})
+        got: list[object] = []
+        again.on_message(lambda sender, message: got.append(message))
+        await again.start()
+        await eventually(lambda: nodes["a"].connected("b"))
+        nodes["a"].send("b", "welcome back")
+        await eventually(lambda: got == ["welcome back"])
+        assert changes[:3] == [("b", True), ("b", False), ("b", True)]
+        await again.close()
+        await nodes["a"].close()
+
+    run(body)
+
+
+def test_a_partition_drops_traffic_until_it_heals() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b")
+        got: list[object] = []
+        changes: list[tuple[str, bool]] = []
+        nodes["b"].on_message(lambda sender, message: got.append(message))
+        nodes["a"].on_link(lambda node, up: changes.append((node, up)))
+        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        nodes["b"].partition({"a"})  # b drops what a sends
+        nodes["a"].send("b", "lost")
+        nodes["a"].partition({"b"})
+        nodes["a"].send("b", "not sent")
+        assert not nodes["a"].connected("b")
+        with pytest.raises(PeerUnavailable):
+            await nodes["a"].call("b", "x")
+        await asyncio.sleep(0.05)
+        nodes["a"].partition(set())
+        nodes["b"].partition(set())
+        nodes["a"].send("b", "after")
+        await eventually(lambda: got == ["after"])
+        assert changes == [("b", True), ("b", False), ("b", True)]
+        await close_all(nodes)
+
+    run(body)

@@ -1,0 +1,337 @@
+"""Raft hosts on real loopback sockets and real WALs in one process: elections, replication
+of many groups, leader loss, restart from the directory, snapshot catch-up, membership
+changes and a failing WAL."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from warren.runtime.cluster.peers import Peers
+from warren.runtime.cluster.raft_host import (
+    HostStopped,
+    NotLeader,
+    RaftGroup,
+    RaftHost,
+)
+from warren.storage.log import LogFailed
+
+COOKIE = "raft cookie"
+TICK_MS = 20
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))
+
+
+class Recorder:
+    """A machine that remembers what it applied, in order."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[int, bytes]] = []
+        self.restores = 0
+        self.roles: list[tuple[bool, str | None]] = []
+
+    def apply(self, index: int, data: bytes) -> object:
+        self.applied.append((index, data))
+        return len(self.applied)
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps(self.applied)
+
+    def restore(self, data: bytes) -> None:
+        self.applied = pickle.loads(data)
+        self.restores += 1
+
+    def role_changed(self, leader: bool, leader_node: str | None) -> None:
+        self.roles.append((leader, leader_node))
+
+    @property
+    def payloads(self) -> list[bytes]:
+        return [data for _index, data in self.applied]
+
+
+class Node:
+    """One node: its Peers and its RaftHost on a directory of its own."""
+
+    def __init__(self, name: str, directory: Path, snapshot_entries: int) -> None:
+        self.name = name
+        self.directory = directory
+        self.snapshot_entries = snapshot_entries
+        self.machines: dict[str, Recorder] = {}
+
+    async def start(self) -> None:
+        self.peers = Peers(self.name, COOKIE, "127.0.0.1", 0, {})
+        await self.peers.start()
+        self.host = RaftHost(
+            self.name,
+            self.peers,
+            self.directory,
+            tick_ms=TICK_MS,
+            snapshot_entries=self.snapshot_entries,
+            rng=random.Random(self.name),
+        )
+        await self.host.start()
+
+    async def stop(self) -> None:
+        await self.host.close()
+        await self.peers.close()
+
+    def add_group(self, group_id: str, members: list[str] | None) -> RaftGroup:
+        self.machines[group_id] = Recorder()
+        return self.host.add_group(group_id, self.machines[group_id], members)
+
+    def group(self, group_id: str) -> RaftGroup:
+        group = self.host.group(group_id)
+        assert group is not None
+        return group
+
+
+async def cluster(
+    tmp_path: Path, names: list[str], groups: list[str], snapshot_entries: int = 4096
+) -> dict[str, Node]:
+    nodes = {name: Node(name, tmp_path / name, snapshot_entries) for name in names}
+    for node in nodes.values():
+        await node.start()
+    connect(list(nodes.values()))
+    for node in nodes.values():
+        for group_id in groups:
+            node.add_group(group_id, names)
+    return nodes
+
+
+def connect(nodes: list[Node]) -> None:
+    for node in nodes:
+        for other in nodes:
+            node.peers.set_address(other.name, "127.0.0.1", other.peers.port)
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def leader_of(nodes: list[Node], group_id: str, timeout_s: float = 5.0) -> Node:
+    def leaders() -> list[Node]:
+        return [n for n in nodes if n.group(group_id).is_leader]
+
+    await eventually(lambda: len(leaders()) == 1, timeout_s)
+    return leaders()[0]
+
+
+async def stop_all(nodes: dict[str, Node]) -> None:
+    for node in nodes.values():
+        await node.stop()
+
+
+async def propose_all(node: Node, group_id: str, payloads: list[bytes]) -> list[object]:
+    group = node.group(group_id)
+    return list(await asyncio.gather(*(group.propose(p) for p in payloads)))
+
+
+def test_three_hosts_elect_one_leader_that_everyone_knows_and_it_can_hand_over(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        leader = await leader_of(list(nodes.values()), "g")
+        await eventually(lambda: all(n.group("g").leader == leader.name for n in nodes.values()))
+        assert leader.machines["g"].roles[-1] == (True, leader.name)
+        for node in nodes.values():
+            assert node.group("g").members == ["a", "b", "c"]
+            if node is not leader:
+                assert node.machines["g"].roles[-1] == (False, leader.name)
+                with pytest.raises(NotLeader) as raised:
+                    await node.group("g").propose(b"x")
+                assert raised.value.leader == leader.name
+        status = leader.group("g").status()
+        assert status["role"] == "leader" and status["leader"] == leader.name
+        match_index = status["match_index"]
+        assert isinstance(match_index, dict) and set(match_index) == {"a", "b", "c"}
+        target = next(n for n in nodes.values() if n is not leader)
+        assert not target.group("g").transfer(leader.name)  # only the leader hands over
+        assert leader.group("g").transfer(target.name)
+        await eventually(lambda: target.group("g").is_leader)
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_two_groups_commit_1000_proposals_each_in_the_same_order_everywhere(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g1", "g2"])
+        every = list(nodes.values())
+        leaders = [await leader_of(every, "g1"), await leader_of(every, "g2")]
+        payloads = {g: [b"%s-%d" % (g.encode(), i) for i in range(1000)] for g in ("g1", "g2")}
+        results = await asyncio.gather(
+            propose_all(leaders[0], "g1", payloads["g1"]),
+            propose_all(leaders[1], "g2", payloads["g2"]),
+        )
+        for group_id, result in zip(("g1", "g2"), results, strict=True):
+            assert result == list(range(1, 1001))  # apply's return value, on the leader
+            machines = [n.machines[group_id] for n in every]
+            await eventually(lambda m=machines: all(len(x.applied) == 1000 for x in m))  # type: ignore[misc]
+            sequences = [machine.applied for machine in machines]
+            assert sequences[0] == sequences[1] == sequences[2]
+            assert [data for _i, data in sequences[0]] == payloads[group_id]
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_a_new_leader_takes_over_when_the_leader_is_cut_off(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        old = await leader_of(every, "g")
+        await propose_all(old, "g", [b"before"])
+        others = [n for n in every if n is not old]
+        old.peers.partition({n.name for n in others})
+        for node in others:
+            node.peers.partition({old.name})
+        stranded = old.group("g").propose(b"stranded")
+        new = await leader_of(others, "g", timeout_s=2.0)
+        assert await propose_all(new, "g", [b"after"]) == [2]
+        with pytest.raises(NotLeader):
+            await stranded  # check-quorum: the cut-off leader steps down
+        for node in every:
+            node.peers.partition(set())
+        await eventually(
+            lambda: all(n.machines["g"].payloads == [b"before", b"after"] for n in every)
+        )
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_proposals_go_on_when_the_leader_host_stops(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        old = await leader_of(every, "g")
+        await propose_all(old, "g", [b"one"])
+        await old.stop()
+        others = [n for n in every if n is not old]
+        new = await leader_of(others, "g", timeout_s=2.0)
+        await propose_all(new, "g", [b"two", b"three"])
+        await eventually(
+            lambda: all(n.machines["g"].payloads == [b"one", b"two", b"three"] for n in others)
+        )
+        for node in others:
+            await node.stop()
+
+    run(body)
+
+
+def test_a_restarted_host_recovers_its_groups_and_catches_up(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g", "h"], snapshot_entries=50)
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        follower = next(n for n in every if n is not leader)
+        first = [b"%d" % i for i in range(120)]
+        await propose_all(leader, "g", first)
+        await eventually(lambda: follower.machines["g"].payloads == first)
+        assert follower.group("g").status()["snapshot_index"] > 0  # type: ignore[operator]
+        await follower.stop()
+        second = [b"x%d" % i for i in range(30)]
+        await propose_all(leader, "g", second)
+
+        await follower.start()
+        connect(every)
+        assert follower.host.recovered_groups() == ["g", "h"]
+        follower.add_group("g", None)
+        machine = follower.machines["g"]
+        assert machine.restores == 1  # from the WAL's snapshot, before any message
+        await eventually(lambda: machine.payloads == first + second)
+        assert follower.host.recovered_groups() == ["h"]
+        follower.host.remove_group("h")
+        assert follower.host.recovered_groups() == []
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_a_far_behind_follower_catches_up_by_snapshot(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"], snapshot_entries=40)
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        behind = next(n for n in every if n is not leader)
+        for node in every:
+            node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
+        payloads = [b"%d" % i for i in range(200)]
+        await propose_all(leader, "g", payloads)
+        assert leader.group("g").status()["snapshot_index"] > 40  # type: ignore[operator]
+        for node in every:
+            node.peers.partition(set())
+        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        assert behind.machines["g"].restores == 1
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_a_member_joins_as_learner_is_promoted_and_another_leaves(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        await propose_all(leader, "g", [b"early"])
+        newcomer = Node("d", tmp_path / "d", 4096)
+        await newcomer.start()
+        every.append(newcomer)
+        connect(every)
+        newcomer.add_group("g", None)
+        await asyncio.wait_for(leader.group("g").add_member("d"), 5)
+        assert leader.group("g").status()["voters"] == ["a", "b", "c", "d"]
+        leaving = next(n for n in every if n is not leader and n is not newcomer)
+        await asyncio.wait_for(leader.group("g").remove_member(leaving.name), 5)
+        await propose_all(leader, "g", [b"late"])
+        await eventually(lambda: newcomer.machines["g"].payloads == [b"early", b"late"])
+        assert leader.group("g").members == sorted({"a", "b", "c", "d"} - {leaving.name})
+        for node in every:
+            await node.stop()
+
+    run(body)
+
+
+def test_a_failed_wal_sync_stops_the_host_without_acknowledging(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        failures: list[BaseException] = []
+        sent: list[object] = []
+
+        def stopped(error: BaseException) -> None:
+            failures.append(error)
+            sent.clear()  # what was sent before the failure was promised by earlier syncs
+
+        leader.host._on_failure = stopped
+
+        def broken_sync(batch: object) -> int:
+            raise LogFailed("disk gone")
+
+        leader.host.wal.sync_batch = broken_sync  # type: ignore[method-assign]
+        leader.peers.send = lambda node, message: sent.append(message)  # type: ignore[method-assign]
+        proposal = leader.group("g").propose(b"never")
+        with pytest.raises(HostStopped, match="disk gone"):
+            await proposal
+        assert isinstance(failures[0], LogFailed)
+        await asyncio.sleep(5 * TICK_MS / 1000)
+        assert sent == []  # not even heartbeats once the host stopped
+        assert leader.machines["g"].payloads == []
+        with pytest.raises(HostStopped):
+            await leader.group("g").propose(b"later")
+        await stop_all(nodes)
+
+    run(body)

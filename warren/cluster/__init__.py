@@ -1,0 +1,1 @@
+"""The pure side of a cluster: node identities, membership, placement. No I/O."""

@@ -1,0 +1,35 @@
+"""Node names and the integer ids Raft knows them by.
+
+Theory of operation:
+1. A node is named by a string (`--node-name`); `warren.raft` wants positive ints. The id
+   is the CRC-32 of the UTF-8 name plus one: stable across processes and versions (no hash
+   seed), positive, and the same on every node without any exchange.
+2. Two names may collide (one pair in about 2^32); `NodeNames` refuses the second name
+   rather than confuse two nodes.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+
+def node_id(name: str) -> int:
+    return zlib.crc32(name.encode("utf-8")) + 1
+
+
+class NodeNames:
+    """The reverse map: ids back to the names seen so far."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+
+    def add(self, name: str) -> int:
+        """Remember `name`; its id. ValueError if another known name has the same id."""
+        identity = node_id(name)
+        known = self._names.setdefault(identity, name)
+        if known != name:
+            raise ValueError(f"node names {known!r} and {name!r} have the same id {identity}")
+        return identity
+
+    def name(self, identity: int) -> str | None:
+        return self._names.get(identity)

@@ -1,0 +1,598 @@
+"""Every Raft group of a node, driven on one write-ahead log and one transport.
+
+Theory of operation:
+1. A `RaftHost` owns the node's `RaftWal` (under `directory`), the `warren.raft` nodes of
+   the groups it hosts (one `RaftGroup` each, with the application's `GroupMachine`) and
+   uses the node's `Peers`. Raft knows nodes by int ids (`warren.cluster.nodes.node_id`);
+   the host maps them back to names it has seen (its own, the peers', members it was
+   given, senders of messages).
+2. Rounds (the order is `warren.raft.Ready`'s, for all groups at once): take `ready()` of
+   every group touched since the last round that has one, append all their snapshots,
+   entries and hard states to the WAL, seal, and sync ONCE on a worker thread while the
+   event loop goes on. When the sync returns: reclaim WAL space, send every message (one
+   `RaftTraffic` per destination node per round), restore snapshots and apply committed
+   entries to the machines (resolving the proposers' futures), `advance`, and start the
+   next round if anything is ready. At most one round is in flight.
+3. The core forbids `step`, `tick` and `propose` between `ready()` and `advance()`. A
+   group whose ready is in flight queues its inputs (messages, ticks, proposals,
+   membership changes) in its inbox and steps them right after `advance`; other groups
+   take inputs at once and join the next round.
+4. Time: every group ticks every `tick_ms`; elections take `election_ticks` to
+   2 * `election_ticks` ticks.
+5. A group is compacted (`RaftNode.compact` with `machine.snapshot()`) once more than
+   `snapshot_entries` applied entries follow its snapshot; the snapshot rides on the next
+   round's sync and the WAL then retires the segments it made dead.
+6. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
+   membership survives a restart before anything is compacted. A recovered group waits in
+   memory until `add_group` claims it (or `remove_group` drops it).
+7. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
+   critical, nothing is sent, applied or acknowledged any more, every waiting proposal
+   fails with the error, and `on_failure` is called: the node must stop and recover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from warren.cluster.nodes import NodeNames
+from warren.cluster.raft_codec import EncodedMessage, decode_messages, encode_messages
+from warren.raft import (
+    NO_NODE,
+    Entry,
+    EntryKind,
+    HardState,
+    Membership,
+    MembershipChange,
+    Message,
+    RaftConfig,
+    RaftNode,
+    RandomSource,
+    Ready,
+    Role,
+    Snapshot,
+)
+from warren.runtime.cluster.peers import Peers
+from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
+
+log = logging.getLogger("warren.raft_host")
+
+
+class NotLeader(Exception):
+    """This node is not (or no longer) the group's leader; `leader` is the one it knows."""
+
+    def __init__(self, leader: str | None) -> None:
+        super().__init__(f"not the leader; the leader is {leader or 'unknown'}")
+        self.leader = leader
+
+
+class HostStopped(Exception):
+    """The Raft host was closed, or stopped because its WAL failed."""
+
+
+class GroupMachine(Protocol):
+    def apply(self, index: int, data: bytes) -> object:
+        """Apply a committed NORMAL entry; on the proposing node the result resolves the
+        proposal's future. Called in index order on every replica; must not raise."""
+
+    def snapshot(self) -> bytes:
+        """The state as of the last applied entry."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state by a snapshot's."""
+
+    def role_changed(self, leader: bool, leader_node: str | None) -> None:
+        """This node became or stopped being the leader, or the known leader changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftTraffic:
+    """One round's Raft messages from one node to another, in order, encoded by
+    `warren.cluster.raft_codec` (pickling tuples is far cheaper than dataclasses)."""
+
+    messages: tuple[EncodedMessage, ...]
+
+
+_Input = Message | Callable[[], object]
+
+
+class RaftGroup:
+    """One hosted Raft group. See the module docstring; create with `RaftHost.add_group`."""
+
+    def __init__(self, host: RaftHost, group_id: str, machine: GroupMachine, node: RaftNode):
+        self.group_id = group_id
+        self.machine = machine
+        self.node = node
+        self._host = host
+        self._in_flight: Ready | None = None
+        self._inbox: deque[_Input] = deque()
+        self._proposals: dict[int, tuple[int, asyncio.Future[object]]] = {}  # index: term, future
+        self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
+        self.removed = False
+
+    # --- the application's side ------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node.role is Role.LEADER
+
+    @property
+    def leader(self) -> str | None:
+        return self._host.name_of(self.node.leader_id)
+
+    @property
+    def members(self) -> list[str]:
+        return self._names(self.node.membership.members)
+
+    def propose(self, data: bytes) -> asyncio.Future[object]:
+        """Replicate `data`; the future resolves with `machine.apply`'s result once the
+        entry is committed and applied here. It fails at once with `NotLeader` on a
+        follower, and with `NotLeader` if this node loses leadership before the entry is
+        applied: the entry may still commit later under the next leader, so a retry may
+        apply it twice (commands must tolerate that, as RabbitMQ's do)."""
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self._host.failure is not None or self.removed:
+            future.set_exception(self._host.stopped_error())
+        elif not self.is_leader:
+            future.set_exception(NotLeader(self.leader))
+        else:
+            self.step_or_queue(lambda: self._propose(data, future))
+        return future
+
+    async def add_member(self, node: str) -> None:
+        """Add `node` as a learner and return once the leader has promoted it to voter.
+        One change at a time: waits while another is in progress. `NotLeader` off the
+        leader; the caller bounds the wait (a learner that never catches up stays one)."""
+        target = self._host.names.add(node)
+        while True:
+            membership = self.node.membership
+            if target in membership.voters:
+                return
+            self._require_leader()
+            if target not in membership.learners:
+                self._try_change(MembershipChange.ADD_LEARNER, target)
+            await asyncio.sleep(self._host.tick_s)
+
+    async def remove_member(self, node: str) -> None:
+        """Remove `node` and return once the change is committed (as `add_member`). A
+        leader that removes itself steps down."""
+        target = self._host.names.add(node)
+        while target in self.node.membership.members:
+            self._require_leader()
+            self._try_change(MembershipChange.REMOVE, target)
+            await asyncio.sleep(self._host.tick_s)
+
+    def transfer(self, node: str) -> bool:
+        """Hand leadership to voter `node`; False if this node is not the leader or `node`
+        is no voter. True means the transfer started (it is abandoned after an election
+        timeout if the target does not take over)."""
+        target = self._host.names.add(node)
+        if not self.is_leader or target not in self.node.membership.voters:
+            return False
+        if target == self.node.id:
+            return False
+        if self._in_flight is not None:
+            self._inbox.append(lambda: self.node.transfer_leadership(target))
+            return True
+        started = self.node.transfer_leadership(target)
+        self._after_input()
+        return started
+
+    def status(self) -> dict[str, object]:
+        node = self.node
+        raft_log = node.log
+        status: dict[str, object] = {
+            "group": self.group_id,
+            "role": node.role.value,
+            "term": node.term,
+            "leader": self.leader,
+            "commit": raft_log.commit_index,
+            "applied": raft_log.applied,
+            "last_index": raft_log.last_index,
+            "snapshot_index": raft_log.snapshot_index,
+            "members": self.members,
+            "voters": self._names(node.membership.voters),
+            "learners": self._names(node.membership.learners),
+        }
+        if self.is_leader:
+            status["match_index"] = {
+                self._host.name_of(node_id) or str(node_id): progress.match_index
+                for node_id, progress in sorted(node.progress.items())
+            }
+        return status
+
+    # --- inputs ----------------------------------------------------------------------------
+
+    def step_or_queue(self, item: _Input) -> None:
+        if self._in_flight is not None:
+            self._inbox.append(item)
+            return
+        self._do(item)
+        self._after_input()
+
+    def _do(self, item: _Input) -> None:
+        if isinstance(item, Message):
+            self.node.step(item)
+        else:
+            item()
+
+    def _after_input(self) -> None:
+        self._check_role()
+        self._host.touch(self)
+
+    def _propose(self, data: bytes, future: asyncio.Future[object]) -> None:
+        if future.done():
+            return  # the proposer gave up while the proposal waited in the inbox
+        index = self.node.propose(data)
+        if index is None:
+            future.set_exception(NotLeader(self.leader))
+        else:
+            self._proposals[index] = (self.node.term, future)
+
+    def _try_change(self, change: MembershipChange, target: int) -> None:
+        # Refused (None) while another change is uncommitted: the caller polls again.
+        if self._in_flight is None and self.node.propose_membership(change, target) is not None:
+            self._after_input()
+
+    def _require_leader(self) -> None:
+        if self._host.failure is not None or self.removed:
+            raise self._host.stopped_error()
+        if not self.is_leader:
+            raise NotLeader(self.leader)
+
+    # --- rounds ----------------------------------------------------------------------------
+
+    def take_ready(self) -> Ready | None:
+        """This group's part of a round, or None if it has nothing to do."""
+        if not self.node.has_ready():
+            return None
+        self._in_flight = ready = self.node.ready()
+        return ready
+
+    def finish(self, ready: Ready) -> None:
+        """Apply a synced ready (after its messages were sent), advance, take queued inputs."""
+        machine = self.machine
+        if ready.snapshot is not None:
+            machine.restore(ready.snapshot.data)
+        proposals = self._proposals
+        for entry in ready.committed:
+            result = (
+                machine.apply(entry.index, entry.data) if entry.kind is EntryKind.NORMAL else None
+            )
+            proposal = proposals.pop(entry.index, None) if proposals else None
+            if proposal is not None and not proposal[1].done():
+                if proposal[0] == entry.term:
+                    proposal[1].set_result(result)
+                else:
+                    proposal[1].set_exception(NotLeader(self.leader))
+        self.node.advance(ready)
+        self._in_flight = None
+        inbox = self._inbox
+        for _ in range(len(inbox)):
+            self._do(inbox.popleft())
+        self._maybe_compact()
+        self._after_input()
+
+    def _maybe_compact(self) -> None:
+        raft_log = self.node.log
+        applied = raft_log.applied
+        if applied - raft_log.snapshot_index <= self._host.snapshot_entries:
+            return
+        if applied > raft_log.stable_index:
+            return  # not yet: compaction needs the entry on disk
+        snapshot = self.node.compact(applied, self.machine.snapshot())
+        self._host.save_snapshot(self.group_id, snapshot)
+
+    def _check_role(self) -> None:
+        role = (self.node.role is Role.LEADER, self.node.leader_id)
+        if role == self._role:
+            return
+        was_leader = self._role[0]
+        self._role = role
+        if was_leader and not role[0]:
+            self.fail_proposals(NotLeader(self.leader))
+        self.machine.role_changed(role[0], self.leader)
+
+    def fail_proposals(self, error: Exception) -> None:
+        proposals, self._proposals = self._proposals, {}
+        for _term, future in proposals.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def _names(self, node_ids: Collection[int]) -> list[str]:
+        return sorted(self._host.name_of(node_id) or str(node_id) for node_id in node_ids)
+
+
+class RaftHost:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        node: str,
+        peers: Peers,
+        directory: Path,
+        *,
+        tick_ms: int = 100,
+        election_ticks: int = 10,
+        snapshot_entries: int = 4096,
+        rng: RandomSource | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.node = node
+        self.peers = peers
+        self.directory = Path(directory)
+        self.tick_s = tick_ms / 1000
+        self.election_ticks = election_ticks
+        self.snapshot_entries = snapshot_entries
+        self.names = NodeNames()
+        self.node_id = self.names.add(node)
+        self._rng: RandomSource = rng if rng is not None else random.Random()
+        self._on_failure = on_failure
+        self._wal: RaftWal | None = None
+        self._recovered: dict[str, GroupState] = {}
+        self._groups: dict[str, RaftGroup] = {}
+        self._touched: dict[RaftGroup, None] = {}  # groups that may have a ready, in order
+        self._scheduled = False  # a `_start_round` callback is queued
+        self._syncing: asyncio.Future[int] | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-wal")
+        self._ticker: asyncio.Task[None] | None = None
+        self._closed = False
+        self.failure: BaseException | None = None
+        self.syncs = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._wal = wal = await loop.run_in_executor(self._executor, RaftWal.open, self.directory)
+        if not wal.report.clean:
+            log.warning("Raft WAL recovered with damage: %s", wal.report.summary())
+        self._recovered = wal.take_recovered()
+        for name in self.peers.nodes:
+            self.names.add(name)
+        self.peers.on_message(self._on_message)
+        self._ticker = loop.create_task(self._tick_loop())
+
+    def recovered_groups(self) -> list[str]:
+        """Groups found in the WAL that no `add_group` has claimed yet."""
+        return sorted(self._recovered)
+
+    async def close(self) -> None:
+        """Stop ticking, finish the round in flight, sync and close the WAL. Waiting
+        proposals fail with `HostStopped`."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        if self._syncing is not None:
+            await asyncio.wait([self._syncing])
+        for group in self._groups.values():
+            group.fail_proposals(HostStopped(f"Raft host {self.node} closed"))
+        if self._wal is not None:
+            wal = self._wal
+            closing = wal.close if self.failure is None else lambda: wal.log.close(flush=False)
+            await asyncio.get_running_loop().run_in_executor(self._executor, closing)
+        self._executor.shutdown(wait=False)
+
+    # --- groups ----------------------------------------------------------------------------
+
+    def add_group(
+        self, group_id: str, machine: GroupMachine, members: Collection[str] | None
+    ) -> RaftGroup:
+        """Host a group: as recovered from the WAL if it was; else a new group with
+        `members` as its voters; else (None) as a node that learns the membership from the
+        leader (it is added with `add_member` there)."""
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id!r} is already hosted")
+        if self._wal is None:
+            raise RuntimeError("RaftHost.start has not run")
+        config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
+        state = self._recovered.pop(group_id, None)
+        if state is not None:
+            node = _recovered_node(config, self._rng, state)
+            if node.snapshot is not None and node.snapshot.index > 0:
+                machine.restore(node.snapshot.data)
+        elif members is not None:
+            voters = frozenset(self.names.add(name) for name in members)
+            snapshot = Snapshot(0, 0, Membership(voters))
+            node = RaftNode(config, self._rng, snapshot=snapshot)
+            self.save_snapshot(group_id, snapshot)
+        else:
+            node = RaftNode(config, self._rng)
+        group = RaftGroup(self, group_id, machine, node)
+        self._groups[group_id] = group
+        self.touch(group)
+        return group
+
+    def remove_group(self, group_id: str) -> None:
+        """Stop hosting the group and drop its WAL records; waiting proposals fail."""
+        group = self._groups.pop(group_id, None)
+        if group is None and self._recovered.pop(group_id, None) is None:
+            return
+        if group is not None:
+            group.removed = True
+            self._touched.pop(group, None)
+            group.fail_proposals(HostStopped(f"group {group_id} removed from {self.node}"))
+        self.wal.drop_group(group_id)
+        self._kick()
+
+    def group(self, group_id: str) -> RaftGroup | None:
+        return self._groups.get(group_id)
+
+    # --- for the groups --------------------------------------------------------------------
+
+    def name_of(self, node_id: int) -> str | None:
+        return self.names.name(node_id) if node_id != NO_NODE else None
+
+    def touch(self, group: RaftGroup) -> None:
+        self._touched[group] = None
+        self._kick()
+
+    def save_snapshot(self, group_id: str, snapshot: Snapshot) -> None:
+        self.wal.save_snapshot(
+            group_id, snapshot.index, snapshot.term, snapshot.membership.encode(), snapshot.data
+        )
+        self._kick()
+
+    def stopped_error(self) -> Exception:
+        if self.failure is not None:
+            return HostStopped(f"Raft host {self.node} failed: {self.failure!r}")
+        return HostStopped(f"Raft host {self.node} closed, or the group was removed")
+
+    @property
+    def wal(self) -> RaftWal:
+        if self._wal is None:
+            raise RuntimeError("RaftHost.start has not run")
+        return self._wal
+
+    # --- inputs from outside ---------------------------------------------------------------
+
+    def _on_message(self, sender: str, payload: object) -> None:
+        if not isinstance(payload, RaftTraffic) or self._closed or self.failure is not None:
+            return
+        self.names.add(sender)
+        groups = self._groups
+        node_id = self.node_id
+        try:
+            for group_id, message in decode_messages(payload.messages):
+                group = groups.get(group_id)
+                if group is not None and message.to == node_id:
+                    group.step_or_queue(message)
+        except Exception as error:
+            self._fail(error)
+
+    async def _tick_loop(self) -> None:
+        while self.failure is None:
+            await asyncio.sleep(self.tick_s)
+            try:
+                for group in list(self._groups.values()):
+                    group.step_or_queue(group.node.tick)
+            except Exception as error:
+                self._fail(error)
+
+    # --- rounds ----------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        if not self._scheduled and self._syncing is None:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_round)
+
+    def _start_round(self) -> None:
+        self._scheduled = False
+        if self._syncing is not None or self.failure is not None or self._closed:
+            return
+        wal = self.wal
+        touched, self._touched = self._touched, {}
+        readies: list[tuple[RaftGroup, Ready]] = []
+        try:
+            for group in touched:
+                ready = group.take_ready()
+                if ready is not None:
+                    readies.append((group, ready))
+                    _persist(wal, group.group_id, ready)
+            batch = wal.seal()
+        except Exception as error:
+            self._fail(error)
+            return
+        if batch is None:
+            if readies:
+                self._finish_round(readies)
+            return
+        self._syncing = syncing = asyncio.get_running_loop().run_in_executor(
+            self._executor, wal.sync_batch, batch
+        )
+        syncing.add_done_callback(lambda done: self._synced(readies, done))
+
+    def _synced(self, readies: list[tuple[RaftGroup, Ready]], done: asyncio.Future[int]) -> None:
+        self._syncing = None
+        try:
+            done.result()
+        except BaseException as error:  # LogFailed, or a bug: durability is gone either way
+            self._fail(error)
+            return
+        self.syncs += 1
+        self._finish_round(readies)
+
+    def _finish_round(self, readies: list[tuple[RaftGroup, Ready]]) -> None:
+        try:
+            self.wal.reclaim()
+            self._send([(group, ready) for group, ready in readies if not group.removed])
+            for group, ready in readies:
+                if not group.removed:
+                    group.finish(ready)
+        except Exception as error:
+            self._fail(error)
+            return
+        if not self._closed:
+            self._kick()
+
+    def _send(self, readies: list[tuple[RaftGroup, Ready]]) -> None:
+        outgoing: dict[int, list[tuple[str, Message]]] = {}
+        for group, ready in readies:
+            for message in ready.messages:
+                outgoing.setdefault(message.to, []).append((group.group_id, message))
+        for node_id, messages in outgoing.items():
+            name = self.names.name(node_id)
+            if name is None:
+                log.debug(
+                    "no name known for Raft node %s: %s messages dropped", node_id, len(messages)
+                )
+                continue
+            self.peers.send(name, RaftTraffic(encode_messages(messages)))
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is not None:
+            return
+        self.failure = error
+        log.critical(
+            "Raft host %s stopped: %r; nothing more is sent, applied or acknowledged",
+            self.node,
+            error,
+            exc_info=error,
+        )
+        stopped = self.stopped_error()
+        for group in self._groups.values():
+            group.fail_proposals(stopped)
+        if self._on_failure is not None:
+            self._on_failure(error)
+
+
+def _persist(wal: RaftWal, group_id: str, ready: Ready) -> None:
+    snapshot = ready.snapshot
+    if snapshot is not None:
+        wal.save_snapshot(
+            group_id, snapshot.index, snapshot.term, snapshot.membership.encode(), snapshot.data
+        )
+    if ready.entries:
+        wal.append_entries(
+            group_id, [StoredEntry(e.index, e.term, e.kind.value, e.data) for e in ready.entries]
+        )
+    hard_state = ready.hard_state
+    if hard_state is not None:
+        wal.save_hard_state(group_id, hard_state.term, hard_state.vote, hard_state.commit)
+
+
+def _recovered_node(config: RaftConfig, rng: RandomSource, state: GroupState) -> RaftNode:
+    stored = state.snapshot
+    snapshot = (
+        Snapshot(stored.index, stored.term, Membership.decode(stored.membership), stored.data)
+        if stored is not None
+        else None
+    )
+    hard = state.hard_state
+    return RaftNode(
+        config,
+        rng,
+        hard_state=HardState(hard.term, hard.vote, hard.commit),
+        snapshot=snapshot,
+        entries=[Entry(e.term, e.index, EntryKind(e.kind), e.data) for e in state.entries],
+    )

@@ -1,0 +1,374 @@
+"""One write-ahead log per node for every Raft group it hosts.
+
+Theory of operation:
+1. `RaftWal` is the only writer of its `Log` (own directory). Every record names its
+   group (a string) and is one of: ENTRIES (a run of consecutive entries, each index, term,
+   kind, data), HARD_STATE (term, vote, commit), SNAPSHOT (index, term, the membership
+   bytes as the caller gave them, the application's data) or DROP (forget the group).
+   Encoding is plain `struct`, little-endian; the log adds the CRC and sequence number.
+2. Writes only append in memory. Durability is the log's group commit: `seal` on the
+   event loop, `sync_batch` on a worker thread (appends may go on meanwhile), then
+   `reclaim` back on the loop with no batch in flight. `sync` does all three at once.
+3. Replay (`open`) folds the records in order into one `GroupState` per group, with the
+   rules of `warren.raft.Storage`: an ENTRIES record at index i replaces stored entries
+   from i on; a SNAPSHOT drops the entries up to its index and keeps later ones only if
+   the stored entry at its index had the snapshot's term (InstallSnapshot receiver rules 6
+   and 7: a diverged log goes whole); a DROP forgets the group. The keep-or-drop decision
+   is taken when the snapshot is written and stored in the record, so replay never needs
+   an entry that space reclaim may have deleted since.
+4. Space: per group a ledger of which records are live: the latest HARD_STATE, the latest
+   SNAPSHOT, and ENTRIES records holding an entry after the snapshot not replaced by a
+   later append. Everything else is dead, a DROP record at once. A record becomes dead
+   only when the record that supersedes it is durable (a pending kill waits in `_kills`),
+   so a crash can never find the old record deleted and the new one lost. A sealed
+   segment with no live record is retired; the log deletes retired segments oldest first
+   only, which is what lets superseding records be dead themselves (see `warren.storage.
+   log`, point 6).
+5. The WAL knows nothing about Raft: it takes primitive values and never imports
+   `warren.raft`. Threads: as `Log` (only `sync_batch` may run on another thread).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT, Batch, Log, LogCorrupt, RecoveryReport
+
+__all__ = ["GroupState", "RaftWal", "StoredEntry", "StoredHardState", "StoredSnapshot"]
+
+
+class _Kind(enum.IntEnum):
+    ENTRIES = 1
+    HARD_STATE = 2
+    SNAPSHOT = 3
+    DROP = 4
+
+
+_HEAD: Final = struct.Struct("<BH")  # record kind, group id length; then the group id
+_COUNT: Final = struct.Struct("<I")
+_ENTRY: Final = struct.Struct("<QQBI")  # index, term, kind length, data length; kind, data
+_HARD_STATE: Final = struct.Struct("<QQQ")  # term, vote, commit
+_SNAPSHOT: Final = struct.Struct("<QQBII")  # index, term, keeps entries, membership, data lengths
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    index: int
+    term: int
+    kind: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHardState:
+    term: int = 0
+    vote: int = 0
+    commit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    index: int
+    term: int
+    membership: bytes
+    data: bytes
+
+
+@dataclass(slots=True)
+class GroupState:
+    """One group as replay found it: the entries follow the snapshot (if any) in order."""
+
+    hard_state: StoredHardState = field(default_factory=StoredHardState)
+    snapshot: StoredSnapshot | None = None
+    entries: list[StoredEntry] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """Which records of one group are live, and the terms of its stored entries."""
+
+    first_index: int = 1  # the index of terms[0]
+    terms: list[int] = field(default_factory=list)
+    # [first index, last index, segment id] of live ENTRIES records, in index order
+    entry_records: deque[list[int]] = field(default_factory=deque)
+    hard_state_segment: int = 0  # 0: none stored
+    snapshot_segment: int = 0
+    snapshot_index: int = 0
+    snapshot_term: int = 0
+
+    def term_at(self, index: int) -> int | None:
+        if index == self.snapshot_index and self.snapshot_segment:
+            return self.snapshot_term
+        offset = index - self.first_index
+        return self.terms[offset] if 0 <= offset < len(self.terms) else None
+
+
+class RaftWal:
+    """See the module docstring. Create with `RaftWal.open`."""
+
+    def __init__(self, log: Log, report: RecoveryReport) -> None:
+        self.log = log
+        self.report = report
+        self._ledgers: dict[str, _Ledger] = {}
+        self._live: dict[int, int] = {}  # segment id -> live records in it
+        self._kills: deque[tuple[int, int]] = deque()  # (killer sequence, victim segment)
+        self._recovered: dict[str, GroupState] = {}
+
+    @classmethod
+    def open(
+        cls, directory: str | Path, segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT
+    ) -> RaftWal:
+        """Open (or create) the WAL in `directory` and replay it (`take_recovered`)."""
+        log, report = Log.open(directory, segment_max_bytes)
+        wal = cls(log, report)
+        try:
+            for sequence, segment_id, _offset, payload in log.located_records():
+                wal._replay(sequence, segment_id, payload)
+            wal._kills_due()
+        except BaseException:
+            log.close(flush=False)
+            raise
+        return wal
+
+    def take_recovered(self) -> dict[str, GroupState]:
+        """The groups replay found, handed over once (later calls return nothing)."""
+        recovered, self._recovered = self._recovered, {}
+        return recovered
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def append_entries(self, group: str, entries: Sequence[StoredEntry]) -> None:
+        """Store consecutive entries; stored entries from `entries[0].index` on are replaced."""
+        if not entries:
+            return
+        parts = [_head(_Kind.ENTRIES, group), _COUNT.pack(len(entries))]
+        for entry in entries:
+            kind = entry.kind.encode("ascii")
+            parts.append(_ENTRY.pack(entry.index, entry.term, len(kind), len(entry.data)))
+            parts.append(kind)
+            parts.append(entry.data)
+        sequence, segment_id = self._append(b"".join(parts))
+        self._track_entries(self._ledger(group), entries, sequence, segment_id)
+
+    def save_hard_state(self, group: str, term: int, vote: int, commit: int) -> None:
+        sequence, segment_id = self._append(
+            _head(_Kind.HARD_STATE, group) + _HARD_STATE.pack(term, vote, commit)
+        )
+        self._track_hard_state(self._ledger(group), sequence, segment_id)
+
+    def save_snapshot(
+        self, group: str, index: int, term: int, membership: bytes, data: bytes
+    ) -> None:
+        """Store a snapshot in place of the entries up to `index` (module docstring, 3)."""
+        ledger = self._ledger(group)
+        keeps = ledger.term_at(index) == term
+        head = _SNAPSHOT.pack(index, term, keeps, len(membership), len(data))
+        sequence, segment_id = self._append(
+            b"".join((_head(_Kind.SNAPSHOT, group), head, membership, data))
+        )
+        self._track_snapshot(ledger, index, term, keeps, sequence, segment_id)
+
+    def drop_group(self, group: str) -> None:
+        """Forget the group: its records are dead once this record is durable."""
+        sequence, _segment_id = self._append(_head(_Kind.DROP, group))
+        self._track_drop(group, sequence)
+
+    def _append(self, payload: bytes) -> tuple[int, int]:
+        sequence = self.log.append(payload)
+        return sequence, self.log.active_segment_id
+
+    # --- group commit and space ------------------------------------------------------------
+
+    def seal(self) -> Batch | None:
+        return self.log.seal()
+
+    def sync_batch(self, batch: Batch) -> int:
+        """Write and sync a sealed batch (any thread); `LogFailed` if the disk refused."""
+        return self.log.sync_batch(batch)
+
+    def reclaim(self) -> list[int]:
+        """Apply kills whose killer is durable and retire sealed segments with no live
+        record; the segment ids deleted. Never while a batch is in flight."""
+        self._kills_due()
+        segments = self.log.segments()
+        for info in segments[:-1]:
+            if not info.retired and not self._live.get(info.segment_id):
+                self._live.pop(info.segment_id, None)
+                self.log.retire(info.segment_id)
+        return self.log.reclaim()
+
+    def sync(self) -> int:
+        """Seal, sync and reclaim on this thread; the highest durable sequence number."""
+        durable = self.log.flush_and_sync()
+        self.reclaim()
+        return durable
+
+    def close(self) -> None:
+        self.log.close()
+
+    @property
+    def segment_count(self) -> int:
+        return len(self.log.segments())
+
+    # --- the ledger ------------------------------------------------------------------------
+
+    def _ledger(self, group: str) -> _Ledger:
+        ledger = self._ledgers.get(group)
+        if ledger is None:
+            ledger = self._ledgers[group] = _Ledger()
+        return ledger
+
+    def _add_live(self, segment_id: int) -> None:
+        self._live[segment_id] = self._live.get(segment_id, 0) + 1
+
+    def _kill(self, killer: int, segment_id: int) -> None:
+        self._kills.append((killer, segment_id))
+
+    def _kills_due(self) -> None:
+        durable = self.log.durable_sequence
+        kills = self._kills
+        live = self._live
+        while kills and kills[0][0] <= durable:
+            segment_id = kills.popleft()[1]
+            live[segment_id] -= 1
+
+    def _track_entries(
+        self, ledger: _Ledger, entries: Sequence[StoredEntry], sequence: int, segment_id: int
+    ) -> None:
+        first = entries[0].index
+        records = ledger.entry_records
+        while records and records[-1][0] >= first:
+            self._kill(sequence, records.pop()[2])
+        if records and records[-1][1] >= first:
+            records[-1][1] = first - 1
+        records.append([first, entries[-1].index, segment_id])
+        self._add_live(segment_id)
+        offset = first - ledger.first_index
+        if 0 <= offset <= len(ledger.terms):
+            del ledger.terms[offset:]
+        else:
+            ledger.terms = []
+            ledger.first_index = first
+        ledger.terms.extend(entry.term for entry in entries)
+
+    def _track_hard_state(self, ledger: _Ledger, sequence: int, segment_id: int) -> None:
+        if ledger.hard_state_segment:
+            self._kill(sequence, ledger.hard_state_segment)
+        ledger.hard_state_segment = segment_id
+        self._add_live(segment_id)
+
+    def _track_snapshot(
+        self, ledger: _Ledger, index: int, term: int, keeps: bool, sequence: int, segment_id: int
+    ) -> None:
+        if ledger.snapshot_segment:
+            self._kill(sequence, ledger.snapshot_segment)
+        ledger.snapshot_segment = segment_id
+        ledger.snapshot_index = index
+        ledger.snapshot_term = term
+        self._add_live(segment_id)
+        records = ledger.entry_records
+        while records and (not keeps or records[0][1] <= index):
+            self._kill(sequence, records.popleft()[2])
+        if keeps:
+            drop = min(max(index + 1 - ledger.first_index, 0), len(ledger.terms))
+            del ledger.terms[:drop]
+            ledger.first_index += drop
+        else:
+            ledger.terms = []
+            ledger.first_index = index + 1
+
+    def _track_drop(self, group: str, sequence: int) -> None:
+        ledger = self._ledgers.pop(group, None)
+        if ledger is None:
+            return
+        for segment_id in (ledger.hard_state_segment, ledger.snapshot_segment):
+            if segment_id:
+                self._kill(sequence, segment_id)
+        for record in ledger.entry_records:
+            self._kill(sequence, record[2])
+
+    # --- replay ----------------------------------------------------------------------------
+
+    def _replay(self, sequence: int, segment_id: int, payload: bytes) -> None:
+        try:
+            kind, group, position = _decode_head(payload)
+            if kind is _Kind.ENTRIES:
+                entries = _decode_entries(payload, position)
+                _replay_entries(self._recovered.setdefault(group, GroupState()), entries)
+                self._track_entries(self._ledger(group), entries, sequence, segment_id)
+            elif kind is _Kind.HARD_STATE:
+                term, vote, commit = _HARD_STATE.unpack_from(payload, position)
+                state = self._recovered.setdefault(group, GroupState())
+                state.hard_state = StoredHardState(term, vote, commit)
+                self._track_hard_state(self._ledger(group), sequence, segment_id)
+            elif kind is _Kind.SNAPSHOT:
+                snapshot, keeps = _decode_snapshot(payload, position)
+                state = self._recovered.setdefault(group, GroupState())
+                state.snapshot = snapshot
+                state.entries = [e for e in state.entries if keeps and e.index > snapshot.index]
+                ledger = self._ledger(group)
+                self._track_snapshot(
+                    ledger, snapshot.index, snapshot.term, keeps, sequence, segment_id
+                )
+            else:
+                self._recovered.pop(group, None)
+                self._track_drop(group, sequence)
+        except (struct.error, ValueError, IndexError) as error:
+            raise LogCorrupt(f"Raft WAL record {sequence} does not decode: {error}") from error
+
+
+def _head(kind: _Kind, group: str) -> bytes:
+    name = group.encode("utf-8")
+    return _HEAD.pack(kind, len(name)) + name
+
+
+def _decode_head(payload: bytes) -> tuple[_Kind, str, int]:
+    kind, length = _HEAD.unpack_from(payload, 0)
+    start = _HEAD.size
+    return _Kind(kind), payload[start : start + length].decode("utf-8"), start + length
+
+
+def _decode_entries(payload: bytes, position: int) -> list[StoredEntry]:
+    (count,) = _COUNT.unpack_from(payload, position)
+    position += _COUNT.size
+    entries = []
+    for _ in range(count):
+        index, term, kind_length, data_length = _ENTRY.unpack_from(payload, position)
+        position += _ENTRY.size
+        kind = payload[position : position + kind_length].decode("ascii")
+        position += kind_length
+        data = payload[position : position + data_length]
+        if len(data) != data_length:
+            raise ValueError("entry data cut short")
+        position += data_length
+        entries.append(StoredEntry(index, term, kind, data))
+    return entries
+
+
+def _decode_snapshot(payload: bytes, position: int) -> tuple[StoredSnapshot, bool]:
+    index, term, keeps, membership_length, data_length = _SNAPSHOT.unpack_from(payload, position)
+    position += _SNAPSHOT.size
+    membership = payload[position : position + membership_length]
+    position += membership_length
+    data = payload[position : position + data_length]
+    if len(data) != data_length:
+        raise ValueError("snapshot data cut short")
+    return StoredSnapshot(index, term, membership, data), bool(keeps)
+
+
+def _replay_entries(state: GroupState, entries: list[StoredEntry]) -> None:
+    stored = state.entries
+    first = entries[0].index
+    if stored and stored[0].index <= first <= stored[-1].index + 1:
+        del stored[first - stored[0].index :]
+        stored.extend(entries)
+    else:
+        # Nothing stored, or a gap left by records reclaim deleted: they were dead, and
+        # everything live is contiguous with the newer entries.
+        state.entries = entries
