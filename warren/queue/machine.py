@@ -404,6 +404,10 @@ class QueueMachine:
         what a runtime that (re)starts sending them must send again."""
         return list(self._dead_letters_out.values())
 
+    def checked_out(self, consumer: Hashable) -> list[int]:
+        """The msg_ids delivered to `consumer` and not yet settled, in id order."""
+        return sorted(msg_id for msg_id, (_, key) in self._unacked.items() if key == consumer)
+
     def ready_entries(self) -> Iterator[Entry]:
         """The ready messages, in no particular order (what a purge or a delete drops)."""
         for level in self._levels:

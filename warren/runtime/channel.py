@@ -23,6 +23,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 from collections import deque
@@ -68,6 +69,7 @@ from warren.queue import (
     Got,
     Purge,
     Refused,
+    Rejected,
     Return,
     Settle,
     Touch,
@@ -103,6 +105,19 @@ class _Consumer:
         self.key: Hashable = object()
 
 
+class _Held:
+    """A confirm that waits: for the log to be durable up to `log_sequence`, and for
+    `waiting` replicated outcomes (quorum queues' commits); `nack` if any queue refused."""
+
+    __slots__ = ("log_sequence", "nack", "seq", "waiting")
+
+    def __init__(self, seq: int, log_sequence: int, nack: bool, waiting: int = 0) -> None:
+        self.seq = seq
+        self.log_sequence = log_sequence
+        self.nack = nack
+        self.waiting = waiting
+
+
 class _Transaction:
     __slots__ = ("publishes", "settlements")
 
@@ -133,7 +148,7 @@ class Channel:
         self.durability = self.broker.durability
         self.max_message_size = self.broker.config.max_message_size
         # confirms waiting for the log, in publish order: (publish seq, log seq, nack)
-        self._held: deque[tuple[int, int, bool]] = deque()
+        self._held: deque[_Held] = deque()
         # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
         self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
         self._wait_upto = 0  # the highest log sequence anything here waits for
@@ -324,7 +339,17 @@ class Channel:
                 server_named=server_named,
             )
             if created:
-                host = self.broker.declare_queue(record)
+                pending = self.broker.replicated_declare(record)
+                if pending is not None:  # a quorum queue in a cluster: declared once the
+                    # metadata log has it; then this declare runs again against it
+                    again = replace(method, queue=name)
+                    self.connection.suspend(
+                        self, pending, lambda done: self._declare_again(again, done)
+                    )
+                    return
+                declared = self.broker.declare_queue(record)
+                assert declared is not None
+                host = declared
                 if method.exclusive:
                     self.connection.exclusive_queues.append(name)
             else:
@@ -336,6 +361,12 @@ class Channel:
         if not method.nowait:
             machine = host.machine
             self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
+
+    def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[None]) -> None:
+        done.result()
+        if method.queue not in self.vhost.queues:
+            raise SoftError(ReplyCode.INTERNAL_ERROR, "the queue's declare was not applied")
+        self._queue_declare(method)
 
     def _queue_bind(self, method: m.QueueBind) -> None:
         queue = self._queue_name(method.queue)
@@ -352,6 +383,11 @@ class Channel:
         self._permit(Access.READ, DestinationKind.QUEUE, name)
         host = self._host(name)
         count = host.apply(Purge())
+        if isinstance(count, asyncio.Future):  # a quorum queue's leader answers
+            self.connection.suspend(
+                self, count, lambda done: self._reply(method, m.QueuePurgeOk(done.result()))
+            )
+            return
         assert isinstance(count, int)
         self._reply(method, m.QueuePurgeOk(count))
 
@@ -368,6 +404,14 @@ class Channel:
                 raise precondition_failed(f"{where} in use")
             if method.if_empty and host.machine.ready_count:
                 raise precondition_failed(f"{where} not empty")
+            pending = self.broker.replicated_delete(vhost, name)
+            if pending is not None:  # a quorum queue in a cluster: through the metadata log
+                self.connection.suspend(
+                    self,
+                    pending,
+                    lambda done: self._reply(method, m.QueueDeleteOk(_count(done.result()))),
+                )
+                return
             count = self.broker.delete_queue(vhost, name)
             self.connection.forget_exclusive(name)
         self._reply(method, m.QueueDeleteOk(count))
@@ -527,6 +571,14 @@ class Channel:
         self._permit(Access.READ, DestinationKind.QUEUE, name)
         host = self._host(name)
         reply = host.apply(Get(method.no_ack))
+        if isinstance(reply, asyncio.Future):  # a quorum queue's leader answers
+            self.connection.suspend(
+                self, reply, lambda done: self._got(host, method.no_ack, done.result())
+            )
+            return
+        self._got(host, method.no_ack, reply)
+
+    def _got(self, host: QueueHost, no_ack: bool, reply: object) -> None:
         stats = self.stats
         if not isinstance(reply, Got):
             stats.get_empty += 1
@@ -536,7 +588,7 @@ class Channel:
         entry = reply.entry
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not method.no_ack:
+        if not no_ack:
             self.unacked[tag] = (host, entry.msg_id, False)
             stats.get += 1
             host.stats.get += 1
@@ -679,11 +731,19 @@ class Channel:
         durability = self.durability if self.confirm else None
         # a durable queue that logs the message appends to the log: the confirm waits
         logged_from = durability.log.next_sequence if durability is not None else 0
+        replicated: list[asyncio.Future[object]] | None = None
         for name in queues:
             host = broker_queues[vhost_name, name]
             host.stats.publish += 1
-            if host.apply(enqueue) is REJECTED_REPLY:
+            reply = host.apply(enqueue)
+            if reply is REJECTED_REPLY:
                 rejected = True
+            elif type(reply) is not int and isinstance(reply, asyncio.Future):
+                # a quorum queue: the outcome comes once a majority has the message
+                if replicated is None:
+                    replicated = [reply]
+                else:
+                    replicated.append(reply)
         if not queues:
             if method.mandatory:
                 self.stats.return_unroutable += 1
@@ -694,6 +754,12 @@ class Channel:
             self.publish_seq += 1
             if rejected:
                 self._nack_latest()
+            elif replicated is not None:
+                logged = durability is not None and durability.log.next_sequence != logged_from
+                self._hold_replicated(
+                    replicated,
+                    durability.log.next_sequence - 1 if logged else 0,  # type: ignore[union-attr]
+                )
             elif durability is not None and durability.log.next_sequence != logged_from:
                 self._hold(durability.log.next_sequence - 1)
             else:
@@ -706,15 +772,33 @@ class Channel:
         if log_sequence <= durability.log.durable_sequence:
             self.connection.confirm_later(self)
             return
-        self._held.append((self.publish_seq, log_sequence, False))
+        self._held.append(_Held(self.publish_seq, log_sequence, False))
         self._wait_upto = log_sequence
         durability.wait(self)
+
+    def _hold_replicated(self, outcomes: list[asyncio.Future[object]], log_sequence: int) -> None:
+        """The latest publish is confirmed once every quorum queue it went to committed it
+        (and the log is durable up to `log_sequence`); nacked if one refused it."""
+        item = _Held(self.publish_seq, log_sequence, False, len(outcomes))
+        self._held.append(item)
+        if log_sequence and self.durability is not None:
+            self._wait_upto = max(self._wait_upto, log_sequence)
+            self.durability.wait(self)
+        for outcome in outcomes:
+            outcome.add_done_callback(lambda done: self._replicated(item, done))
+
+    def _replicated(self, item: _Held, done: asyncio.Future[object]) -> None:
+        item.waiting -= 1
+        if done.cancelled() or done.exception() is not None or type(done.result()) is Rejected:
+            item.nack = True
+        if self.connection.channels.get(self.number) is self:
+            self.connection.confirm_later(self)
 
     def _nack_latest(self) -> None:
         """A queue refused the latest publish: ack what came before, then nack it."""
         seq = self.publish_seq
         if self._held:  # after the held ones, in order
-            self._held.append((seq, 0, True))
+            self._held.append(_Held(seq, 0, True))
             return
         if seq - 1 > self.confirmed_upto:
             self.send(m.BasicAck(seq - 1, seq - 1 - self.confirmed_upto > 1))
@@ -791,17 +875,17 @@ class Channel:
         return [m.BasicAck(upto, multiple)]
 
     def _release_held(self) -> list[m.Method]:
-        assert self.durability is not None
-        durable = self.durability.log.durable_sequence
+        durability = self.durability
+        durable = durability.log.durable_sequence if durability is not None else 0
         held = self._held
         out: list[m.Method] = []
-        while held and held[0][1] <= durable:
-            seq, _log_sequence, nack = held.popleft()
-            if nack:
-                self._ack_upto(seq - 1, out)
-                out.append(m.BasicNack(seq, False, False))
-                self.confirmed_upto = seq
-        self._ack_upto(held[0][0] - 1 if held else self.publish_seq, out)
+        while held and held[0].log_sequence <= durable and not held[0].waiting:
+            item = held.popleft()
+            if item.nack:
+                self._ack_upto(item.seq - 1, out)
+                out.append(m.BasicNack(item.seq, False, False))
+                self.confirmed_upto = item.seq
+        self._ack_upto(held[0].seq - 1 if held else self.publish_seq, out)
         return out
 
     def _ack_upto(self, upto: int, out: list[m.Method]) -> None:
@@ -813,7 +897,7 @@ class Channel:
         """The log is durable up to `durable_sequence`: release held confirms and a waiting
         tx.commit-ok. True while something here still waits for more."""
         held = self._held
-        if held and held[0][1] <= durable_sequence:
+        if held and held[0].log_sequence <= durable_sequence:
             self.connection.confirm_later(self)
         deferred = self._deferred
         if deferred is not None:
@@ -903,6 +987,11 @@ class Channel:
 
 
 _EXPIRATION = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)
+
+
+def _count(reply: object) -> int:
+    assert isinstance(reply, int)
+    return reply
 
 
 def parse_expiration(text: str) -> int:

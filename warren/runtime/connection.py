@@ -99,6 +99,7 @@ class AmqpConnection(asyncio.Protocol):
         self._throttled = False  # reading paused until the buffered events are handled
         self._peer_certificate: dict[str, Any] | None = None
         self._authenticating = False  # a password check runs on a worker thread
+        self._suspended = False  # a channel waits for a replicated outcome (`suspend`)
         self.published = False  # ever: a resource alarm blocks such connections
         self.blocked = False  # by a resource alarm: not read until it clears
         self._blocked_capability = False  # the client takes connection.blocked
@@ -163,8 +164,8 @@ class AmqpConnection(asyncio.Protocol):
                     self._on_error(event, error)
                 if self._closed:
                     return
-                if self._authenticating:
-                    break  # the rest waits for the password check (`_checked`)
+                if self._authenticating or self._suspended:
+                    break  # the rest waits for the password check or the outcome
             else:
                 self._throttle()
         except HardError as error:
@@ -190,6 +191,7 @@ class AmqpConnection(asyncio.Protocol):
             and not self.transport.is_closing()
             and not self.blocked
             and not self._authenticating
+            and not self._suspended
         ):
             self.transport.resume_reading()
 
@@ -422,6 +424,33 @@ class AmqpConnection(asyncio.Protocol):
             self._login(mechanism, user, done.result() is not None)
         except HardError as error:
             self.close_with(error)
+        self.flush()
+        if not self._closed:
+            self._resume_reading()
+            self._handle_events()
+
+    def suspend(self, channel: Channel, outcome: asyncio.Future[Any], then: Any) -> None:
+        """Read nothing more until `outcome` is done, then call ``then(outcome)`` as the
+        channel's handler of the method that waited (a quorum queue's basic.get, purge or
+        declare), so the replies keep the order of the methods."""
+        self._suspended = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        outcome.add_done_callback(lambda done: self._resume(channel, done, then))
+
+    def _resume(self, channel: Channel, done: asyncio.Future[Any], then: Any) -> None:
+        self._suspended = False
+        if self._closed:
+            return
+        try:
+            then(done)
+        except HardError as error:
+            self.close_with(error)
+        except AmqpError as error:
+            self._close_channel(channel, error)
+        except Exception:
+            log.exception("internal error on connection %s", self.peer)
+            self.close_with(HardError(ReplyCode.INTERNAL_ERROR, "internal error"))
         self.flush()
         if not self._closed:
             self._resume_reading()

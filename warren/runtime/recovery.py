@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.amqp.table import decode_table, decode_table_typed
 from warren.errors import AmqpError
-from warren.model import DestinationKind, VHost
+from warren.model import DestinationKind, QueueRecord, VHost
 from warren.model.policy import PolicyError, make_policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Restore, Restored
@@ -92,7 +92,7 @@ def open_durability(
     durability = Durability(
         definitions, wal, journal, PageStore.open(data_dir / PAGES_DIRECTORY), on_failure
     )
-    restored = [e for e in loaded.exchanges if e.name in _vhost(broker, e.vhost).exchanges]
+    restored = [e for e in loaded.exchanges if e.name in vhost_of(broker, e.vhost).exchanges]
     durability.remember_stored(restored, loaded.bindings)
     broker.durability = durability
     _restore_messages(hosts, recovered)
@@ -107,7 +107,7 @@ def _skip_undecodable(sequence: int, error: RecordFormatError) -> None:
     log.error("log record %s is not a valid queue record, skipped: %s", sequence, error)
 
 
-def _vhost(broker: Broker, name: str) -> VHost:
+def vhost_of(broker: Broker, name: str) -> VHost:
     vhost = broker.vhosts.get(name)
     if vhost is None:
         vhost = broker.vhosts[name] = VHost(name)
@@ -121,20 +121,20 @@ def _rebuild(
     if not any(v.name == "/" for v in loaded.vhosts):
         definitions.put_vhost(VHostDefinition("/", "Default virtual host"))
     for stored_vhost in loaded.vhosts:
-        _vhost(broker, stored_vhost.name)
+        vhost_of(broker, stored_vhost.name)
     _restore_access(broker, definitions, loaded)
     for policies, operator in ((loaded.policies, False), (loaded.operator_policies, True)):
         for policy in policies:
-            _restore_policy(broker, policy, operator)
+            restore_policy(broker, policy, operator)
     for exchange in loaded.exchanges:
-        _restore_exchange(broker, exchange)
+        restore_exchange(broker, exchange)
     hosts: dict[str, QueueHost] = {}
     for queue in loaded.queues:
         host = _restore_queue(broker, queue)
         if host is not None:
             hosts[host.journal_key or ""] = host
     for binding in loaded.bindings:
-        _restore_binding(broker, binding)
+        restore_binding(broker, binding)
     return hosts
 
 
@@ -164,7 +164,7 @@ def _restore_access(broker: Broker, definitions: DefinitionsStore, loaded: Defin
         )
 
 
-def _restore_policy(broker: Broker, stored: PolicyDefinition, operator: bool) -> None:
+def restore_policy(broker: Broker, stored: PolicyDefinition, operator: bool) -> None:
     try:
         policy = make_policy(
             stored.vhost,
@@ -178,12 +178,12 @@ def _restore_policy(broker: Broker, stored: PolicyDefinition, operator: bool) ->
     except PolicyError as error:
         log.warning("policy %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
         return
-    vhost = _vhost(broker, stored.vhost)
+    vhost = vhost_of(broker, stored.vhost)
     (vhost.operator_policies if operator else vhost.policies).put(policy)
 
 
-def _restore_exchange(broker: Broker, stored: ExchangeDefinition) -> None:
-    vhost = _vhost(broker, stored.vhost)
+def restore_exchange(broker: Broker, stored: ExchangeDefinition) -> None:
+    vhost = vhost_of(broker, stored.vhost)
     try:
         vhost.declare_exchange(
             stored.name,
@@ -199,7 +199,22 @@ def _restore_exchange(broker: Broker, stored: ExchangeDefinition) -> None:
 
 
 def _restore_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
-    vhost = _vhost(broker, stored.vhost)
+    record = _declare(broker, stored)
+    if record is None:
+        return None
+    host = broker.add_queue(record)
+    host.journal_key = str(stored.incarnation)
+    return host
+
+
+def declare_stored_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
+    """A queue another node declared: into the model, and stored here as a declare would."""
+    record = _declare(broker, stored)
+    return None if record is None else broker.declare_queue(record)
+
+
+def _declare(broker: Broker, stored: QueueDefinition) -> QueueRecord | None:
+    vhost = vhost_of(broker, stored.vhost)
     try:
         record, _created = vhost.declare_queue(
             stored.name,
@@ -214,13 +229,11 @@ def _restore_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
     except (AmqpError, ValueError) as error:
         log.warning("queue %r in vhost %r not restored: %s", stored.name, stored.vhost, error)
         return None
-    host = broker.add_queue(record)
-    host.journal_key = str(stored.incarnation)
-    return host
+    return record
 
 
-def _restore_binding(broker: Broker, stored: BindingDefinition) -> None:
-    vhost = _vhost(broker, stored.vhost)
+def restore_binding(broker: Broker, stored: BindingDefinition) -> None:
+    vhost = vhost_of(broker, stored.vhost)
     try:
         vhost.bind(
             stored.destination,

@@ -455,6 +455,19 @@ class DefinitionsStore:
 
     # --- loading ---------------------------------------------------------------------------
 
+    def applied_index(self) -> int:
+        """The last metadata log index applied to this store (0: none, or no cluster)."""
+        row = self._execute("SELECT value FROM cluster_state WHERE key = 'applied'").fetchone()
+        return int(row[0]) if row else 0
+
+    def set_applied_index(self, index: int) -> None:
+        with self.transaction():
+            self._execute(
+                "INSERT INTO cluster_state (key, value) VALUES ('applied', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (index,),
+            )
+
     def load(self) -> Definitions:
         """Everything stored, in a fixed order."""
         with self.transaction():  # one consistent snapshot
@@ -519,6 +532,11 @@ def _prepare(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA synchronous=FULL")
     connection.execute("BEGIN IMMEDIATE")
     try:
+        # what a cluster node's metadata group has applied (`applied_index`); added
+        # without a schema version of its own, so a store of any version gets it
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS cluster_state (key TEXT PRIMARY KEY, value INTEGER)"
+        )
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             for statement in _SCHEMA.split(";"):
