@@ -19,6 +19,7 @@ from warren.mgmt import start_management
 from warren.runtime import config as config_module
 from warren.runtime.alarms import ResourceMonitor
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.node import ClusterNode
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.passwords import ALGORITHMS
@@ -80,17 +81,25 @@ async def serve(config: Config) -> int:
         broker = Broker(config)
         tls = server_context(config)
         monitor = ResourceMonitor(broker)
+        cluster = ClusterNode(broker, config) if config.cluster_nodes else None
     except (ValueError, OSError, ssl.SSLError) as error:
         log.critical("cannot start: %s", error)
         return 2
     stop = asyncio.Event()
+    if cluster is not None:
+        await cluster.open()  # quorum queues find their Raft groups as definitions return
     # Durable state is back before anything listens: a client never sees a half-loaded node.
     durability = open_durability(
         broker, config.data_dir, stop.set, segment_max_bytes=config.log_segment_max_bytes
     )
     try:
+        if cluster is not None:
+            cluster.attach(durability)
+            await cluster.start()
         await _run(broker, stop, tls, monitor)
     finally:
+        if cluster is not None:
+            await cluster.close()
         await durability.close()
     if durability.failed:
         log.critical("stopped: the message log failed")

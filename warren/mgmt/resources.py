@@ -182,10 +182,15 @@ def _policy_routes() -> Routes:
 
 
 def _all_routes() -> Routes:
-    from warren.mgmt import resources_access, resources_live, resources_objects
+    from warren.mgmt import (
+        resources_access,
+        resources_cluster,
+        resources_live,
+        resources_objects,
+    )
 
     routes = _policy_routes()
-    for module in (resources_access, resources_live, resources_objects):
+    for module in (resources_access, resources_cluster, resources_live, resources_objects):
         for pattern, endpoints in module.routes().items():
             assert pattern not in routes, pattern
             routes[pattern] = {

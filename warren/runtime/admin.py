@@ -181,6 +181,7 @@ def queue_info(broker: Broker, vhost: VHost, record: QueueRecord) -> Json:
         "type": record.queue_type.value,
         "state": "running",
         "node": broker.config.node_name,
+        **(broker.cluster.queue_columns(host) if broker.cluster and host else {}),
     }
     if record.queue_type is QueueType.QUORUM:  # RabbitMQ shows these for quorum queues only
         info["messages_dlx"] = host.machine.dead_letter_count if host else 0

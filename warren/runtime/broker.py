@@ -29,7 +29,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.amqp.content import Message
-from warren.model import QueueRecord, VHost
+from warren.model import QueueRecord, QueueType, VHost
 from warren.model.policy import Policy, effective_settings
 from warren.queue import (
     Cancel,
@@ -61,6 +61,7 @@ from warren.runtime.stats import MessageStats
 from warren.storage.pages import PageRef
 
 if TYPE_CHECKING:
+    from warren.runtime.cluster.node import ClusterNode
     from warren.runtime.config import Config
     from warren.runtime.connection import AmqpConnection
     from warren.runtime.durability import Durability
@@ -324,21 +325,48 @@ class Broker:
         self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
         # durable definitions and messages; None when the node keeps nothing on disk
         self.durability: Durability | None = None
+        self.cluster: ClusterNode | None = None  # None: a single node
 
     def queue(self, vhost: str, name: str) -> QueueHost | None:
         return self.queues.get((vhost, name))
 
     def add_queue(self, record: QueueRecord) -> QueueHost:
-        host = QueueHost(self, record)
+        host: QueueHost
+        if self.cluster is not None and record.queue_type is QueueType.QUORUM:
+            host = self.cluster.quorum_host(record)  # type: ignore[assignment]
+        else:
+            host = QueueHost(self, record)
         self.queues[record.vhost, record.name] = host
         return host
 
-    def declare_queue(self, record: QueueRecord) -> QueueHost:
-        """A queue the model just created: its host, and its definition stored if durable."""
+    def declare_queue(self, record: QueueRecord) -> QueueHost | None:
+        """A queue the model just created: its host, and its definition stored if durable
+        (None: a quorum queue in a cluster, created when the metadata log has it)."""
+        if self.replicated_declare(record) is not None:
+            return None
         host = self.add_queue(record)
         if self.durability is not None:
             self.durability.queue_declared(host)
         return host
+
+    def replicated_declare(self, record: QueueRecord) -> asyncio.Future[None] | None:
+        """A quorum queue in a cluster is declared through the metadata log: the future is
+        done once it exists here (None: any other queue, declared at once)."""
+        cluster = self.cluster
+        if cluster is None or record.queue_type is not QueueType.QUORUM or cluster.applying:
+            return None
+        return cluster.propose_declare(record)
+
+    def replicated_delete(self, vhost: VHost, name: str) -> asyncio.Future[object] | None:
+        """Likewise for a delete; the future has the queue's ready count."""
+        cluster = self.cluster
+        record = vhost.queues.get(name)
+        if cluster is None or record is None or cluster.applying:
+            return None
+        if record.queue_type is not QueueType.QUORUM:
+            return None
+        host = self.queues.get((vhost.name, name))
+        return cluster.propose_delete(host) if host is not None else None  # type: ignore[arg-type]
 
     def expire_queue(self, host: QueueHost) -> None:
         """x-expires ran out: delete the queue as if a client had."""
@@ -348,7 +376,10 @@ class Broker:
             self.delete_queue(vhost, host.name)
 
     def delete_queue(self, vhost: VHost, name: str) -> int:
-        """Delete a queue, its bindings and consumers; return how many messages it held."""
+        """Delete a queue, its bindings and consumers; return how many messages it held
+        (a quorum queue in a cluster goes when the metadata log has the delete: 0 here)."""
+        if self.replicated_delete(vhost, name) is not None:
+            return 0
         host = self.queues.pop((vhost.name, name), None)
         if name in vhost.queues:
             vhost.delete_queue(name)

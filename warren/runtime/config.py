@@ -52,6 +52,13 @@ class Config:
     vm_memory_high_watermark_paging_ratio: float = 0.5
     disk_free_limit: str = "50MB"
     dead_letter_worker_consumer_prefetch: int = DEAD_LETTER_PREFETCH_DEFAULT
+    cluster_nodes: list[str] = field(default_factory=list)
+    cluster_port: int = 25672
+    cluster_cookie: str = ""
+    cluster_submit_timeout: int = 30000
+    quorum_cluster_size: int = 3
+    raft_tick_ms: int = 100
+    raft_snapshot_entries: int = 4096
 
 
 _HELP = {
@@ -98,6 +105,18 @@ _HELP = {
         "dead-lettered messages a quorum queue with at-least-once dead-lettering sends before"
         " its target queues have taken them (default 32)"
     ),
+    "cluster_nodes": (
+        "the cluster's nodes as name=host:port of their cluster listeners, comma separated;"
+        " empty: a single node"
+    ),
+    "cluster_port": "port of this node's cluster listener (default 25672)",
+    "cluster_cookie": "shared secret every node of the cluster must have",
+    "cluster_submit_timeout": (
+        "how long a command waits for a queue's leader (elections), milliseconds"
+    ),
+    "quorum_cluster_size": "replicas of a new quorum queue (x-quorum-initial-group-size)",
+    "raft_tick_ms": "Raft's tick; a leader is suspected after 10 to 20 ticks of silence",
+    "raft_snapshot_entries": "applied Raft entries after which a group's log is snapshotted",
     "ssl_cert_login_from": (
         "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
     ),

@@ -169,6 +169,12 @@ class RaftGroup:
             self._try_change(MembershipChange.REMOVE, target)
             await asyncio.sleep(self._host.tick_s)
 
+    def campaign(self) -> None:
+        """Start an election now, skipping the election timeout (a queue's first leader
+        is the node that declared it: RabbitMQ's client-local leader locator)."""
+        if self.node.is_voter:
+            self.step_or_queue(self.node.campaign)
+
     def transfer(self, node: str) -> bool:
         """Hand leadership to voter `node`; False if this node is not the leader or `node`
         is no voter. True means the transfer started (it is abandoned after an election

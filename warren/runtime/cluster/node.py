@@ -1,0 +1,500 @@
+"""This node's part in a cluster: its peers, its Raft groups, metadata and quorum queues.
+
+Theory of operation:
+1. A node is in a cluster when ``cluster_nodes`` names other nodes (``name=host:port``,
+   their cluster listeners). `Peers` keeps one connection to each, `RaftHost` runs every
+   Raft group of the node on one write-ahead log (``<data_dir>/raft``).
+2. The metadata group has every node of ``cluster_nodes`` as a voter: nodes started with
+   the same list bootstrap it together; a node joining later (`join`) is added by the
+   leader as a learner and promoted when it has caught up.
+3. A quorum queue is one Raft group named after the queue and a token chosen by the node
+   that declared it (a queue deleted and declared again is a new group). Its replicas are
+   the declaring node and ``x-quorum-initial-group-size - 1`` others chosen at random
+   (`warren.cluster.placement`); the placement travels with the queue's metadata
+   operation, so every member starts the group with the same voters.
+4. `submit` gets a command to a group's leader: proposed here when this node leads,
+   otherwise sent to the leader this node knows of (or to a member, which answers with
+   the leader), retrying through elections until ``cluster_submit_timeout`` passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import random
+import secrets
+from collections import deque
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Final
+
+from warren.amqp.table import encode_table
+from warren.cluster.placement import place_replicas
+from warren.model import QueueRecord
+from warren.runtime.cluster import operations
+from warren.runtime.cluster.metadata import MetadataMachine, Operation, ReplicatedDefinitions
+from warren.runtime.cluster.peers import Peers, PeerUnavailable
+from warren.runtime.cluster.quorum import QuorumHost
+from warren.runtime.cluster.raft_host import NotLeader, RaftGroup, RaftHost
+from warren.storage.definitions import QueueDefinition
+
+if TYPE_CHECKING:
+    from warren.runtime.broker import Broker
+    from warren.runtime.config import Config
+    from warren.runtime.durability import Durability
+
+log = logging.getLogger("warren.cluster")
+
+METADATA_GROUP: Final = "metadata"
+RETRY_S: Final = 0.05
+LEADER_WAIT_S: Final = 10.0
+JOIN_PROBE_S: Final = 1.0
+
+
+def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
+    """``name=host:port`` entries of ``cluster_nodes``."""
+    nodes: dict[str, tuple[str, int]] = {}
+    for entry in entries:
+        name, sep, address = entry.partition("=")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not name or not port.isdigit():
+            raise ValueError(f"cluster_nodes entry {entry!r} is not name=host:port")
+        nodes[name] = (host, int(port))
+    return nodes
+
+
+def group_prefix(vhost: str, name: str) -> str:
+    return f"qq:{len(vhost)}:{vhost}:{len(name)}:{name}:"
+
+
+class ClusterNode:
+    def __init__(self, broker: Broker, config: Config) -> None:
+        self.broker = broker
+        self.config = config
+        self.name = config.node_name
+        self.nodes = parse_nodes(config.cluster_nodes)
+        if not config.cluster_cookie:
+            raise ValueError("a cluster needs cluster_cookie: the same secret on every node")
+        addresses = {node: at for node, at in self.nodes.items() if node != self.name}
+        host = self.nodes.get(self.name, (config.bind[0], config.cluster_port))[0]
+        self.peers = Peers(self.name, config.cluster_cookie, host, config.cluster_port, addresses)
+        self.raft = RaftHost(
+            self.name,
+            self.peers,
+            config.data_dir / "raft",
+            tick_ms=config.raft_tick_ms,
+            snapshot_entries=config.raft_snapshot_entries,
+        )
+        self.metadata = MetadataMachine(self)
+        self.meta: RaftGroup | None = None
+        self.definitions: ReplicatedDefinitions
+        self.queues: dict[str, QuorumHost] = {}  # group id -> host
+        self._adopted: dict[tuple[str, str], tuple[str, list[str]]] = {}
+        self._forwarders: dict[str, _Forwarder] = {}
+        self._rng = random.Random()
+        broker.cluster = self
+
+    # --- life cycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """The Raft log, before the broker's definitions are rebuilt (they find their groups)."""
+        await self.raft.start()
+
+    def attach(self, durability: Durability) -> None:
+        """Replicate the definitions this node changes from now on."""
+        self.definitions = ReplicatedDefinitions(durability.definitions, self)
+        durability.definitions = self.definitions  # type: ignore[assignment]
+
+    async def start(self) -> None:
+        self.peers.serve(self._serve)
+        self.peers.on_link(self._link)
+        await self.peers.start()
+        existing: list[str] = []
+        members: list[str] | None = None
+        if METADATA_GROUP not in self.raft.recovered_groups():
+            existing = await self._existing_members()
+            if not existing or self.name in existing:
+                members = existing or sorted({*self.nodes, self.name})
+        self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members)
+        if existing and self.name not in existing:
+            await operations.join(self, existing[0])  # a new node in a running cluster
+        log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
+
+    async def _existing_members(self) -> list[str]:
+        """The metadata group's members as a running peer knows them ([] if none answers
+        within a moment: the nodes are starting together and bootstrap it)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + JOIN_PROBE_S
+        while loop.time() < deadline:
+            for node in sorted(self.nodes):
+                if node == self.name or not self.peers.connected(node):
+                    continue
+                try:
+                    status: Any = await self.peers.call(node, ("status",), 1.0)
+                except PeerUnavailable:
+                    continue
+                members = status["metadata"].get("members") if status["metadata"] else None
+                if members:
+                    return list(members)
+            await asyncio.sleep(RETRY_S)
+        return []
+
+    async def close(self) -> None:
+        await self.raft.close()
+        await self.peers.close()
+
+    # --- quorum queues -------------------------------------------------------------------------
+
+    @property
+    def applying(self) -> bool:
+        """A metadata operation is being applied (its changes are not proposed again)."""
+        return self.definitions.applying
+
+    def propose_declare(self, record: QueueRecord) -> asyncio.Future[None]:
+        """A quorum queue declared on this node: out of the model again, into the metadata
+        log with its placement; done once it exists here (from the log) with a leader."""
+        vhost = self.broker.vhosts[record.vhost]
+        vhost.delete_queue(record.name)
+        size = _initial_size(record, self.config.quorum_cluster_size)
+        members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
+        group_id = group_prefix(record.vhost, record.name) + secrets.token_hex(4)
+        stored = QueueDefinition(
+            record.vhost,
+            record.name,
+            durable=True,
+            auto_delete=record.auto_delete,
+            arguments=encode_table(record.arguments),
+            type=record.queue_type.value,
+        )
+        operation = ("", "put_queue", (stored, (group_id, members)))
+        return asyncio.ensure_future(self._declared(operation, group_id))
+
+    async def _declared(self, operation: Operation, group_id: str) -> None:
+        await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        stored = operation[2][0]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEADER_WAIT_S
+        host = self.broker.queues.get((stored.vhost, stored.name))
+        while host is None and loop.time() < deadline:  # this node applies it a bit later
+            await asyncio.sleep(RETRY_S)
+            host = self.broker.queues.get((stored.vhost, stored.name))
+        if not isinstance(host, QuorumHost) or host.group_id != group_id or host.group is None:
+            return  # another declare of the name came first: the caller checks it
+        group = host.group
+        if group.leader is None:
+            group.campaign()  # client-local: the declaring node leads first
+        while group.leader is None and loop.time() < deadline:
+            await asyncio.sleep(RETRY_S)
+
+    def propose_delete(self, host: QuorumHost) -> asyncio.Future[object]:
+        """Delete a quorum queue through the metadata log; the future has its ready count."""
+        record = host.record
+        operation = ("", "delete_queue", (record.vhost, record.name, host.group_id))
+        return self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+
+    def quorum_host(self, record: QueueRecord) -> QuorumHost:
+        """The host of a quorum queue the model just got: from the metadata log (with the
+        placement its declare chose, `adopt_placement`) or recovered from the Raft log."""
+        key = (record.vhost, record.name)
+        placement = self._adopted.pop(key, None)
+        bootstrap: list[str] | None
+        if placement is not None:
+            group_id, members = placement
+            bootstrap = members
+        else:
+            prefix = group_prefix(*key)
+            found = [g for g in self.raft.recovered_groups() if g.startswith(prefix)]
+            group_id = found[0] if found else prefix
+            members, bootstrap = [], None
+        host = QuorumHost(self, record, group_id, members)
+        if (bootstrap is None and group_id != group_prefix(*key)) or (
+            bootstrap is not None and self.name in bootstrap
+        ):
+            host.group = self.raft.add_group(group_id, host.replica, bootstrap)
+            host.members = host.group.members
+        self.queues[group_id] = host
+        return host
+
+    def placement_of(self, vhost: str, name: str) -> tuple[str, list[str]]:
+        host = self.broker.queues.get((vhost, name))
+        assert isinstance(host, QuorumHost)
+        return host.group_id, host.members
+
+    def adopt_placement(self, vhost: str, name: str, placement: Any) -> None:
+        if placement is not None:
+            self._adopted[vhost, name] = placement
+
+    def placements(self) -> dict[tuple[str, str], tuple[str, list[str]]]:
+        return {
+            (host.record.vhost, host.record.name): (host.group_id, list(host.members))
+            for host in self.queues.values()
+        }
+
+    async def set_members(self, host: QuorumHost, members: list[str]) -> None:
+        """Record a queue's new member list in the metadata group; back once applied here."""
+        record = host.record
+        operation = ("", "queue_members", (record.vhost, record.name, host.group_id, members))
+        await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEADER_WAIT_S
+        while sorted(host.members) != sorted(members) and loop.time() < deadline:
+            await asyncio.sleep(RETRY_S)
+
+    def members_changed(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
+        """A queue's member list as the metadata group has it: start or drop the replica."""
+        host = self.broker.queues.get((vhost, name))
+        if not isinstance(host, QuorumHost) or host.group_id != group_id:
+            return
+        host.members = list(members)
+        if self.name in members and host.group is None:
+            host.group = self.raft.add_group(group_id, host.replica, None)
+        elif self.name not in members and host.group is not None:
+            self.raft.remove_group(group_id)
+            host.group = None
+
+    def listen_address(self) -> tuple[str, int]:
+        host = self.nodes.get(self.name, (self.config.bind[0], 0))[0]
+        return host, self.peers.port
+
+    def forget_node(self, node: str) -> None:
+        self.nodes.pop(node, None)
+        self.peers.forget(node)
+
+    def forget_queue(self, host: QuorumHost) -> None:
+        self._forwarders.pop(host.group_id, None)
+        if self.queues.pop(host.group_id, None) is not None and host.group is not None:
+            self.raft.remove_group(host.group_id)
+            host.group = None
+
+    def queue_columns(self, host: object) -> dict[str, object]:
+        """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online."""
+        if not isinstance(host, QuorumHost):
+            return {}
+        group = host.group
+        leader = group.leader if group is not None else None
+        members = sorted(group.members if group is not None else host.members)
+        running = {self.name} | {n for n in self.nodes if self.peers.connected(n)}
+        return {
+            "leader": leader,
+            "node": leader or self.name,
+            "members": members,
+            "online": [m for m in members if m in running],
+        }
+
+    def unreachable(self) -> set[str]:
+        return {node for node in self.nodes if node != self.name and not self.peers.connected(node)}
+
+    def _link(self, node: str, up: bool) -> None:
+        if not up:
+            for host in list(self.queues.values()):
+                host.reap({node})
+
+    # --- getting commands to leaders -------------------------------------------------------------
+
+    def replicate(self, operation: Operation) -> None:
+        self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+
+    def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
+        """The outcome of a command once its group's leader applied it.
+
+        Commands of one group leave this node in order: proposed here while this node leads
+        and nothing waits, otherwise through the group's `_Forwarder`, which sends them to
+        the leader in batches, one batch at a time, and sends again from the first one a
+        leader did not take. A leader that loses its leadership before a command commits
+        hands it to the forwarder too; the next leader may then apply it twice (delivery
+        is at least once), but never after a later command of this node."""
+        group = self.raft.group(group_id)
+        forwarder = self._forwarders.get(group_id)
+        if group is None or not group.is_leader or (forwarder is not None and forwarder.busy):
+            return self._forwarder(group_id).push(data)
+        outcome = asyncio.get_running_loop().create_future()
+        group.propose(data).add_done_callback(
+            lambda done: self._proposed(outcome, done, group_id, data)
+        )
+        return outcome
+
+    def _forwarder(self, group_id: str) -> _Forwarder:
+        forwarder = self._forwarders.get(group_id)
+        if forwarder is None:
+            forwarder = self._forwarders[group_id] = _Forwarder(self, group_id)
+        return forwarder
+
+    def _proposed(
+        self,
+        outcome: asyncio.Future[object],
+        done: asyncio.Future[object],
+        group_id: str,
+        data: bytes,
+    ) -> None:
+        if outcome.done():
+            return
+        error = done.exception()
+        if error is None:
+            outcome.set_result(done.result())
+        elif isinstance(error, NotLeader):
+            self._forwarder(group_id).push(data, outcome)
+        else:
+            outcome.set_exception(error)
+
+    async def leader_call(self, group_id: str, request: tuple[Any, ...]) -> object:
+        """Have the group's leader handle `request` (`_handle`), wherever it is, through
+        elections, until ``cluster_submit_timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.cluster_submit_timeout / 1000
+        hint: str | None = None
+        attempt = 0
+        while True:
+            group = self.raft.group(group_id)
+            target = hint or (group.leader if group is not None else None)
+            if target is None:
+                members = self._members_of(group_id)
+                target = members[attempt % len(members)] if members else None
+            attempt += 1
+            hint = None
+            if target == self.name:
+                if group is not None and group.is_leader:
+                    status, value = await self._handle(self.name, request)
+                    if status == "ok":
+                        return value
+                    hint = value
+            elif target is not None:
+                try:
+                    reply: Any = await self.peers.call(
+                        target, request, timeout=self._remaining(deadline)
+                    )
+                    status, value = reply
+                except PeerUnavailable:
+                    pass
+                else:
+                    if status == "ok":
+                        return value
+                    hint = value if value != target else None
+            if loop.time() >= deadline:
+                raise PeerUnavailable(target or "none", f"no leader for {group_id} in time")
+            if hint is None:
+                await asyncio.sleep(RETRY_S)
+
+    def _remaining(self, deadline: float) -> float:
+        return max(0.1, deadline - asyncio.get_running_loop().time())
+
+    def _members_of(self, group_id: str) -> list[str]:
+        if group_id == METADATA_GROUP:
+            return sorted({*self.nodes, self.name})
+        host = self.queues.get(group_id)
+        members = host.members if host is not None and host.members else self.nodes
+        return sorted(m for m in members if m != self.name)
+
+    def _serve(self, sender: str, request: object) -> Awaitable[object]:
+        return self._handle(sender, request)
+
+    async def _handle(self, sender: str, request: Any) -> Any:
+        """A request from a peer (or from this node's `leader_call`): group requests answer
+        ``("ok", value)`` on the leader and ``("not_leader", leader or None)`` elsewhere."""
+        kind = request[0]
+        if kind == "status":
+            return self.status()
+        if kind == "forward":  # from a node that does not know the leader (join_cluster)
+            return await self.leader_call(request[1][1], request[1])
+        if kind == "group_status":
+            group = self.raft.group(request[1])
+            return group.status() if group is not None else None
+        group = self.raft.group(request[1])
+        if group is None:
+            return ("not_leader", None)
+        if not group.is_leader:
+            return ("not_leader", group.leader)
+        try:
+            if kind == "propose":
+                proposals = [group.propose(data) for data in request[2]]
+                outcomes = await asyncio.gather(*proposals, return_exceptions=True)
+                return ("ok", [_outcome(outcome) for outcome in outcomes])
+            if kind == "add_member":
+                node, host, port = request[2:]
+                if host is not None:
+                    self.peers.set_address(node, host, port)
+                await group.add_member(node)
+                return ("ok", sorted(group.members))
+            if kind == "remove_member":
+                await group.remove_member(request[2])
+                return ("ok", sorted(group.members))
+            if kind == "transfer":
+                return ("ok", group.transfer(request[2]))
+        except NotLeader as error:
+            return ("not_leader", error.leader)
+        raise ValueError(f"unknown cluster request {kind!r}")
+
+    # --- what operators see ----------------------------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        meta = self.meta
+        return {
+            "node": self.name,
+            "nodes": sorted({*self.nodes, self.name}),
+            "running": sorted({self.name} | {n for n in self.nodes if self.peers.connected(n)}),
+            "metadata": meta.status() if meta is not None else {},
+            "quorum_queues": len(self.queues),
+        }
+
+
+RETRY: Final = ("retry",)  # a proposal the leader lost before it committed
+
+
+def _outcome(outcome: object) -> object:
+    if isinstance(outcome, NotLeader):
+        return RETRY
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+class _Forwarder:
+    """One group's commands from this node to its leader, in order (see `submit`)."""
+
+    BATCH_MAX: Final = 512
+
+    def __init__(self, cluster: ClusterNode, group_id: str) -> None:
+        self.cluster = cluster
+        self.group_id = group_id
+        self.pending: deque[tuple[bytes, asyncio.Future[object]]] = deque()
+        self.task: asyncio.Future[None] | None = None  # sending, while anything is pending
+
+    def push(
+        self, data: bytes, outcome: asyncio.Future[object] | None = None
+    ) -> asyncio.Future[object]:
+        if outcome is None:
+            outcome = asyncio.get_running_loop().create_future()
+        self.pending.append((data, outcome))
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._drain())
+        return outcome
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
+
+    async def _drain(self) -> None:
+        pending = self.pending
+        try:
+            while pending:
+                batch = [pending[i] for i in range(min(len(pending), self.BATCH_MAX))]
+                request = ("propose", self.group_id, [data for data, _ in batch])
+                try:
+                    replies: Any = await self.cluster.leader_call(self.group_id, request)
+                except PeerUnavailable as error:
+                    for _ in batch:
+                        pending.popleft()[1].set_exception(error)
+                    continue
+                for reply in replies:
+                    if reply is RETRY or reply == RETRY:
+                        break  # this one and the rest again, in order
+                    _, outcome = pending.popleft()
+                    if not outcome.done():
+                        outcome.set_result(reply)
+        finally:
+            self.task = None
+
+
+def _initial_size(record: QueueRecord, default: int) -> int:
+    value = record.arguments.get("x-quorum-initial-group-size")
+    size = getattr(value, "value", value)
+    return int(size) if isinstance(size, int) and size > 0 else default

@@ -1,0 +1,186 @@
+"""What operators do to a cluster: join and forget nodes, move quorum queue replicas.
+
+Theory of operation:
+1. These are RabbitMQ's ``rabbitmqctl join_cluster / forget_cluster_node`` and
+   ``rabbitmq-queues add_member / delete_member / grow / shrink / rebalance /
+   quorum_status``; the management API calls them, `warrenctl` and `warren-queues` call
+   the API.
+2. A replica is added in two steps: the metadata group first records the new member list
+   (so the node starts the queue's group, empty, waiting to hear from a leader), then the
+   queue's leader adds it as a learner, sends it the log or a snapshot, and promotes it
+   once it has caught up. Removal goes the other way round: the leader removes it, then
+   the member list is recorded and the node drops its replica. Each change is one Raft
+   membership change, committed by a majority, so none loses committed data.
+3. Failures are `MembershipError` with a message for the operator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from warren.runtime.cluster.peers import PeerUnavailable
+from warren.runtime.cluster.quorum import QuorumHost
+
+if TYPE_CHECKING:
+    from warren.runtime.cluster.node import ClusterNode
+
+
+class MembershipError(Exception):
+    pass
+
+
+def _quorum_host(cluster: ClusterNode, vhost: str, queue: str) -> QuorumHost:
+    host = cluster.broker.queues.get((vhost, queue))
+    if not isinstance(host, QuorumHost):
+        raise MembershipError(f"quorum queue '{queue}' in vhost '{vhost}' not found")
+    return host
+
+
+def _known(cluster: ClusterNode, node: str) -> None:
+    if node != cluster.name and node not in cluster.nodes:
+        raise MembershipError(f"node {node} is not in the cluster")
+
+
+async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
+    _known(cluster, node)
+    host = _quorum_host(cluster, vhost, queue)
+    if node in host.members:
+        raise MembershipError(f"{node} is already a member of '{queue}'")
+    await cluster.set_members(host, sorted({*host.members, node}))
+    request = ("add_member", host.group_id, node, None, None)
+    members: list[str] = await cluster.leader_call(host.group_id, request)  # type: ignore[assignment]
+    return members
+
+
+async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
+    host = _quorum_host(cluster, vhost, queue)
+    if node not in host.members:
+        raise MembershipError(f"{node} is not a member of '{queue}'")
+    if len(host.members) == 1:
+        raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
+    request = ("remove_member", host.group_id, node)
+    members: list[str] = await cluster.leader_call(host.group_id, request)  # type: ignore[assignment]
+    await cluster.set_members(host, [m for m in host.members if m != node])
+    return members
+
+
+def _matching(cluster: ClusterNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:
+    vhosts, queues = re.compile(vhost_pattern), re.compile(queue_pattern)
+    return sorted(
+        (
+            host
+            for host in cluster.queues.values()
+            if vhosts.search(host.record.vhost) and queues.search(host.record.name)
+        ),
+        key=lambda host: (host.record.vhost, host.record.name),
+    )
+
+
+async def grow(
+    cluster: ClusterNode, node: str, strategy: str, vhost_pattern: str, queue_pattern: str
+) -> list[dict[str, Any]]:
+    """Add `node` to every matching queue (``all``) or to those with an even number of
+    members (``even``), as ``rabbitmq-queues grow`` does."""
+    if strategy not in ("all", "even"):
+        raise MembershipError("strategy must be all or even")
+    _known(cluster, node)
+    results = []
+    for host in _matching(cluster, vhost_pattern, queue_pattern):
+        if node in host.members or (strategy == "even" and len(host.members) % 2):
+            continue
+        results.append(await _attempt(add_member, cluster, host, node))
+    return results
+
+
+async def shrink(cluster: ClusterNode, node: str, errors_only: bool) -> list[dict[str, Any]]:
+    """Remove `node` from every queue it is a member of (not from a queue's last member)."""
+    results = []
+    for host in _matching(cluster, "", ""):
+        if node in host.members and len(host.members) > 1:
+            result = await _attempt(delete_member, cluster, host, node)
+            if not errors_only or result["result"] != "ok":
+                results.append(result)
+    return results
+
+
+async def _attempt(
+    action: Any, cluster: ClusterNode, host: QuorumHost, node: str
+) -> dict[str, Any]:
+    record = host.record
+    try:
+        members = await action(cluster, record.vhost, record.name, node)
+    except (MembershipError, PeerUnavailable) as error:
+        return {"vhost": record.vhost, "name": record.name, "result": f"error: {error}"}
+    return {"vhost": record.vhost, "name": record.name, "size": len(members), "result": "ok"}
+
+
+async def rebalance(
+    cluster: ClusterNode, vhost_pattern: str, queue_pattern: str
+) -> list[dict[str, Any]]:
+    """Move leaders so that every node leads about as many queues (leadership transfers)."""
+    hosts = _matching(cluster, vhost_pattern, queue_pattern)
+    counts = dict.fromkeys(sorted({*cluster.nodes, cluster.name}), 0)
+    leaders: dict[str, str] = {}
+    for host in hosts:
+        leader = host.group.leader if host.group is not None else None
+        if leader is not None:
+            leaders[host.group_id] = leader
+            counts[leader] = counts.get(leader, 0) + 1
+    moves = []
+    for host in hosts:
+        leader = leaders.get(host.group_id)
+        if leader is None:
+            continue
+        target = min(host.members, key=lambda node: (counts.get(node, 0), node))
+        if counts.get(target, 0) + 1 < counts[leader]:
+            request = ("transfer", host.group_id, target)
+            try:
+                await cluster.leader_call(host.group_id, request)
+            except PeerUnavailable:
+                continue
+            counts[leader] -= 1
+            counts[target] = counts.get(target, 0) + 1
+            moves.append({"vhost": host.record.vhost, "name": host.record.name, "to": target})
+    return moves
+
+
+async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[dict[str, Any]]:
+    """Each member's view of the queue's Raft group (``rabbitmq-queues quorum_status``)."""
+    host = _quorum_host(cluster, vhost, queue)
+    rows = []
+    for member in sorted(host.members):
+        status: Any
+        if member == cluster.name:
+            status = host.group.status() if host.group is not None else None
+        else:
+            try:
+                status = await cluster.peers.call(member, ("group_status", host.group_id), 2.0)
+            except PeerUnavailable:
+                status = None
+        rows.append({"node": member, **(status or {"role": "unreachable"})})
+    return rows
+
+
+async def join(cluster: ClusterNode, seed: str) -> list[str]:
+    """This node joins `seed`'s cluster: the metadata group's leader adds it as a member."""
+    host, port = cluster.listen_address()
+    request = ("add_member", "metadata", cluster.name, host, port)
+    try:
+        members: list[str] = await cluster.peers.call(seed, ("forward", request), 30.0)  # type: ignore[assignment]
+    except PeerUnavailable as error:
+        raise MembershipError(f"{seed} is not reachable: {error}") from error
+    return members
+
+
+async def forget(cluster: ClusterNode, node: str) -> None:
+    """Remove a node that is gone for good from every group (RabbitMQ needs it stopped)."""
+    if node == cluster.name:
+        raise MembershipError("a node cannot forget itself")
+    if cluster.peers.connected(node):
+        raise MembershipError(f"{node} is running: stop it first")
+    for host in list(cluster.queues.values()):
+        if node in host.members and len(host.members) > 1:
+            await delete_member(cluster, host.record.vhost, host.record.name, node)
+    await cluster.leader_call("metadata", ("remove_member", "metadata", node))
+    cluster.forget_node(node)

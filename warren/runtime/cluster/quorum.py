@@ -1,0 +1,290 @@
+"""A quorum queue on one node: a replica of its queue machine, driven through Raft.
+
+Theory of operation:
+1. Every replica holds a `QueueMachine` and applies the same committed commands in the
+   same order with the same `Meta` (the proposer's clock travels in the entry), so every
+   replica computes the same state *and the same effects*. Channels use a `QuorumHost` as
+   they use a classic `QueueHost`: the same methods, but a command is proposed (on the
+   leader) or forwarded to the leader (`ClusterNode.submit`), and what needs its outcome
+   gets a future: publishes (the confirm waits for a majority), basic.get, purge.
+2. Effects are carried out where they belong, by the replica that applies them:
+   - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
+     delivers to its own clients from its own copy of the log, without another hop, and
+     a leader change loses no delivery in flight;
+   - dead-lettering, timers and queue expiry by the leader only. At-most-once
+     dead-lettering loses the copy if the leader crashes between commit and re-publish,
+     as RabbitMQ's default strategy may; at-least-once keeps it held in the machine until
+     a replicated `SettleDeadLetter`, and a new leader sends what is still held again.
+3. Consumers of a node that is gone (its link dropped) are cancelled by the leader, and
+   their unacknowledged messages returned, so that they are delivered again; the same
+   happens for every consumer of a node the leader finds gone when it is elected. A
+   delivery to a consumer this node no longer has (its channel closed meanwhile) is
+   returned at once.
+4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
+   when it is elected and whenever a policy changes, so every replica limits the same way.
+5. Snapshots are the pickled machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+from collections.abc import Hashable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from warren.model import QueueRecord
+from warren.model.policy import Policy, effective_settings
+from warren.model.settings import QueueSettings
+from warren.queue import (
+    Cancel,
+    Checkout,
+    Command,
+    Configure,
+    DeadLetter,
+    Deliver,
+    Dispatch,
+    Meta,
+    QueueExpired,
+    QueueMachine,
+    Return,
+    SetTimer,
+    Tick,
+)
+from warren.runtime.broker import ConsumerRef, Subscriber, now_ms
+from warren.runtime.deadletter import DeadLetterWorker, dead_letter
+from warren.runtime.stats import MessageStats
+
+if TYPE_CHECKING:
+    from warren.runtime.cluster.node import ClusterNode
+    from warren.runtime.cluster.raft_host import RaftGroup
+
+log = logging.getLogger("warren.quorum")
+
+ConsumerKey = tuple[str, int]  # (node, number): who the consumer is, on every replica
+
+
+class QuorumHost:
+    """One quorum queue's replica on this node, used by channels like a `QueueHost`."""
+
+    replica: Replica
+
+    def __init__(
+        self, cluster: ClusterNode, record: QueueRecord, group_id: str, members: list[str]
+    ) -> None:
+        self.cluster = cluster
+        self.broker = cluster.broker
+        self.record = record
+        self.group_id = group_id
+        self.members = members
+        self.group: RaftGroup | None = None
+        self.machine = QueueMachine(
+            record.name,
+            record.vhost,
+            settings=self._settings(None, None),
+            last_used_ms=now_ms(),
+        )
+        self._consumers: dict[ConsumerKey, ConsumerRef] = {}
+        self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
+        self._numbers = itertools.count(1)
+        self._timer: asyncio.TimerHandle | None = None
+        self.ever_consumed = False
+        self.journal_key: str | None = None  # set by the store; quorum messages live in Raft
+        self.scratch_paged = False
+        self.policy: Policy | None = None
+        self.operator_policy: Policy | None = None
+        self.stats = MessageStats()
+        self.dead_letter_worker: DeadLetterWorker | None = None  # at-least-once, on the leader
+        self.replica = Replica(self)
+        self.refresh_policies()
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def leader(self) -> bool:
+        return self.group is not None and self.group.is_leader
+
+    # --- what channels call ------------------------------------------------------------------
+
+    def apply(self, command: Command) -> object:
+        """Propose `command`; a future of its reply (the caller may ignore it)."""
+        if type(command) is Dispatch:
+            return None  # consumers' credit is the machine's own: nothing to retry
+        return self.submit(command)
+
+    def submit(self, command: Command) -> asyncio.Future[object]:
+        data = pickle.dumps((now_ms(), command), pickle.HIGHEST_PROTOCOL)
+        future = self.cluster.submit(self.group_id, data)
+        future.add_done_callback(_observe)
+        return future
+
+    def subscribe(
+        self, channel: Subscriber, tag: str, command: Checkout, limited: bool
+    ) -> tuple[object, list[Any]]:
+        key: ConsumerKey = (self.cluster.name, next(self._numbers))
+        self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
+        self._wire_keys[command.consumer] = key
+        self.ever_consumed = True
+        self.submit(replace(command, consumer=key, channel=key))
+        return None, []
+
+    def unsubscribe(self, key: Hashable) -> None:
+        wire = self._wire_keys.pop(key, None)
+        if wire is not None:
+            self._consumers.pop(wire, None)
+            self.submit(Cancel(wire))
+
+    def limit(self, channel: Subscriber) -> None:
+        """Channel-wide prefetch does not apply to quorum queues (RabbitMQ refuses it)."""
+
+    def dispatch(self) -> None:
+        pass
+
+    def perform(self, effects: list[Any]) -> None:
+        pass  # effects come from committed entries (`apply_entry`), never from a subscribe
+
+    def cancel_all(self) -> None:
+        for ref in list(self._consumers.values()):
+            ref.channel.queue_deleted(ref.tag)
+        self._consumers.clear()
+        self._wire_keys.clear()
+
+    def stop(self) -> None:
+        self._stop_leading()
+        self.cluster.forget_queue(self)
+
+    def _stop_leading(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.dead_letter_worker is not None:
+            self.dead_letter_worker.stop()
+            self.dead_letter_worker = None
+
+    def refresh_policies(self) -> None:
+        vhost = self.broker.vhosts.get(self.record.vhost)
+        user = vhost.policies.match_queue(self.record) if vhost else None
+        operator = vhost.operator_policies.match_queue(self.record) if vhost else None
+        self.policy, self.operator_policy = user, operator
+        if self.leader:
+            self._configure()
+
+    def _settings(self, user: Policy | None, operator: Policy | None) -> QueueSettings:
+        prefetch = self.broker.config.dead_letter_worker_consumer_prefetch
+        return effective_settings(self.record, user, operator, prefetch)
+
+    def _configure(self) -> None:
+        settings = self._settings(self.policy, self.operator_policy)
+        if settings != self.machine.settings:
+            self.submit(Configure(settings))
+
+    # --- the Raft group's state machine --------------------------------------------------------
+
+    def apply_entry(self, index: int, data: bytes) -> object:
+        now, command = pickle.loads(data)
+        reply, effects = self.machine.apply(Meta(now), command)
+        leader = self.leader
+        mine = self.cluster.name
+        if type(command) is Cancel and command.consumer in self._consumers:
+            # the leader cancelled a consumer of ours (it thought this node gone): say so
+            ref = self._consumers.pop(command.consumer)
+            ref.channel.queue_deleted(ref.tag)
+        for effect in effects:
+            if type(effect) is Deliver:
+                consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
+                if consumer[0] != mine:
+                    continue
+                found = self._consumers.get(consumer)
+                if found is not None:
+                    found.channel.deliver(found.tag, effect.entry, self)  # type: ignore[arg-type]
+                else:  # the channel went away after the consumer was added
+                    self.submit(Return([effect.entry.msg_id]))
+            elif not leader:
+                continue
+            elif type(effect) is DeadLetter:
+                if effect.held:  # at-least-once: settled once the targets have it
+                    self._worker().send(effect)
+                else:
+                    dead_letter(self, effect.entry, effect.reason)  # type: ignore[arg-type]
+            elif type(effect) is SetTimer:
+                self._arm(effect.at_ms)
+            elif type(effect) is QueueExpired:
+                self.broker.expire_queue(self)  # type: ignore[arg-type]
+        return reply
+
+    def snapshot(self) -> bytes:
+        return pickle.dumps(self.machine, pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, data: bytes) -> None:
+        self.machine = pickle.loads(data)
+
+    def _worker(self) -> DeadLetterWorker:
+        if self.dead_letter_worker is None:
+            self.dead_letter_worker = DeadLetterWorker(self)  # type: ignore[arg-type]
+        return self.dead_letter_worker
+
+    def role_changed(self, leader: bool, leader_node: str | None) -> None:
+        if not leader:
+            self._stop_leading()
+            return
+        self._configure()
+        if self.machine.timer_at_ms is not None:
+            self._arm(self.machine.timer_at_ms)
+        for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
+            self._worker().send(dead)
+        self.reap(self.cluster.unreachable())
+
+    def reap(self, nodes: set[str]) -> None:
+        """On the leader: cancel the consumers of `nodes` (gone) and requeue what they held."""
+        if not nodes or not self.leader:
+            return
+        for consumer in self.machine.consumers():
+            if consumer[0] in nodes:  # type: ignore[index]
+                held = self.machine.checked_out(consumer)
+                self.submit(Cancel(consumer))
+                if held:
+                    self.submit(Return(held))
+
+    def _arm(self, at_ms: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        delay_s = max(0.0, (at_ms - now_ms()) / 1000)
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.leader:
+            self.submit(Tick())
+
+
+class Replica:
+    """The host as its Raft group's state machine (`GroupMachine`)."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: QuorumHost) -> None:
+        self.host = host
+
+    def apply(self, index: int, data: bytes) -> object:
+        return self.host.apply_entry(index, data)
+
+    def snapshot(self) -> bytes:
+        return self.host.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.host.restore(data)
+
+    def role_changed(self, leader: bool, leader_node: str | None) -> None:
+        self.host.role_changed(leader, leader_node)
+
+
+def _observe(future: asyncio.Future[object]) -> None:
+    """Fire-and-forget proposals fail quietly; the ones a caller waits for are seen there."""
+    if not future.cancelled():
+        error = future.exception()
+        if error is not None:
+            log.debug("quorum proposal failed: %s", error)
