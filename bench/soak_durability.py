@@ -132,14 +132,19 @@ PERSISTENT = aiormq.spec.Basic.Properties(delivery_mode=2)
 
 
 async def publish(
-    url: str, queues: list[str], tally: Tally, rng: random.Random, args: argparse.Namespace
+    url: str,
+    queues: list[str],
+    tally: Tally,
+    rng: random.Random,
+    args: argparse.Namespace,
+    arguments: dict[str, str] | None = None,
 ) -> None:
     """Publish until the connection breaks (the node was killed) or the task is cancelled."""
     connection = await asyncio.wait_for(aiormq.connect(url), 10)
     try:
         channel = await connection.channel(publisher_confirms=True)
         for queue in queues:
-            await channel.queue_declare(queue, durable=True)
+            await channel.queue_declare(queue, durable=True, arguments=arguments)
         window = asyncio.Semaphore(args.window)
         in_flight: set[asyncio.Task[None]] = set()
         index = 0
@@ -169,14 +174,20 @@ async def confirm_one(channel, window, tally: Tally, queue: str, sequence: int, 
         window.release()
 
 
-async def consume(url: str, queues: list[str], tally: Tally, prefetch: int) -> None:
+async def consume(
+    url: str,
+    queues: list[str],
+    tally: Tally,
+    prefetch: int,
+    arguments: dict[str, str] | None = None,
+) -> None:
     """Consume and ack everything until cancelled or the connection breaks."""
     connection = await asyncio.wait_for(aiormq.connect(url), 10)
     try:
         channel = await connection.channel()
         await channel.basic_qos(prefetch_count=prefetch)
         for queue in queues:
-            await channel.queue_declare(queue, durable=True)
+            await channel.queue_declare(queue, durable=True, arguments=arguments)
 
             async def on_message(message, queue: str = queue) -> None:
                 tally.arrived(queue, message.body)
@@ -207,9 +218,9 @@ async def run_phase(
     return interval
 
 
-async def drain(node: Node, queues: list[str], tally: Tally, idle_s: float) -> None:
+async def drain(url: str, queues: list[str], tally: Tally, idle_s: float) -> None:
     """Consume until every queue is empty and nothing arrived for `idle_s`."""
-    connection = await asyncio.wait_for(aiormq.connect(node.url), 10)
+    connection = await asyncio.wait_for(aiormq.connect(url), 10)
     try:
         channel = await connection.channel()
         await channel.basic_qos(prefetch_count=1000)
@@ -235,7 +246,7 @@ async def drain(node: Node, queues: list[str], tally: Tally, idle_s: float) -> N
             await asyncio.wait_for(connection.close(), 1)
 
 
-def report(tally: Tally, queues: list[str], kills: int) -> bool:
+def report(tally: Tally, queues: list[str], kills: int, faults: str = "kills") -> bool:
     """Print the result; True if nothing was lost, corrupt or out of order."""
     ok = tally.corrupt == 0
     totals = {"published": 0, "confirmed": 0, "arrived": 0, "lost": 0, "dup": 0, "disorder": 0}
@@ -256,7 +267,7 @@ def report(tally: Tally, queues: list[str], kills: int) -> bool:
             print(f"  {queue}: {disorder} first arrivals out of order")
         ok = ok and not lost and not disorder
     print(
-        f"kills {kills}, published {totals['published']}, confirmed {totals['confirmed']},"
+        f"{faults} {kills}, published {totals['published']}, confirmed {totals['confirmed']},"
         f" arrived {totals['arrived']}, lost {totals['lost']}, corrupt {tally.corrupt},"
         f" duplicates {totals['dup']}, out of order {totals['disorder']}"
     )
@@ -279,7 +290,7 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> bool:
             confirmed = sum(len(c) for c in tally.confirmed.values())
             print(f"kill {kill}/{args.kills} after {interval:.2f} s: {confirmed} confirmed so far")
             node.start()
-        await drain(node, queues, tally, idle_s=1.0)
+        await drain(node.url, queues, tally, idle_s=1.0)
     finally:
         node.stop()
     segments = sorted(p.name for p in (data_dir / "log").glob("*.wal"))

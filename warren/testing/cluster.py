@@ -1,0 +1,256 @@
+"""A cluster of real Warren processes on this machine, with faults on demand.
+
+Theory of operation:
+1. `LocalCluster(directory, names)` starts one ``python -m warren`` process per node on
+   free local ports (AMQP, management, cluster), each with its own data directory and log
+   file, all with the same cookie and a short Raft tick so that elections take about a
+   second.
+2. Links between nodes go through `FaultProxy` instances, one per pair of nodes: each node
+   is told the address of the pair's proxy in place of its peer's listener. `isolate(name)`
+   cuts every proxy that touches the node (open connections are dropped, new ones refused)
+   and `heal()` lets traffic through again: a network partition without root.
+3. `kill(name)` is SIGKILL; `start(name)` starts the node again on the same data directory.
+   Waits are bounded and fail with the node's log file named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+START_TIMEOUT_S = 30.0
+COOKIE = "warren-test-cookie"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class FaultProxy:
+    """A TCP forwarder on its own event-loop thread that can cut its connections."""
+
+    def __init__(self, target_port: int) -> None:
+        self.port = free_port()
+        self.target_port = target_port
+        self.cut = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(5)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _serve(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cut:
+            writer.close()
+            return
+        try:
+            target_reader, target_writer = await asyncio.open_connection(
+                "127.0.0.1", self.target_port
+            )
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, target_writer))
+        await asyncio.gather(self._pipe(reader, target_writer), self._pipe(target_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while not self.cut:
+                data = await reader.read(65536)
+                if not data or self.cut:
+                    break
+                writer.write(data)
+                await writer.drain()
+        self._writers.discard(writer)
+        writer.close()
+
+    def set_cut(self, cut: bool) -> None:
+        def change() -> None:
+            self.cut = cut
+            if cut:
+                for writer in list(self._writers):
+                    writer.transport.abort()
+                self._writers.clear()
+
+        self._loop.call_soon_threadsafe(change)
+
+    def close(self) -> None:
+        async def shut() -> None:
+            self.cut = True
+            for writer in list(self._writers):
+                writer.transport.abort()
+            self._server.close()
+            await self._server.wait_closed()
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shut(), self._loop)
+        self._thread.join(5)
+        self._loop.close()
+
+
+@dataclass
+class ClusterNodeProcess:
+    name: str
+    data_dir: Path
+    port: int = field(default_factory=free_port)
+    management_port: int = field(default_factory=free_port)
+    cluster_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"{self.name}.{self.starts}.log"
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        directory: Path,
+        names: list[str],
+        *,
+        raft_tick_ms: int = 50,
+        extra: list[str] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.raft_tick_ms = raft_tick_ms
+        self.extra = extra or []
+        self.nodes = {name: ClusterNodeProcess(name, directory / name) for name in names}
+        # one proxy per pair; the lower name dials, so the proxy forwards to the higher one
+        self.proxies: dict[tuple[str, str], FaultProxy] = {}
+        for a in names:
+            for b in names:
+                if a < b:
+                    self.proxies[a, b] = FaultProxy(self.nodes[b].cluster_port)
+
+    def _peers(self, name: str) -> str:
+        entries = [f"{name}=127.0.0.1:{self.nodes[name].cluster_port}"]
+        for other, node in self.nodes.items():
+            if other == name:
+                continue
+            pair = (min(name, other), max(name, other))
+            port = self.proxies[pair].port if name < other else node.cluster_port
+            entries.append(f"{other}=127.0.0.1:{port}")
+        return ",".join(entries)
+
+    def start_all(self) -> None:
+        for name in self.nodes:
+            self.launch(name)
+        for name in self.nodes:
+            self.wait_listening(name)
+
+    def launch(self, name: str) -> None:
+        node = self.nodes[name]
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        node.starts += 1
+        command = [sys.executable, "-m", "warren", "--node-name", name]
+        command += ["--port", str(node.port), "--management-port", str(node.management_port)]
+        command += ["--data-dir", str(node.data_dir), "--bind", "127.0.0.1"]
+        command += ["--cluster-port", str(node.cluster_port), "--cluster-cookie", COOKIE]
+        command += ["--cluster-nodes", self._peers(name)]
+        command += ["--raft-tick-ms", str(self.raft_tick_ms), *self.extra]
+        with node.log_path.open("wb") as log:
+            node.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_listening(self, name: str) -> None:
+        node = self.nodes[name]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert node.process is not None
+            if node.process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {node.process.returncode}: {node.log_path}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", node.port)):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} did not listen within {START_TIMEOUT_S} s: {node.log_path}")
+
+    def start(self, name: str) -> None:
+        self.launch(name)
+        self.wait_listening(name)
+
+    def kill(self, name: str) -> None:
+        node = self.nodes[name]
+        if node.running:
+            assert node.process is not None
+            node.process.send_signal(signal.SIGKILL)
+            node.process.wait(timeout=10)
+
+    def isolate(self, name: str) -> None:
+        for pair, proxy in self.proxies.items():
+            if name in pair:
+                proxy.set_cut(True)
+
+    def heal(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.set_cut(False)
+
+    def api(self, name: str, path: str) -> Any:
+        node = self.nodes[name]
+        request = urllib.request.Request(f"http://127.0.0.1:{node.management_port}{path}")
+        request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return json.loads(reply.read())
+
+    def queue(self, name: str, queue: str, vhost: str = "/") -> Any:
+        quoted = urllib.parse.quote(vhost, safe="")
+        return self.api(name, f"/api/queues/{quoted}/{urllib.parse.quote(queue, safe='')}")
+
+    def leader_of(self, queue: str, vhost: str = "/", timeout_s: float = 15.0) -> str:
+        """The queue's leader as a running node reports it, once one is known."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, node in self.nodes.items():
+                if not node.running:
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    leader = self.queue(name, queue, vhost).get("leader")
+                    if leader and self.nodes[leader].running:
+                        return str(leader)
+            time.sleep(0.1)
+        raise RuntimeError(f"no leader for {queue} within {timeout_s} s")
+
+    def stop_all(self) -> None:
+        for node in self.nodes.values():
+            if node.running:
+                assert node.process is not None
+                node.process.terminate()
+        for node in self.nodes.values():
+            if node.process is not None:
+                try:
+                    node.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    node.process.kill()
+        for proxy in self.proxies.values():
+            proxy.close()
