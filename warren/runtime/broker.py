@@ -357,6 +357,13 @@ class Broker:
             return None
         return cluster.propose_declare(record)
 
+    def replicated_counts(self, host: QueueHost) -> asyncio.Future[tuple[int, int]] | None:
+        """A quorum queue's declare-ok counts come from its leader once this node's commands
+        are applied (None: read the host's machine)."""
+        if self.cluster is None or host.record.queue_type is not QueueType.QUORUM:
+            return None
+        return asyncio.ensure_future(host.counts())  # type: ignore[attr-defined,no-any-return]
+
     def replicated_delete(self, vhost: VHost, name: str) -> asyncio.Future[object] | None:
         """Likewise for a delete; the future has the queue's ready count."""
         cluster = self.cluster

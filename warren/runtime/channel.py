@@ -358,7 +358,14 @@ class Channel:
                 host = found
         host.apply(Touch())
         self.last_queue = name
-        if not method.nowait:
+        if method.nowait:
+            return
+        counts = self.broker.replicated_counts(host)
+        if counts is not None:
+            self.connection.suspend(
+                self, counts, lambda done: self.send(m.QueueDeclareOk(name, *done.result()))
+            )
+        else:
             machine = host.machine
             self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
 

@@ -419,6 +419,9 @@ class ClusterNode:
                 return ("ok", sorted(group.members))
             if kind == "transfer":
                 return ("ok", group.transfer(request[2]))
+            if kind == "counts":
+                machine = self.queues[request[1]].machine
+                return ("ok", (machine.ready_count, machine.consumer_count))
         except NotLeader as error:
             return ("not_leader", error.leader)
         raise ValueError(f"unknown cluster request {kind!r}")

@@ -90,6 +90,7 @@ class QuorumHost:
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._numbers = itertools.count(1)
         self._timer: asyncio.TimerHandle | None = None
+        self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
         self.ever_consumed = False
         self.journal_key: str | None = None  # set by the store; quorum messages live in Raft
         self.scratch_paged = False
@@ -119,8 +120,23 @@ class QuorumHost:
     def submit(self, command: Command) -> asyncio.Future[object]:
         data = pickle.dumps((now_ms(), command), pickle.HIGHEST_PROTOCOL)
         future = self.cluster.submit(self.group_id, data)
-        future.add_done_callback(_observe)
+        self._outstanding.add(future)
+        future.add_done_callback(self._settled)
         return future
+
+    def _settled(self, future: asyncio.Future[object]) -> None:
+        self._outstanding.discard(future)
+        _observe(future)
+
+    async def counts(self) -> tuple[int, int]:
+        """declare-ok's message and consumer counts, read after every command this node
+        sent has been applied, from the leader's state (read your writes)."""
+        if self._outstanding:
+            await asyncio.gather(*self._outstanding, return_exceptions=True)
+        if self.leader:
+            return self.machine.ready_count, self.machine.consumer_count
+        reply: Any = await self.cluster.leader_call(self.group_id, ("counts", self.group_id))
+        return reply[0], reply[1]
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
