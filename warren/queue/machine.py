@@ -162,9 +162,12 @@ class Checkout(Command):
 
 @dataclass(frozen=True, slots=True)
 class Cancel(Command):
-    """Remove a consumer; its unacked messages stay unacked until settled or returned."""
+    """Remove a consumer; its unacked messages stay unacked until settled or returned,
+    unless `requeue`: then they are returned at once (the consumer's process is gone, as
+    rabbit_fifo's ``down`` does for a replicated queue's consumer on a lost node)."""
 
     consumer: Hashable
+    requeue: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,21 +531,23 @@ class QueueMachine:
 
     def _cancel(self, meta: Meta, command: Cancel, effects: Effects) -> Reply:
         consumer = self._consumers.pop(command.consumer, None)
-        if consumer is None:
-            return False
-        if self.exclusive_consumer == command.consumer:
-            self.exclusive_consumer = None
-        for index, (_level, ring) in enumerate(self._rings):
-            if command.consumer in ring:
-                ring.remove(command.consumer)
-                if not ring:
-                    del self._rings[index]
-                break
-        if self.active_consumer == command.consumer:
-            self.active_consumer = self._rings[0][1][0] if self._rings else None
-            self._dispatch(meta, effects)
-        self.last_used_ms = meta.now_ms
-        return True
+        if consumer is not None:
+            if self.exclusive_consumer == command.consumer:
+                self.exclusive_consumer = None
+            for index, (_level, ring) in enumerate(self._rings):
+                if command.consumer in ring:
+                    ring.remove(command.consumer)
+                    if not ring:
+                        del self._rings[index]
+                    break
+            if self.active_consumer == command.consumer:
+                self.active_consumer = self._rings[0][1][0] if self._rings else None
+                self._dispatch(meta, effects)
+            self.last_used_ms = meta.now_ms
+        held = self.checked_out(command.consumer) if command.requeue else []
+        if held:  # once the consumer is gone, so that none of them goes back to it
+            self._return(meta, Return(held), effects)
+        return consumer is not None
 
     def _settle(self, meta: Meta, command: Settle, effects: Effects) -> Reply:
         freed = self._release(command.msg_ids)

@@ -16,9 +16,12 @@ from warren.queue import (
     DELIVERY_LIMIT,
     REJECTED,
     REJECTED_REPLY,
+    Cancel,
+    Checkout,
     Command,
     Configure,
     DeadLetter,
+    Deliver,
     Discard,
     Dropped,
     Enqueue,
@@ -121,6 +124,20 @@ def test_a_message_is_delivered_limit_plus_one_times():
         _reply, effects = queue.apply(NOW, Return([got.entry.msg_id]))
     assert counts == [0, 1, 2]
     assert [(type(e), e.reason) for e in effects] == [(Dropped, DELIVERY_LIMIT)]  # type: ignore[union-attr]
+
+
+def test_a_consumer_gone_with_its_node_hands_its_messages_to_the_others():
+    # Cancel(requeue=True): what a replicated queue's leader does for a consumer on a lost
+    # node; everything it held goes to the remaining consumer, none back to it.
+    queue = machine(quorum_settings())
+    enqueue(queue, "m1", "m2", "m3")
+    queue.apply(NOW, Checkout(consumer="lost", channel="lost", prefetch_count=2))
+    assert queue.checked_out("lost") == [1, 2]
+    queue.apply(NOW, Checkout(consumer="live", channel="live"))
+    _reply, effects = queue.apply(NOW, Cancel("lost", requeue=True))
+    delivered = [(e.consumer, e.entry.message) for e in effects if isinstance(e, Deliver)]
+    assert delivered == [("live", "m1"), ("live", "m2")]
+    assert queue.checked_out("lost") == [] and queue.consumer_count == 1
 
 
 def test_each_unsettled_fetch_counts_as_a_consumer():

@@ -49,6 +49,7 @@ METADATA_GROUP: Final = "metadata"
 RETRY_S: Final = 0.05
 LEADER_WAIT_S: Final = 10.0
 JOIN_PROBE_S: Final = 1.0
+REAP_GRACE_TICKS: Final = 20  # two election timeouts
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -91,6 +92,9 @@ class ClusterNode:
         self.queues: dict[str, QuorumHost] = {}  # group id -> host
         self._adopted: dict[tuple[str, str], tuple[str, list[str]]] = {}
         self._forwarders: dict[str, _Forwarder] = {}
+        self._reaping: asyncio.TimerHandle | None = None
+        # names this process's consumers: those of an earlier life of the node are stale
+        self.incarnation = secrets.token_hex(4)
         self._rng = random.Random()
         broker.cluster = self
 
@@ -286,8 +290,21 @@ class ClusterNode:
 
     def _link(self, node: str, up: bool) -> None:
         if not up:
+            self.reap_soon()
+
+    def reap_soon(self) -> None:
+        """In a grace period (a link that comes back at once keeps its consumers), cancel
+        the consumers of every node still unreachable, on the queues this node leads."""
+        if self._reaping is None:
+            grace_s = REAP_GRACE_TICKS * self.config.raft_tick_ms / 1000
+            self._reaping = asyncio.get_running_loop().call_later(grace_s, self._reap)
+
+    def _reap(self) -> None:
+        self._reaping = None
+        gone = self.unreachable()
+        if gone:
             for host in list(self.queues.values()):
-                host.reap({node})
+                host.reap(gone)
 
     # --- getting commands to leaders -------------------------------------------------------------
 

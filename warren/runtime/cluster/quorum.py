@@ -15,11 +15,12 @@ Theory of operation:
      dead-lettering loses the copy if the leader crashes between commit and re-publish,
      as RabbitMQ's default strategy may; at-least-once keeps it held in the machine until
      a replicated `SettleDeadLetter`, and a new leader sends what is still held again.
-3. Consumers of a node that is gone (its link dropped) are cancelled by the leader, and
-   their unacknowledged messages returned, so that they are delivered again; the same
-   happens for every consumer of a node the leader finds gone when it is elected. A
-   delivery to a consumer this node no longer has (its channel closed meanwhile) is
-   returned at once.
+3. Consumers of a node that is gone (its link down for a grace period) are cancelled by
+   the leader, and their unacknowledged messages returned, so that they are delivered
+   again; the same happens for every consumer of a node the leader finds gone when it is
+   elected. A consumer key names the node process's incarnation, so a node that restarted
+   cancels the consumers of its previous life as soon as it sees them. A delivery to a
+   consumer this node no longer has (its channel closed meanwhile) is returned at once.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
 5. Snapshots are the pickled machine.
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.quorum")
 
-ConsumerKey = tuple[str, int]  # (node, number): who the consumer is, on every replica
+# (node, the node process's incarnation, number): who the consumer is, on every replica
+ConsumerKey = tuple[str, str, int]
 
 
 class QuorumHost:
@@ -89,6 +91,7 @@ class QuorumHost:
         self._consumers: dict[ConsumerKey, ConsumerRef] = {}
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._numbers = itertools.count(1)
+        self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
         self.ever_consumed = False
@@ -141,7 +144,7 @@ class QuorumHost:
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
     ) -> tuple[object, list[Any]]:
-        key: ConsumerKey = (self.cluster.name, next(self._numbers))
+        key: ConsumerKey = (self.cluster.name, self.cluster.incarnation, next(self._numbers))
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self.ever_consumed = True
@@ -214,6 +217,9 @@ class QuorumHost:
                 consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
                 if consumer[0] != mine:
                     continue
+                if consumer[1] != self.cluster.incarnation:
+                    self._drop_stale(consumer)  # added before this node restarted
+                    continue
                 found = self._consumers.get(consumer)
                 if found is not None:
                     found.channel.deliver(found.tag, effect.entry, self)  # type: ignore[arg-type]
@@ -244,6 +250,10 @@ class QuorumHost:
         return self.dead_letter_worker
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
+        for consumer in self.machine.consumers():
+            key: ConsumerKey = consumer  # type: ignore[assignment]
+            if key[0] == self.cluster.name and key[1] != self.cluster.incarnation:
+                self._drop_stale(key)
         if not leader:
             self._stop_leading()
             return
@@ -252,7 +262,7 @@ class QuorumHost:
             self._arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
             self._worker().send(dead)
-        self.reap(self.cluster.unreachable())
+        self.cluster.reap_soon()
 
     def reap(self, nodes: set[str]) -> None:
         """On the leader: cancel the consumers of `nodes` (gone) and requeue what they held."""
@@ -260,10 +270,16 @@ class QuorumHost:
             return
         for consumer in self.machine.consumers():
             if consumer[0] in nodes:  # type: ignore[index]
-                held = self.machine.checked_out(consumer)
-                self.submit(Cancel(consumer))
-                if held:
-                    self.submit(Return(held))
+                self._cancel_with_messages(consumer)  # type: ignore[arg-type]
+
+    def _drop_stale(self, consumer: ConsumerKey) -> None:
+        """A consumer this node added before it restarted: nobody receives for it."""
+        if consumer not in self._dropping:
+            self._dropping.add(consumer)
+            self._cancel_with_messages(consumer)
+
+    def _cancel_with_messages(self, consumer: ConsumerKey) -> None:
+        self.submit(Cancel(consumer, requeue=True))
 
     def _arm(self, at_ms: int) -> None:
         if self._timer is not None:
