@@ -163,12 +163,17 @@ def test_rebalance_spreads_the_leaders(cluster: LocalCluster, name: str) -> None
     assert max(settled.values()) <= bound, settled
 
 
-def test_forget_cluster_node_refuses_a_running_node(cluster: LocalCluster) -> None:
+def test_forget_cluster_node_refuses_a_running_or_unknown_node(cluster: LocalCluster) -> None:
     running = run(cluster, "warren-a", CTL, "forget_cluster_node", "warren-b")
     assert (running.returncode, running.stdout, running.stderr) == (
         69,
         "Removing node warren-b from the cluster\n",
         "Error:\nwarren-b is running: stop it first\n",
+    )
+    unknown = run(cluster, "warren-a", CTL, "forget_cluster_node", "warren-x")
+    assert (unknown.returncode, unknown.stderr) == (
+        69,
+        "Error:\nnode warren-x is not in the cluster\n",
     )
     status = json.loads(ok(cluster, "warren-a", CTL, "cluster_status", "--formatter", "json"))
     assert status["disk_nodes"] == NAMES
