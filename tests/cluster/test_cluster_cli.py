@@ -109,6 +109,35 @@ def test_quorum_status_shows_three_members_and_one_leader(cluster: LocalCluster,
     )
 
 
+def test_delete_then_add_member_keeps_the_messages(cluster: LocalCluster, name: str) -> None:
+    declare(cluster, "warren-a", name)
+    bodies = [b"m%d" % i for i in range(100)]
+    publish(cluster, "warren-a", name, bodies)
+    follower = next(node for node in NAMES if node != cluster.leader_of(name))
+    assert ok(cluster, "warren-a", QUEUES, "delete_member", name, follower) == (
+        f"Removing a replica of queue {name} on node {follower}...\n"
+    )
+    assert [row["Node Name"] for row in members(cluster, "warren-a", name)] == [
+        node for node in NAMES if node != follower
+    ]
+    again = run(cluster, "warren-a", QUEUES, "delete_member", name, follower)
+    assert (again.returncode, again.stderr) == (
+        69,
+        f"Error:\n{follower} is not a member of '{name}'\n",
+    )
+    assert ok(cluster, "warren-b", QUEUES, "add_member", name, follower, "-q") == ""
+    rows = until(
+        lambda: members(cluster, "warren-a", name),
+        lambda rows: (
+            len(rows) == 3 and all(row["Last Applied"] == rows[0]["Last Applied"] for row in rows)
+        ),
+    )
+    assert [row["Node Name"] for row in rows] == NAMES
+    assert {row["Membership"] for row in rows} == {"voter"}
+    assert until(lambda: cluster.queue(follower, name)["messages"], lambda n: n == 100) == 100
+    assert drain(cluster, follower, name, len(bodies)) == bodies
+
+
 def test_shrink_and_grow_a_node(cluster: LocalCluster, name: str) -> None:
     queues = [f"{name}.{i}" for i in range(3)]
     for queue in queues:
