@@ -1,12 +1,14 @@
 """A three-node cluster of real Warren processes for the cluster tests (`LocalCluster`).
 
 The cluster is shared by the module's tests; each test uses its own queue names. A test
-that kills or isolates a node brings it back before it ends (`revived`)."""
+that kills or isolates a node brings it back before it ends (`revived`). `declare`,
+`publish` and `drain` are the few client steps the tests share."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,8 @@ import pytest
 from warren.testing.cluster import LocalCluster
 
 NAMES = ["warren-a", "warren-b", "warren-c"]
+QUORUM = {"x-queue-type": "quorum"}
+AVAILABLE_WITHIN_S = 15.0
 
 if os.environ.get("WARREN_TEST_URL"):
     pytest.skip("cluster tests start their own Warren nodes", allow_module_level=True)
@@ -54,3 +58,42 @@ def revived(cluster: LocalCluster) -> Iterator[None]:
         for node, process in cluster.nodes.items():
             if not process.running:
                 cluster.start(node)
+
+
+def declare(cluster: LocalCluster, node: str, queue: str, **arguments: object) -> None:
+    connection = connect(cluster, node)
+    try:
+        connection.channel().queue_declare(queue, durable=True, arguments={**QUORUM, **arguments})
+    finally:
+        connection.close()
+
+
+def publish(cluster: LocalCluster, node: str, queue: str, bodies: list[bytes]) -> None:
+    connection = connect(cluster, node)
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for body in bodies:
+            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+    finally:
+        connection.close()
+
+
+def drain(cluster: LocalCluster, node: str, queue: str, expected: int) -> list[bytes]:
+    """Consume with acks on `node` until `expected` messages came (or the wait ran out)."""
+    connection = connect(cluster, node)
+    got: list[bytes] = []
+    try:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=100)
+        deadline = time.monotonic() + AVAILABLE_WITHIN_S
+        for method, _props, body in channel.consume(queue, inactivity_timeout=0.5):
+            if method is not None:
+                got.append(body)
+                channel.basic_ack(method.delivery_tag)
+            if len(got) >= expected or time.monotonic() > deadline:
+                break
+        channel.cancel()
+    finally:
+        connection.close()
+    return got

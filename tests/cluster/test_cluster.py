@@ -17,51 +17,19 @@ import pika.exceptions
 import pytest
 from pamqp.commands import Basic
 
-from tests.cluster.conftest import NAMES, connect, revived
+from tests.cluster.conftest import (
+    AVAILABLE_WITHIN_S,
+    NAMES,
+    QUORUM,
+    connect,
+    declare,
+    drain,
+    publish,
+    revived,
+)
 from warren.testing.cluster import LocalCluster
 
-QUORUM = {"x-queue-type": "quorum"}
-AVAILABLE_WITHIN_S = 15.0
 TOTAL = 800  # messages the publisher of the leader-kill test confirms
-
-
-def declare(cluster: LocalCluster, node: str, queue: str, **arguments: object) -> None:
-    connection = connect(cluster, node)
-    try:
-        connection.channel().queue_declare(queue, durable=True, arguments={**QUORUM, **arguments})
-    finally:
-        connection.close()
-
-
-def publish(cluster: LocalCluster, node: str, queue: str, bodies: list[bytes]) -> None:
-    connection = connect(cluster, node)
-    try:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        for body in bodies:
-            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
-    finally:
-        connection.close()
-
-
-def drain(cluster: LocalCluster, node: str, queue: str, expected: int) -> list[bytes]:
-    """Consume with acks on `node` until `expected` messages came (or the wait ran out)."""
-    connection = connect(cluster, node)
-    got: list[bytes] = []
-    try:
-        channel = connection.channel()
-        channel.basic_qos(prefetch_count=100)
-        deadline = time.monotonic() + AVAILABLE_WITHIN_S
-        for method, _props, body in channel.consume(queue, inactivity_timeout=0.5):
-            if method is not None:
-                got.append(body)
-                channel.basic_ack(method.delivery_tag)
-            if len(got) >= expected or time.monotonic() > deadline:
-                break
-        channel.cancel()
-    finally:
-        connection.close()
-    return got
 
 
 def test_definitions_reach_every_node(cluster: LocalCluster, name: str) -> None:

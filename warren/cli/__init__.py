@@ -1,4 +1,5 @@
-"""`warrenctl`: rabbitmqctl's verbs, flags, messages and tables, over the management API.
+"""`warrenctl` and `warren-queues`: rabbitmqctl's and rabbitmq-queues' verbs, flags,
+messages and tables, over the management API.
 
 Theory of operation:
 1. `main` parses rabbitmqctl's command line (`set_policy NAME PATTERN DEFINITION
@@ -7,6 +8,8 @@ Theory of operation:
    HTTP calls through `client` and prints with `formatters`, which draw rabbitmqctl's
    table, pretty_table, json and csv outputs (`terms` renders argument values the way
    each of them does).
+   `queues` is rabbitmq-queues' command line on the same flags; `cluster` holds the
+   cluster verbs of both.
 2. It talks only HTTP (``--url``, else ``WARREN_URL``, else http://127.0.0.1:15672;
    credentials from the URL or guest/guest), so it works against Warren and against a
    RabbitMQ with the management plugin alike. It never imports broker internals.

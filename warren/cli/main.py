@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from warren.cli import commands
+from warren.cli import cluster, commands
 from warren.cli import verbs as actions
 from warren.cli.client import DEFAULT_URL, Client, Unreachable
 from warren.cli.commands import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, Context
@@ -32,7 +32,6 @@ DEFAULTS = {
     "vhost": "/",
     "quiet": False,
     "silent": False,
-    "formatter": "table",
     "timeout": "60",
     "table_headers": True,
     "url": None,
@@ -51,7 +50,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message, self.format_usage())
 
 
-def _global_flags() -> Parser:
+def global_flags() -> Parser:
     flags = Parser(add_help=False, argument_default=argparse.SUPPRESS)
     flags.add_argument("-p", "--vhost", help="virtual host (default /)")
     flags.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
@@ -67,7 +66,7 @@ def _global_flags() -> Parser:
 
 def build_parser() -> tuple[Parser, dict[str, Parser]]:
     """The parser, and each verb's own parser (for its usage line)."""
-    flags = _global_flags()
+    flags = global_flags()
     parser = Parser(prog="warrenctl", parents=[flags], description="Manage a Warren node.")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for operator, prefix in ((False, ""), (True, "operator_")):
@@ -108,7 +107,8 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
 
 
 def _everyday_verbs(verbs: Any, flags: Parser) -> None:
-    """rabbitmqctl's verbs for users, vhosts, permissions, queues and connections."""
+    """rabbitmqctl's verbs for users, vhosts, permissions, queues, connections and the
+    cluster."""
 
     def verb(name: str, help_text: str, *arguments: str) -> Parser:
         parser: Parser = verbs.add_parser(name, parents=[flags], help=help_text)
@@ -140,15 +140,20 @@ def _everyday_verbs(verbs: Any, flags: Parser) -> None:
     deleter.add_argument("-u", "--if-unused", dest="if_unused", action="store_true")
     closer = verb("close_connection", "close a client connection", "connection_name")
     closer.add_argument("explanation")
+    verb("cluster_status", "show the cluster's nodes and which of them are running")
+    verb("join_cluster", "make this node a member of the cluster the given node is in", "node")
+    verb("forget_cluster_node", "remove a stopped node from the cluster", "node")
 
 
-def _settings(args: argparse.Namespace) -> None:
-    for name, default in DEFAULTS.items():
+def _settings(args: argparse.Namespace, formatter: str) -> None:
+    for name, default in (DEFAULTS | {"formatter": formatter}).items():
         if not hasattr(args, name):
             setattr(args, name, default)
 
 
-def _context(args: argparse.Namespace, timeout_s: float) -> Context:
+def context(args: argparse.Namespace, usage: str) -> Context:
+    """The verb's `Context` from the global flags (``--timeout`` checked here)."""
+    timeout_s = _number(args.timeout, "--timeout", usage, float)
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
     return Context(
         client=Client(url, timeout_s),
@@ -161,8 +166,8 @@ def _context(args: argparse.Namespace, timeout_s: float) -> Context:
 
 
 def _run(args: argparse.Namespace, usage: str) -> int:
-    timeout_s = _number(args.timeout, "--timeout", usage, float)
-    ctx = _context(args, timeout_s)
+    ctx = context(args, usage)
+    timeout_s = ctx.client.timeout_s
     verb: str = args.verb
     if verb in LISTINGS:
         listing = LISTINGS[verb]
@@ -223,6 +228,9 @@ def _everyday(ctx: Context, args: argparse.Namespace) -> int | None:
         "close_connection": lambda: actions.close_connection(
             ctx, args.connection_name, args.explanation
         ),
+        "cluster_status": lambda: cluster.cluster_status(ctx),
+        "join_cluster": lambda: cluster.join_cluster(ctx, args.node),
+        "forget_cluster_node": lambda: cluster.forget_cluster_node(ctx, args.node),
     }
     call = calls.get(verb)
     return None if call is None else call()
@@ -235,13 +243,22 @@ def _number(text: str, flag: str, usage: str, kind: Callable[[str], Number]) -> 
         raise UsageError(f"Invalid options for this command:\n{flag} : {text}", usage) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def execute(
+    argv: Sequence[str] | None,
+    built: tuple[Parser, dict[str, Parser]],
+    run: Callable[[argparse.Namespace, str], int],
+    formatters: Mapping[str, str] | None = None,
+) -> int:
+    """Parse `argv` with `built` (the parser and each verb's parser), fill in the global
+    flags' defaults (the verb's default formatter from `formatters`, else ``table``), call
+    `run(args, usage)` and turn usage errors and an unreachable API into rabbitmqctl's
+    messages and exit codes."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    parser, verbs = build_parser()
+    parser, verbs = built
     try:
         args = parser.parse_args(arguments)
-        _settings(args)
-        return _run(args, verbs[args.verb].format_usage())
+        _settings(args, (formatters or {}).get(args.verb, "table"))
+        return run(args, verbs[args.verb].format_usage())
     except UsageError as error:
         print(f"Error (argument validation): {error}", file=sys.stderr)
         print("Arguments given:\n\t" + " ".join(arguments) + "\n", file=sys.stderr)
@@ -253,3 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EX_UNAVAILABLE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return execute(argv, build_parser(), _run)

@@ -255,6 +255,7 @@ class ClusterNode:
         elif self.name not in members and host.group is not None:
             self.raft.remove_group(group_id)
             host.group = None
+            host.drop_replica()
 
     def listen_address(self) -> tuple[str, int]:
         host = self.nodes.get(self.name, (self.config.bind[0], 0))[0]

@@ -177,6 +177,7 @@ async def forget(cluster: ClusterNode, node: str) -> None:
     """Remove a node that is gone for good from every group (RabbitMQ needs it stopped)."""
     if node == cluster.name:
         raise MembershipError("a node cannot forget itself")
+    _known(cluster, node)
     if cluster.peers.connected(node):
         raise MembershipError(f"{node} is running: stop it first")
     for host in list(cluster.queues.values()):

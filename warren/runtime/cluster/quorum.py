@@ -82,12 +82,7 @@ class QuorumHost:
         self.group_id = group_id
         self.members = members
         self.group: RaftGroup | None = None
-        self.machine = QueueMachine(
-            record.name,
-            record.vhost,
-            settings=self._settings(None, None),
-            last_used_ms=now_ms(),
-        )
+        self.machine = self._empty_machine()
         self._consumers: dict[ConsumerKey, ConsumerRef] = {}
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._numbers = itertools.count(1)
@@ -191,6 +186,19 @@ class QuorumHost:
         self.policy, self.operator_policy = user, operator
         if self.leader:
             self._configure()
+
+    def _empty_machine(self) -> QueueMachine:
+        return QueueMachine(
+            self.record.name,
+            self.record.vhost,
+            settings=self._settings(None, None),
+            last_used_ms=now_ms(),
+        )
+
+    def drop_replica(self) -> None:
+        """This node holds no replica any more: its state goes with it, since a replica
+        added here again starts from an empty log (or from the leader's snapshot)."""
+        self.machine = self._empty_machine()
 
     def _settings(self, user: Policy | None, operator: Policy | None) -> QueueSettings:
         prefetch = self.broker.config.dead_letter_worker_consumer_prefetch
