@@ -81,11 +81,11 @@ async def serve(config: Config) -> int:
         broker = Broker(config)
         tls = server_context(config)
         monitor = ResourceMonitor(broker)
-        cluster = ClusterNode(broker, config) if config.cluster_nodes else None
+        stop = asyncio.Event()
+        cluster = ClusterNode(broker, config, stop.set) if config.cluster_nodes else None
     except (ValueError, OSError, ssl.SSLError) as error:
         log.critical("cannot start: %s", error)
         return 2
-    stop = asyncio.Event()
     if cluster is not None:
         await cluster.open()  # quorum queues find their Raft groups as definitions return
     # Durable state is back before anything listens: a client never sees a half-loaded node.
@@ -103,6 +103,9 @@ async def serve(config: Config) -> int:
         await durability.close()
     if durability.failed:
         log.critical("stopped: the message log failed")
+        return 1
+    if cluster is not None and cluster.raft.failure is not None:
+        log.critical("stopped: the Raft log failed")
         return 1
     return 0
 

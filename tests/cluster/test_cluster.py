@@ -209,3 +209,15 @@ def test_partitioned_node_rejoins(cluster: LocalCluster, name: str, cut: str) ->
         cluster.heal()
     publish(cluster, victim, name, [b"after"])
     assert drain(cluster, majority[1], name, 2) == [b"during", b"after"]
+
+
+def test_leader_locator(cluster: LocalCluster, name: str) -> None:
+    declare(cluster, "warren-b", name)  # client-local, the default: the declaring node
+    assert cluster.leader_of(name) == "warren-b"
+    led = dict.fromkeys(NAMES, 0)
+    for queue in cluster.api("warren-a", "/api/queues"):
+        if queue.get("type") == "quorum" and queue.get("leader") in led:
+            led[queue["leader"]] += 1
+    fewest = min(NAMES, key=lambda node: (led[node], node != "warren-a", node))
+    declare(cluster, "warren-a", f"{name}-b", **{"x-queue-leader-locator": "balanced"})
+    assert cluster.leader_of(f"{name}-b") == fewest

@@ -57,6 +57,8 @@ class Config:
     cluster_cookie: str = ""
     cluster_submit_timeout: int = 30000
     quorum_cluster_size: int = 3
+    queue_leader_locator: str = "client-local"
+    raft_wal_max_size_bytes: int = 64 * 1024 * 1024
     raft_tick_ms: int = 100
     raft_snapshot_entries: int = 4096
 
@@ -115,6 +117,12 @@ _HELP = {
         "how long a command waits for a queue's leader (elections), milliseconds"
     ),
     "quorum_cluster_size": "replicas of a new quorum queue (x-quorum-initial-group-size)",
+    "queue_leader_locator": (
+        "where a new quorum queue's leader goes: client-local (the declaring node), balanced"
+        " (the member leading the fewest queues) or random; x-queue-leader-locator and the"
+        " queue-leader-locator policy key win"
+    ),
+    "raft_wal_max_size_bytes": "size at which the Raft write-ahead log starts a new segment",
     "raft_tick_ms": "Raft's tick; a leader is suspected after 10 to 20 ticks of silence",
     "raft_snapshot_entries": "applied Raft entries after which a group's log is snapshotted",
     "ssl_cert_login_from": (

@@ -20,12 +20,13 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import pickle
 import random
 import secrets
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from warren.amqp.table import encode_table
@@ -69,7 +70,9 @@ def group_prefix(vhost: str, name: str) -> str:
 
 
 class ClusterNode:
-    def __init__(self, broker: Broker, config: Config) -> None:
+    def __init__(
+        self, broker: Broker, config: Config, on_failure: Callable[[], None] = lambda: None
+    ) -> None:
         self.broker = broker
         self.config = config
         self.name = config.node_name
@@ -85,6 +88,8 @@ class ClusterNode:
             config.data_dir / "raft",
             tick_ms=config.raft_tick_ms,
             snapshot_entries=config.raft_snapshot_entries,
+            segment_max_bytes=config.raft_wal_max_size_bytes,
+            on_failure=lambda _error: on_failure(),  # logged by the host; the node stops
         )
         self.metadata = MetadataMachine(self)
         self.meta: RaftGroup | None = None
@@ -171,9 +176,36 @@ class ClusterNode:
             type=record.queue_type.value,
         )
         operation = ("", "put_queue", (stored, (group_id, members)))
-        return asyncio.ensure_future(self._declared(operation, group_id))
+        leader = self._first_leader(record, members)
+        return asyncio.ensure_future(self._declared(operation, group_id, leader))
 
-    async def _declared(self, operation: Operation, group_id: str) -> None:
+    def _first_leader(self, record: QueueRecord, members: list[str]) -> str:
+        """RabbitMQ's leader locator: the x-queue-leader-locator argument, else the
+        queue-leader-locator policy key, else the node's queue_leader_locator setting.
+        client-local: this node; balanced (and the older least-leaders): the member that
+        leads the fewest quorum queues; random: any member."""
+        vhost = self.broker.vhosts[record.vhost]
+        argument = record.arguments.get("x-queue-leader-locator")
+        policy = vhost.policies.match_queue(record)
+        locator = (
+            str(argument.value)
+            if argument is not None
+            else str(policy.definition.get("queue-leader-locator", ""))
+            if policy is not None and "queue-leader-locator" in policy.definition
+            else self.config.queue_leader_locator
+        )
+        if locator in ("balanced", "least-leaders"):
+            led = dict.fromkeys(members, 0)
+            for host in self.queues.values():
+                leader = host.group.leader if host.group is not None else None
+                if leader in led:
+                    led[leader] += 1
+            return min(members, key=lambda node: (led[node], node != self.name, node))
+        if locator == "random":
+            return self._rng.choice(members)
+        return self.name
+
+    async def _declared(self, operation: Operation, group_id: str, leader: str) -> None:
         await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
         stored = operation[2][0]
         loop = asyncio.get_running_loop()
@@ -185,8 +217,11 @@ class ClusterNode:
         if not isinstance(host, QuorumHost) or host.group_id != group_id or host.group is None:
             return  # another declare of the name came first: the caller checks it
         group = host.group
-        if group.leader is None:
-            group.campaign()  # client-local: the declaring node leads first
+        if leader == self.name:
+            group.campaign()
+        else:
+            with contextlib.suppress(PeerUnavailable):
+                await self.peers.call(leader, ("campaign", group_id), 2.0)
         while group.leader is None and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
 
@@ -416,6 +451,11 @@ class ClusterNode:
         if kind == "group_status":
             group = self.raft.group(request[1])
             return group.status() if group is not None else None
+        if kind == "campaign":  # the leader locator chose this node to lead a new queue
+            group = self.raft.group(request[1])
+            if group is not None and group.leader is None:
+                group.campaign()
+            return None
         group = self.raft.group(request[1])
         if group is None:
             return ("not_leader", None)

@@ -60,6 +60,7 @@ from warren.raft import (
     Snapshot,
 )
 from warren.runtime.cluster.peers import Peers
+from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT
 from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
 
 log = logging.getLogger("warren.raft_host")
@@ -328,10 +329,12 @@ class RaftHost:
         tick_ms: int = 100,
         election_ticks: int = 10,
         snapshot_entries: int = 4096,
+        segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
         rng: RandomSource | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.node = node
+        self.segment_max_bytes = segment_max_bytes
         self.peers = peers
         self.directory = Path(directory)
         self.tick_s = tick_ms / 1000
@@ -357,7 +360,9 @@ class RaftHost:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._wal = wal = await loop.run_in_executor(self._executor, RaftWal.open, self.directory)
+        self._wal = wal = await loop.run_in_executor(
+            self._executor, RaftWal.open, self.directory, self.segment_max_bytes
+        )
         if not wal.report.clean:
             log.warning("Raft WAL recovered with damage: %s", wal.report.summary())
         self._recovered = wal.take_recovered()
