@@ -37,6 +37,9 @@ class Counter:
         self.applied += 1
         return None
 
+    def retained(self) -> int:
+        return 0
+
     def snapshot(self) -> bytes:
         return b"%d" % self.applied
 

@@ -173,6 +173,9 @@ class MetadataMachine:
         store.set_applied_index(index)
         return result
 
+    def retained(self) -> int:
+        return 0  # definitions: small next to the log of their changes
+
     def snapshot(self) -> bytes:
         state = (self.cluster.definitions.store.load(), self.cluster.placements())
         return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)

@@ -312,6 +312,10 @@ class Replica:
     def apply(self, index: int, data: bytes) -> object:
         return self.host.apply_entry(index, data)
 
+    def retained(self) -> int:
+        machine = self.host.machine
+        return machine.ready_count + machine.unacked_count
+
     def snapshot(self) -> bytes:
         return self.host.snapshot()
 

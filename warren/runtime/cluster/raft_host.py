@@ -83,6 +83,9 @@ class GroupMachine(Protocol):
         """Apply a committed NORMAL entry; on the proposing node the result resolves the
         proposal's future. Called in index order on every replica; must not raise."""
 
+    def retained(self) -> int:
+        """About how many entries' worth of data a snapshot would hold now."""
+
     def snapshot(self) -> bytes:
         """The state as of the last applied entry."""
 
@@ -290,7 +293,10 @@ class RaftGroup:
     def _maybe_compact(self) -> None:
         raft_log = self.node.log
         applied = raft_log.applied
-        if applied - raft_log.snapshot_index <= self._host.snapshot_entries:
+        # A snapshot costs as much as the state it holds: a queue of a million messages
+        # is compacted only once the log holds twice that, so the work stays linear.
+        threshold = max(self._host.snapshot_entries, 2 * self.machine.retained())
+        if applied - raft_log.snapshot_index <= threshold:
             return
         if applied > raft_log.stable_index:
             return  # not yet: compaction needs the entry on disk
