@@ -19,6 +19,7 @@ import pytest
 from warren.testing.cluster import LocalCluster
 
 NAMES = ["warren-a", "warren-b", "warren-c"]
+SOFT_LIMIT = 8
 QUORUM = {"x-queue-type": "quorum"}
 AVAILABLE_WITHIN_S = 15.0
 
@@ -29,7 +30,8 @@ if os.environ.get("WARREN_TEST_URL"):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     directory: Path = tmp_path_factory.mktemp("cluster")
-    local = LocalCluster(directory, NAMES)
+    # a low soft limit, so that flow control (connections not read) runs in every test
+    local = LocalCluster(directory, NAMES, extra=["--quorum-commands-soft-limit", str(SOFT_LIMIT)])
     try:
         local.start_all()
         yield local

@@ -221,3 +221,27 @@ def test_leader_locator(cluster: LocalCluster, name: str) -> None:
     fewest = min(NAMES, key=lambda node: (led[node], node != "warren-a", node))
     declare(cluster, "warren-a", f"{name}-b", **{"x-queue-leader-locator": "balanced"})
     assert cluster.leader_of(f"{name}-b") == fewest
+
+
+def test_pipelined_publisher_is_slowed_not_stopped(cluster: LocalCluster, name: str) -> None:
+    # 2,000 publishes with up to 500 unconfirmed, far over the nodes' soft limit of 8: the
+    # connection is not read while over it, and every publish is still confirmed.
+    declare(cluster, "warren-a", name)
+
+    async def scenario() -> int:
+        connection = await aiormq.connect(cluster.nodes["warren-b"].url)
+        channel = await connection.channel()
+        await channel.confirm_delivery()
+        window = asyncio.Semaphore(500)
+
+        async def one(index: int) -> bool:
+            async with window:
+                reply = await channel.basic_publish(b"%d" % index, routing_key=name)
+                return isinstance(reply, Basic.Ack)
+
+        acks = await asyncio.gather(*(one(index) for index in range(2000)))
+        await connection.close()
+        return sum(acks)
+
+    assert asyncio.run(scenario()) == 2000
+    assert len(drain(cluster, "warren-c", name, 2000)) == 2000

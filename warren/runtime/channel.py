@@ -149,6 +149,7 @@ class Channel:
         self.max_message_size = self.broker.config.max_message_size
         # confirms waiting for the log, in publish order: (publish seq, log seq, nack)
         self._held: deque[_Held] = deque()
+        self.replicating = 0  # publishes to quorum queues not yet committed
         # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
         self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
         self._wait_upto = 0  # the highest log sequence anything here waits for
@@ -747,6 +748,7 @@ class Channel:
                 rejected = True
             elif type(reply) is not int and isinstance(reply, asyncio.Future):
                 # a quorum queue: the outcome comes once a majority has the message
+                self._count_replicating(reply)
                 if replicated is None:
                     replicated = [reply]
                 else:
@@ -793,6 +795,20 @@ class Channel:
             self.durability.wait(self)
         for outcome in outcomes:
             outcome.add_done_callback(lambda done: self._replicated(item, done))
+
+    def _count_replicating(self, outcome: asyncio.Future[object]) -> None:
+        """Flow control (RabbitMQ's quorum_commands_soft_limit): past the limit of publishes
+        to quorum queues waiting for their commit, the connection stops reading until half
+        of them are done, so a fast publisher cannot pile up commands in memory."""
+        self.replicating += 1
+        if self.replicating > self.broker.config.quorum_commands_soft_limit:
+            self.connection.hold_flow(self, True)
+        outcome.add_done_callback(self._replication_done)
+
+    def _replication_done(self, _done: asyncio.Future[object]) -> None:
+        self.replicating -= 1
+        if self.replicating <= self.broker.config.quorum_commands_soft_limit // 2:
+            self.connection.hold_flow(self, False)
 
     def _replicated(self, item: _Held, done: asyncio.Future[object]) -> None:
         item.waiting -= 1

@@ -100,6 +100,7 @@ class AmqpConnection(asyncio.Protocol):
         self._peer_certificate: dict[str, Any] | None = None
         self._authenticating = False  # a password check runs on a worker thread
         self._suspended = False  # a channel waits for a replicated outcome (`suspend`)
+        self._flow_held: set[Channel] = set()  # channels over quorum_commands_soft_limit
         self.published = False  # ever: a resource alarm blocks such connections
         self.blocked = False  # by a resource alarm: not read until it clears
         self._blocked_capability = False  # the client takes connection.blocked
@@ -192,6 +193,7 @@ class AmqpConnection(asyncio.Protocol):
             and not self.blocked
             and not self._authenticating
             and not self._suspended
+            and not self._flow_held
         ):
             self.transport.resume_reading()
 
@@ -337,6 +339,7 @@ class AmqpConnection(asyncio.Protocol):
         self._confirming.pop(number, None)
         if channel is not None:
             channel.close()
+            self.hold_flow(channel, False)
 
     # --- connection class ------------------------------------------------------------------
 
@@ -428,6 +431,17 @@ class AmqpConnection(asyncio.Protocol):
         if not self._closed:
             self._resume_reading()
             self._handle_events()
+
+    def hold_flow(self, channel: Channel, held: bool) -> None:
+        """Stop reading while `channel` has too many replicated publishes in flight."""
+        if held:
+            if channel not in self._flow_held:
+                self._flow_held.add(channel)
+                if self.transport is not None:
+                    self.transport.pause_reading()
+        elif channel in self._flow_held:
+            self._flow_held.discard(channel)
+            self._resume_reading()
 
     def suspend(self, channel: Channel, outcome: asyncio.Future[Any], then: Any) -> None:
         """Read nothing more until `outcome` is done, then call ``then(outcome)`` as the
