@@ -245,3 +245,32 @@ def test_pipelined_publisher_is_slowed_not_stopped(cluster: LocalCluster, name: 
 
     assert asyncio.run(scenario()) == 2000
     assert len(drain(cluster, "warren-c", name, 2000)) == 2000
+
+
+def test_at_least_once_dead_letters_reach_a_quorum_queue(cluster: LocalCluster, name: str) -> None:
+    # The source holds each rejected message until the quorum DLQ has committed it.
+    declare(cluster, "warren-b", f"{name}.dlq")
+    declare(
+        cluster,
+        "warren-a",
+        name,
+        **{
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": f"{name}.dlq",
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+        },
+    )
+    bodies = [b"d%d" % i for i in range(20)]
+    publish(cluster, "warren-a", name, bodies)
+    connection = connect(cluster, "warren-c")
+    channel = connection.channel()
+    for _ in bodies:
+        method, _props, _body = channel.basic_get(name)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    connection.close()
+    assert drain(cluster, "warren-b", f"{name}.dlq", len(bodies)) == bodies
+    deadline = time.monotonic() + AVAILABLE_WITHIN_S
+    while cluster.queue("warren-a", name).get("messages_dlx") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster.queue("warren-a", name).get("messages_dlx") == 0

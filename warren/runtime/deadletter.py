@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any, Final
 from warren.amqp.content import Message, encode_properties
 from warren.amqp.table import Typed
 from warren.errors import AmqpError
-from warren.queue import REJECTED, REJECTED_REPLY, DeadLetter, Enqueue, Entry, SettleDeadLetter
+from warren.queue import (
+    REJECTED,
+    REJECTED_REPLY,
+    DeadLetter,
+    Enqueue,
+    Entry,
+    Rejected,
+    SettleDeadLetter,
+)
 from warren.runtime.paging import resident
 
 if TYPE_CHECKING:
@@ -47,10 +55,18 @@ log = logging.getLogger("warren.deadletter")
 RETRY_INTERVAL_S: Final = 1.0
 
 
-def dead_letter(host: QueueHost, entry: Entry, reason: str, taken: set[str] | None = None) -> bool:
+def dead_letter(
+    host: QueueHost,
+    entry: Entry,
+    reason: str,
+    taken: set[str] | None = None,
+    replicating: list[tuple[str, asyncio.Future[object]]] | None = None,
+) -> bool:
     """Publish the dead copy of `entry` to the queues it routes to, except those in `taken`
     (which gains the ones that take it now). True when every queue it routes to has it;
-    False when it routes nowhere or a queue refused it."""
+    False when it routes nowhere, a queue refused it, or a replicated (quorum) queue in a
+    cluster has yet to commit it: those are in `taken` already and their outcomes are
+    added to `replicating`."""
     settings = host.machine.settings
     exchange = settings.dead_letter_exchange
     if exchange is None:
@@ -79,17 +95,21 @@ def dead_letter(host: QueueHost, entry: Entry, reason: str, taken: set[str] | No
             continue
         target = host.broker.queue(record.vhost, name)
         enqueue = Enqueue(dead, size, None, dead.properties.priority or 0)
-        if target is None or target.apply(enqueue) is REJECTED_REPLY:
+        reply = target.apply(enqueue) if target is not None else REJECTED_REPLY
+        if reply is REJECTED_REPLY:
             complete = False
         elif taken is not None:
             taken.add(name)
+            if replicating is not None and isinstance(reply, asyncio.Future):
+                replicating.append((name, reply))
+                complete = False
     return complete
 
 
 class DeadLetterWorker:
     """Sends one queue's held dead-lettered messages and settles them (see point 5)."""
 
-    __slots__ = ("_complete", "_logged", "_retry", "_settle", "_taken", "host")
+    __slots__ = ("_awaiting", "_complete", "_logged", "_retry", "_settle", "_taken", "host")
 
     def __init__(self, host: QueueHost) -> None:
         self.host = host
@@ -98,16 +118,25 @@ class DeadLetterWorker:
         self._logged: list[tuple[int, int]] = []  # (log sequence, msg_id), in log order
         self._settle: list[int] = []  # settled on the next loop turn
         self._retry: asyncio.TimerHandle | None = None
+        self._awaiting: set[int] = set()  # waiting for quorum targets to commit it
 
     def send(self, dead: DeadLetter) -> None:
         msg_id = dead.entry.msg_id
+        if msg_id in self._awaiting:
+            return
         durability = self.host.broker.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
         taken = self._taken.setdefault(msg_id, set())
-        complete = dead_letter(self.host, dead.entry, dead.reason, taken)
+        replicating: list[tuple[str, asyncio.Future[object]]] = []
+        complete = dead_letter(self.host, dead.entry, dead.reason, taken, replicating)
         if durability is not None and durability.log.next_sequence != logged_from:
             self._logged.append((durability.log.next_sequence - 1, msg_id))
             durability.wait(self)
+        if replicating:  # quorum targets: sent again (to those that failed) once they answer
+            self._awaiting.add(msg_id)
+            outcomes = asyncio.gather(*(outcome for _, outcome in replicating))
+            outcomes.add_done_callback(lambda _done: self._committed(dead, replicating))
+            return
         if not complete:
             self._retry_later()
             return
@@ -115,6 +144,21 @@ class DeadLetterWorker:
         self._complete.add(msg_id)
         if not any(logged_id == msg_id for _, logged_id in self._logged):
             self._settle_soon(msg_id)
+
+    def _committed(
+        self, dead: DeadLetter, replicating: list[tuple[str, asyncio.Future[object]]]
+    ) -> None:
+        """The quorum targets of a held message answered: those that did not take it lose
+        their place in `taken`, and the message goes out again (to them only)."""
+        self._awaiting.discard(dead.entry.msg_id)
+        taken = self._taken.get(dead.entry.msg_id)
+        if taken is None:
+            return  # settled or dropped meanwhile
+        for name, outcome in replicating:
+            if outcome.cancelled() or outcome.exception() or type(outcome.result()) is Rejected:
+                taken.discard(name)
+        if self.host.broker.queue(self.host.record.vhost, self.host.name) is self.host:
+            self.send(dead)
 
     def durable_reached(self, durable_sequence: int) -> bool:
         """The log is durable up to `durable_sequence`: settle what only waited for that."""
