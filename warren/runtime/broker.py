@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.amqp.content import Message
@@ -71,6 +71,16 @@ log = logging.getLogger("warren.broker")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def rearm(
+    timer: asyncio.TimerHandle | None, at_ms: int, callback: Callable[[], None]
+) -> asyncio.TimerHandle:
+    """A queue's one timer (the machine's `SetTimer`), moved to `at_ms` wall-clock time."""
+    if timer is not None:
+        timer.cancel()
+    delay_s = max(0.0, (at_ms - now_ms()) / 1000)
+    return asyncio.get_running_loop().call_later(delay_s, callback)
 
 
 class Subscriber(Protocol):
@@ -232,10 +242,7 @@ class QueueHost:
                 durability.settled(key, gone)
 
     def _arm(self, at_ms: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        delay_s = max(0.0, (at_ms - now_ms()) / 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+        self._timer = rearm(self._timer, at_ms, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

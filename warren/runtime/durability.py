@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from warren.amqp.content import PERSISTENT, Message, delivery_mode
 from warren.amqp.table import encode_table
-from warren.model import DestinationKind, Exchange, VHost
+from warren.model import DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.policy import Policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Enqueue
@@ -227,16 +227,7 @@ class Durability:
         record = host.record
         if not record.durable or record.exclusive:
             return
-        incarnation = self.definitions.put_queue(
-            QueueDefinition(
-                record.vhost,
-                record.name,
-                durable=True,
-                auto_delete=record.auto_delete,
-                arguments=encode_table(record.arguments),
-                type=record.queue_type.value,
-            )
-        )
+        incarnation = self.definitions.put_queue(queue_definition(record))
         host.journal_key = str(incarnation)
 
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
@@ -473,6 +464,18 @@ class Durability:
             self._executor.shutdown(wait=False)
             self._reader.shutdown(wait=False)
         log.info("message log closed after %s group commits", self.syncs)
+
+
+def queue_definition(record: QueueRecord) -> QueueDefinition:
+    """A durable queue as the definitions store keeps it (before it has an incarnation)."""
+    return QueueDefinition(
+        record.vhost,
+        record.name,
+        durable=True,
+        auto_delete=record.auto_delete,
+        arguments=encode_table(record.arguments),
+        type=record.queue_type.value,
+    )
 
 
 def _stored_binding(

@@ -29,7 +29,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from warren.amqp.table import encode_table
 from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord
 from warren.runtime.cluster import operations
@@ -37,7 +36,7 @@ from warren.runtime.cluster.metadata import MetadataMachine, Operation, Replicat
 from warren.runtime.cluster.peers import Peers, PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import NotLeader, RaftGroup, RaftHost
-from warren.storage.definitions import QueueDefinition
+from warren.runtime.durability import queue_definition
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -167,15 +166,7 @@ class ClusterNode:
         size = _initial_size(record, self.config.quorum_cluster_size)
         members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
         group_id = group_prefix(record.vhost, record.name) + secrets.token_hex(4)
-        stored = QueueDefinition(
-            record.vhost,
-            record.name,
-            durable=True,
-            auto_delete=record.auto_delete,
-            arguments=encode_table(record.arguments),
-            type=record.queue_type.value,
-        )
-        operation = ("", "put_queue", (stored, (group_id, members)))
+        operation = ("", "put_queue", (queue_definition(record), (group_id, members)))
         leader = self._first_leader(record, members)
         return asyncio.ensure_future(self._declared(operation, group_id, leader))
 

@@ -54,7 +54,7 @@ from warren.queue import (
     SetTimer,
     Tick,
 )
-from warren.runtime.broker import ConsumerRef, Subscriber, now_ms
+from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
 
@@ -290,10 +290,7 @@ class QuorumHost:
         self.submit(Cancel(consumer, requeue=True))
 
     def _arm(self, at_ms: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        delay_s = max(0.0, (at_ms - now_ms()) / 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+        self._timer = rearm(self._timer, at_ms, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
