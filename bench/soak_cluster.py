@@ -7,7 +7,10 @@ node dies. Meanwhile faults are injected one after another, at random:
 - ``kill-leader``: SIGKILL the leader of a queue, start it again a little later;
 - ``kill-follower``: the same with a node that leads nothing of the soak's queues;
 - ``partition``: cut one node off from the others (TCP proxies), heal a little later;
-- ``restart``: stop and start a node cleanly (SIGTERM).
+- ``restart``: stop and start a node cleanly (SIGTERM);
+- ``move-member``: remove a follower from a queue's members and add it back
+  (``warren-queues delete_member`` then ``add_member``), so the replica is rebuilt from
+  the leader's log or snapshot while the load goes on.
 
 After the last fault everything is healed and started, a consumer drains the queues, and
 the result is the same check as `bench.soak_durability`: lost (confirmed, never arrived;
@@ -35,7 +38,7 @@ from warren.testing.cluster import LocalCluster
 
 NODES = ["warren-a", "warren-b", "warren-c"]
 QUORUM = {"x-queue-type": "quorum"}
-FAULTS = ("kill-leader", "kill-follower", "partition", "restart")
+FAULTS = ("kill-leader", "kill-follower", "partition", "restart", "move-member")
 
 
 class Confirms(Tally):
@@ -87,6 +90,19 @@ async def inject(cluster: LocalCluster, fault: str, queues: list[str], rng: rand
         others = [name for name in NODES if name not in leaders] or NODES
         victim = rng.choice(others if fault == "kill-follower" else NODES)
     down_s = rng.uniform(1.0, 3.0)
+    if fault == "move-member":
+        queue = rng.choice(queues)
+        leader = await loop.run_in_executor(None, cluster.leader_of, queue)
+        victim = rng.choice([name for name in NODES if name != leader])
+        members = f"/api/warren/quorum/%2F/{queue}/members"
+        await loop.run_in_executor(
+            None, lambda: cluster.api(leader, f"{members}/{victim}", "DELETE", timeout_s=30)
+        )
+        await asyncio.sleep(down_s)
+        await loop.run_in_executor(
+            None, lambda: cluster.api(leader, members, "POST", {"node": victim}, timeout_s=30)
+        )
+        return f"{fault} {victim} of {queue} for {down_s:.1f} s"
     if fault == "partition":
         cluster.isolate(victim)
         await asyncio.sleep(down_s)
@@ -128,7 +144,7 @@ async def soak(args: argparse.Namespace, directory: Path) -> bool:
         tally.last_confirm = time.monotonic()
         for number in range(1, args.faults + 1):
             await asyncio.sleep(rng.uniform(args.min_interval, args.max_interval))
-            what = await inject(cluster, rng.choice(FAULTS), queues, rng)
+            what = await inject(cluster, rng.choice(args.kinds), queues, rng)
             confirmed = sum(len(c) for c in tally.confirmed.values())
             print(
                 f"fault {number}/{args.faults}: {what}; {confirmed} confirmed,"
@@ -157,10 +173,16 @@ def main() -> None:
     parser.add_argument("--size-max", type=int, default=512, help="payload bytes, default 512")
     parser.add_argument("--prefetch", type=int, default=200, help="of the consumer")
     parser.add_argument("--tick-ms", type=int, default=50, help="Raft tick of the nodes")
+    kinds = ",".join(FAULTS)
+    parser.add_argument("--kinds", default=kinds, help=f"faults to draw from (default {kinds})")
     parser.add_argument("--seed", type=int, default=None, help="random seed (printed)")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary one")
     parser.add_argument("--timeout", type=float, default=1800.0, help="whole run, seconds")
     args = parser.parse_args()
+    args.kinds = [kind for kind in args.kinds.split(",") if kind]
+    unknown = sorted(set(args.kinds) - set(FAULTS))
+    if unknown or not args.kinds:
+        parser.error(f"unknown faults {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     logging.getLogger("aiormq").setLevel(logging.CRITICAL)
     if args.seed is None:
         args.seed = random.randrange(2**32)

@@ -216,12 +216,20 @@ class LocalCluster:
         for proxy in self.proxies.values():
             proxy.set_cut(False)
 
-    def api(self, name: str, path: str) -> Any:
+    def api(
+        self, name: str, path: str, method: str = "GET", body: Any = None, timeout_s: float = 5.0
+    ) -> Any:
+        """Call node `name`'s management API as guest; the JSON reply (None if empty)."""
         node = self.nodes[name]
-        request = urllib.request.Request(f"http://127.0.0.1:{node.management_port}{path}")
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{node.management_port}{path}", data=data, method=method
+        )
         request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            return json.loads(reply.read())
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            raw = reply.read()
+        return json.loads(raw) if raw else None
 
     def queue(self, name: str, queue: str, vhost: str = "/") -> Any:
         quoted = urllib.parse.quote(vhost, safe="")
