@@ -33,9 +33,9 @@ from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord
 from warren.runtime.cluster import operations
 from warren.runtime.cluster.metadata import MetadataMachine, Operation, ReplicatedDefinitions
-from warren.runtime.cluster.peers import Peers, PeerUnavailable
+from warren.runtime.cluster.peers import Peers, PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
-from warren.runtime.cluster.raft_host import NotLeader, RaftGroup, RaftHost
+from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
 from warren.runtime.durability import queue_definition
 
 if TYPE_CHECKING:
@@ -407,8 +407,9 @@ class ClusterNode:
                         target, request, timeout=self._remaining(deadline)
                     )
                     status, value = reply
-                except PeerUnavailable:
-                    pass
+                except (PeerUnavailable, RemoteError) as error:
+                    # gone, or stopping (its Raft host closed): ask again, maybe elsewhere
+                    log.debug("%s: %s", group_id, error)
                 else:
                     if status == "ok":
                         return value
@@ -492,7 +493,7 @@ RETRY: Final = ("retry",)  # a proposal the leader lost before it committed
 
 
 def _outcome(outcome: object) -> object:
-    if isinstance(outcome, NotLeader):
+    if isinstance(outcome, NotLeader | HostStopped):
         return RETRY
     if isinstance(outcome, BaseException):
         raise outcome
@@ -532,9 +533,11 @@ class _Forwarder:
                 request = ("propose", self.group_id, [data for data, _ in batch])
                 try:
                     replies: Any = await self.cluster.leader_call(self.group_id, request)
-                except PeerUnavailable as error:
+                except Exception as error:  # no leader in time: these commands fail
                     for _ in batch:
-                        pending.popleft()[1].set_exception(error)
+                        outcome = pending.popleft()[1]
+                        if not outcome.done():
+                            outcome.set_exception(error)
                     continue
                 for reply in replies:
                     if reply is RETRY or reply == RETRY:
