@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +39,7 @@ from warren.testing.cluster import LocalCluster
 
 NODES = ["warren-a", "warren-b", "warren-c"]
 QUORUM = {"x-queue-type": "quorum"}
+STOP_TIMEOUT_S = 15.0
 FAULTS = ("kill-leader", "kill-follower", "partition", "restart", "move-member")
 
 
@@ -112,7 +114,11 @@ async def inject(cluster: LocalCluster, fault: str, queues: list[str], rng: rand
             process = cluster.nodes[victim].process
             assert process is not None
             process.terminate()
-            await loop.run_in_executor(None, process.wait)
+            try:
+                await loop.run_in_executor(None, process.wait, STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # a node that does not stop is a bug: say so
+                print(f"  {victim} did not stop within {STOP_TIMEOUT_S:.0f} s of SIGTERM")
+                await loop.run_in_executor(None, cluster.kill, victim)
         else:
             await loop.run_in_executor(None, cluster.kill, victim)
         await asyncio.sleep(down_s)

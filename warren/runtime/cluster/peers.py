@@ -29,6 +29,7 @@ The peers are trusted once the cookie is proved: a frame is unpickled as it come
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -42,6 +43,7 @@ from typing import Final
 import warren.errors
 from warren.errors import AmqpError, ReplyCode
 
+CLOSE_TIMEOUT_S: Final = 2.0
 log = logging.getLogger("warren.peers")
 
 MAGIC: Final = b"WARREN-PEERS/1\n"
@@ -144,9 +146,16 @@ class Peers:
             link.close()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            # bounded: a task whose handshake finished as it was cancelled may go on
+            # (asyncio.wait_for can swallow the cancellation); `_run_link` stops it
+            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+        for link in list(self._links.values()):
+            link.close()
         if self._server is not None:
-            await self._server.wait_closed()
+            # uvloop waits here for every connection it accepted; none may hold the node
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), CLOSE_TIMEOUT_S)
 
     @property
     def port(self) -> int:
@@ -281,6 +290,9 @@ class Peers:
         return _Link(node, reader, writer)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._started:  # accepted just before `close` stopped the server
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -351,6 +363,9 @@ class Peers:
 
     async def _run_link(self, link: _Link) -> None:
         node = link.node
+        if not self._started:  # the handshake finished while `close` ran
+            link.close()
+            return
         self._links[node] = link
         log.info("link to node %s up", node)
         if node not in self._partitioned:
