@@ -7,7 +7,9 @@ Theory of operation:
    dead-lettering doc, "Dead-Lettered Messages").
 2. `row_of` turns a delivered message into a tuple in `SCHEMA`'s order. Header values that
    are not strings become JSON (`{"a": 1}`, `5`, `true`); timestamps become aware UTC datetimes
-   so no local time zone leaks in.
+   so no local time zone leaks in. `record_batch` turns many such tuples into one Arrow record
+   batch, which a reader hands to Spark as it is: Spark would otherwise convert the tuples
+   itself, value by value in Python, in the task.
 3. `outgoing_of` turns a row (any subset of `SCHEMA`'s columns, `body` required) into what a
    publisher sends. Header values are sent as strings: the map type cannot say which were
    numbers, so types other than strings do not survive a round trip, except `x-death`, which
@@ -28,6 +30,7 @@ from typing import Any
 
 import pika
 import pika.spec
+import pyarrow as pa
 
 X_DEATH_TYPE = (
     "array<struct<queue: string, reason: string, count: bigint, exchange: string, "
@@ -135,6 +138,15 @@ def row_of(
         {key: header_text(value) for key, value in headers.items()},
         _x_death(headers),
     )
+
+
+def record_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows from `row_of` as one record batch with `schema` (`SCHEMA` in Arrow's types)."""
+    columns = zip(*rows, strict=True) if rows else ([] for _field in schema)
+    arrays = [
+        pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
