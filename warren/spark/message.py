@@ -45,7 +45,7 @@ SCHEMA = (
     f"headers map<string, string>, x_death {X_DEATH_TYPE}"
 )
 
-STRING_PROPERTIES = (
+PLAIN_PROPERTIES = (  # the basic properties a column holds as they are sent
     "content_type",
     "content_encoding",
     "correlation_id",
@@ -55,6 +55,8 @@ STRING_PROPERTIES = (
     "type",
     "user_id",
     "app_id",
+    "delivery_mode",
+    "priority",
 )
 
 
@@ -76,7 +78,8 @@ def _utc(moment: datetime.datetime) -> datetime.datetime:
 
 
 def _from_spark(moment: datetime.datetime) -> datetime.datetime:
-    """Spark hands timestamps to Python as naive datetimes in local time."""
+    """Timestamps from Spark in UTC: Arrow hands them over aware, in the session's time zone;
+    a naive one (a row built by hand) is taken as local time."""
     return moment.astimezone(datetime.UTC)
 
 
@@ -199,9 +202,7 @@ def outgoing_of(row: Mapping[str, Any], exchange: str | None, routing_key: str |
     """The publish for one row; `exchange`/`routing_key` (options) win over the columns."""
     timestamp = row.get("timestamp")
     properties = pika.BasicProperties(
-        **{name: row.get(name) for name in STRING_PROPERTIES},
-        delivery_mode=row.get("delivery_mode"),
-        priority=row.get("priority"),
+        **{name: row[name] for name in PLAIN_PROPERTIES if name in row},
         timestamp=None if timestamp is None else int(_from_spark(timestamp).timestamp()),
         headers=_headers(row),
     )
