@@ -1,4 +1,5 @@
-"""`warren-pipeline` jobs end to end: land across a stop and a SIGKILL, dlq-report, dlq-replay.
+"""`warren-pipeline` jobs end to end: land across a stop and a SIGKILL, land's bounded
+de-duplication, dlq-report (peeking and draining), dlq-replay.
 
 Like the data-source tests these speak AMQP only and pass against a real RabbitMQ.
 """
@@ -64,12 +65,40 @@ def test_land_survives_a_stop_and_a_sigkill(spark: SparkSession, amqp, tmp_path:
     wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
     assert amqp.ready(queue) > 0  # what it had not acknowledged came back
 
-    # 3. Restart from the checkpoint and land what is left.
-    land(spark, source, out, checkpoint=checkpoint, available_now=True).awaitTermination()
+    # 3. Restart from the checkpoint and land what is left, in larger batches.
+    rest = Source(amqp.url, queue)
+    land(spark, rest, out, checkpoint=checkpoint, available_now=True).awaitTermination()
     landed = spark.read.parquet(str(out))
     assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
     assert landed.where("redelivered").count() > 0
     assert amqp.ready(queue) == 0
+
+
+def state_rows(query) -> set[int]:
+    """The de-duplication state's sizes Spark reported, batch by batch."""
+    progress = query.recentProgress
+    return {operator["numRowsTotal"] for p in progress for operator in p["stateOperators"]}
+
+
+def test_land_forgets_message_ids_a_window_after_landing_them(
+    spark: SparkSession, amqp, tmp_path: Path
+):
+    queue = amqp.queue("q")
+    first = amqp.publish(queue, 50, id_prefix="first")
+    source = Source(amqp.url, queue)
+    out = tmp_path / "out"
+    query = land(spark, source, out, deduplication_window="1 second")
+    try:
+        wait_for(lambda: 50 in state_rows(query), "the first ids in the state")
+        # An id expires once the watermark, the latest landing time less the window, passes
+        # its own landing time plus the window; a batch starts up to maxWaitMs (0.5 s) early.
+        time.sleep(2 + 0.5 + 0.5)
+        later = amqp.publish(queue, 1, id_prefix="later")
+        wait_for(lambda: 1 in state_rows(query), "the state to hold only the later id")
+    finally:
+        query.stop()
+    landed = spark.read.parquet(str(out)).select("message_id").collect()
+    assert sorted(row.message_id for row in landed) == sorted(first + later)
 
 
 def fill_dead_letter_queue(amqp) -> tuple[str, str, dict[str, str]]:
