@@ -127,11 +127,15 @@ def fill_dead_letter_queue(amqp) -> tuple[str, str, dict[str, str]]:
     return dlq, src, queues
 
 
-def test_dlq_report_counts_each_reason(spark: SparkSession, amqp, tmp_path: Path, capsys):
+@pytest.mark.parametrize("drain", [False, True], ids=["peek", "drain"])
+def test_dlq_report_counts_each_reason(
+    spark: SparkSession, amqp, tmp_path: Path, capsys, drain: bool
+):
     dlq, src, queues = fill_dead_letter_queue(amqp)
     out = tmp_path / "report"
+    command = ["--uri", amqp.url, "dlq-report", "--queue", dlq, "--out", str(out)]
 
-    assert cli.main(["--uri", amqp.url, "dlq-report", "--queue", dlq, "--out", str(out)]) == 0
+    assert cli.main(command + (["--drain"] if drain else [])) == 0
 
     summary = spark.read.parquet(str(out / "summary")).collect()
     by_reason = {(row.queue, row.reason, row.exchange, row.routing_key): 0 for row in summary}
@@ -146,7 +150,9 @@ def test_dlq_report_counts_each_reason(spark: SparkSession, amqp, tmp_path: Path
     assert "data:image/png;base64," in page and "expired: 30" in page
     assert (out / "report.png").read_bytes().startswith(b"\x89PNG")
     assert "rejected" in capsys.readouterr().out
-    assert amqp.ready(dlq) == EXPIRED + REJECTED + DROPPED  # a report only peeks
+    total = EXPIRED + REJECTED + DROPPED
+    assert spark.read.parquet(str(out / "dead_letters")).count() == total
+    assert amqp.ready(dlq) == (0 if drain else total)  # a report peeks unless told to drain
 
 
 def drain_ids(amqp, queue: str) -> list[str]:
