@@ -88,7 +88,7 @@ def test_bad_options_fail_at_start_with_the_option_named(
 
 def test_stream_write_moves_a_queue_into_another(spark: SparkSession, amqp, tmp_path):
     source, target = amqp.queue("from"), amqp.queue("to")
-    ids = amqp.publish(source, 1_000)
+    ids = amqp.publish(source, 100)
     moved = (
         Source(amqp.url, source)
         .stream(spark)

@@ -1,15 +1,11 @@
-"""`warren-pipeline` jobs end to end: land across a stop and a SIGKILL, land's bounded
-de-duplication, dlq-report (peeking and draining), dlq-replay.
+"""`warren-pipeline` jobs end to end: land's bounded de-duplication, dlq-report (peeking and
+draining), dlq-replay, and land across a SIGKILL and a stop.
 
 Like the data-source tests these speak AMQP only and pass against a real RabbitMQ.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,9 +15,12 @@ from pyspark.sql import SparkSession
 from warren.spark import cli
 from warren.spark.jobs import Source, land
 
-pytestmark = pytest.mark.timeout(900)  # Spark on a busy 2-core machine is slow, not hung
+pytestmark = [
+    pytest.mark.timeout(900),  # Spark on a busy 2-core machine is slow, not hung
+    pytest.mark.usefixtures("killable_lander"),  # starts up while the other tests run
+]
 WAIT_S = 300.0  # a Spark process starting on a loaded 2-core machine takes minutes
-LANDED = 4_000
+LANDED = 1_000
 EXPIRED, REJECTED, DROPPED = 30, 20, 10
 
 
@@ -34,44 +33,6 @@ def wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
 
 def consumers(amqp, queue: str) -> int:
     return int(amqp.channel.queue_declare(queue, passive=True).method.consumer_count)
-
-
-def test_land_survives_a_stop_and_a_sigkill(spark: SparkSession, amqp, tmp_path: Path):
-    queue = amqp.queue("q")
-    ids = amqp.publish(queue, LANDED)
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    source = Source(amqp.url, queue, batch_size=200)
-
-    # 1. A query stopped the polite way after its first batch.
-    query = land(spark, source, out, checkpoint=checkpoint)
-    wait_for(lambda: any(p["numInputRows"] for p in query.recentProgress), "a first batch")
-    query.stop()
-
-    # 2. The same checkpoint in another process, killed with SIGKILL (JVM and workers too)
-    # once it has written two more batches.
-    command = [sys.executable, "-m", "warren.spark.cli", "--uri", amqp.url, "--batch-size", "200"]
-    command += ["land", "--queue", queue, "--out", str(out), "--checkpoint", str(checkpoint)]
-    metadata = out / "_spark_metadata"
-    written_before = len(list(metadata.iterdir()))
-    with (tmp_path / "land.log").open("wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        wait_for(lambda: len(list(metadata.iterdir())) >= written_before + 2, "two more batches")
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
-    assert amqp.ready(queue) > 0  # what it had not acknowledged came back
-
-    # 3. Restart from the checkpoint and land what is left, in larger batches.
-    rest = Source(amqp.url, queue)
-    land(spark, rest, out, checkpoint=checkpoint, available_now=True).awaitTermination()
-    landed = spark.read.parquet(str(out))
-    assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
-    assert landed.where("redelivered").count() > 0
-    assert amqp.ready(queue) == 0
 
 
 def state_rows(query) -> set[int]:
@@ -199,3 +160,32 @@ def test_cli_reports_a_bad_since(amqp, tmp_path: Path, capsys):
     command = ["--uri", amqp.url, "dlq-report", "--queue", "q", "--out", str(tmp_path)]
     assert cli.main([*command, "--since", "soon"]) == 1
     assert "--since must be an ISO 8601 time" in capsys.readouterr().err
+
+
+def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander):
+    """Last in the module: by now the process `killable_lander` started is up (conftest)."""
+    lander, amqp, queue = killable_lander, killable_lander.amqp, killable_lander.queue
+    ids = amqp.publish(queue, LANDED)
+
+    # 1. `warren-pipeline land` in its own process, killed with SIGKILL (JVM and workers
+    # too) once it has written two batches.
+    wait_for(lambda: lander.batches_written() >= 2, "two batches in the process")
+    lander.kill()
+    wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
+    assert amqp.ready(queue) > 0  # what it had not acknowledged came back
+
+    # 2. Restarted here from its checkpoint, stopped the polite way after a batch.
+    source = Source(amqp.url, queue, batch_size=lander.batch_size)
+    query = land(spark, source, lander.out, checkpoint=lander.checkpoint)
+    wait_for(lambda: any(p["numInputRows"] for p in query.recentProgress), "a batch")
+    query.stop()
+
+    # 3. Restarted again and run until the queue is empty, in larger batches.
+    rest = Source(amqp.url, queue)
+    land(
+        spark, rest, lander.out, checkpoint=lander.checkpoint, available_now=True
+    ).awaitTermination()
+    landed = spark.read.parquet(str(lander.out))
+    assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
+    assert landed.where("redelivered").count() > 0
+    assert amqp.ready(queue) == 0
