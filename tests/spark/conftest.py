@@ -4,16 +4,32 @@ Theory of operation:
 1. `spark` is session-scoped: starting the JVM costs seconds, so every test shares one
    `local[2]` session with two shuffle partitions and no UI, built by `warren.spark`'s own
    `build_session` (so the tests go through the Java check, `PYSPARK_PYTHON` and the
-   127.0.0.1 binding that users get).
+   127.0.0.1 binding that users get). The test JVMs (this one and the process the SIGKILL
+   test starts, which inherits the environment) run with `TEST_JAVA_OPTIONS`: a JVM that
+   lives a minute spends much of it in the C2 JIT compiler and parallel GC threads, which
+   only pay off in the long-running jobs users start with the JVM's defaults.
 2. Tests talk to the broker with pika, never through Warren's internals, so the same tests run
    against a real RabbitMQ when `WARREN_TEST_URL` is set (see tests/conftest.py).
 3. Every name starts with `unique`; `declare` remembers the queues and exchanges a test made and
    deletes them afterwards.
+4. `killable_lander` is `warren-pipeline land` in a process of its own, on an empty queue, for
+   the test that SIGKILLs it. Its JVM takes longer to start than most tests run, so
+   test_pipeline.py asks for it before its first test and the process starts up while that
+   module's other tests run; the SIGKILL test comes last and feeds it. (Started with the
+   session instead, its start-up competed with this session's and nothing was gained.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
+import secrets
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -24,10 +40,20 @@ from pyspark.sql import SparkSession
 from warren.spark import build_session
 
 BODY_BYTES = 128
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def java_options() -> Iterator[None]:
+    """Rule 1: `TEST_JAVA_OPTIONS` for every JVM started while the Spark tests run."""
+    with pytest.MonkeyPatch.context() as patch:
+        java_options = os.environ.get("JDK_JAVA_OPTIONS")
+        patch.setenv("JDK_JAVA_OPTIONS", f"{java_options or ''} {TEST_JAVA_OPTIONS}".strip())
+        yield
+
+
+@pytest.fixture(scope="session")
+def spark(java_options: None) -> Iterator[SparkSession]:
     session = build_session("local[2]", app_name="warren-tests", shuffle_partitions=2)
     yield session
     session.stop()
@@ -93,3 +119,51 @@ def amqp(broker: Any, unique: str) -> Iterator[Amqp]:
     client = Amqp(broker.url, unique)
     yield client
     client.close()
+
+
+@dataclasses.dataclass
+class KillableLander:
+    """`warren-pipeline land` running in its own process group, and what it works on."""
+
+    amqp: Amqp
+    queue: str
+    batch_size: int
+    out: Path
+    checkpoint: Path
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def batches_written(self) -> int:
+        """Micro-batches its file sink has committed; fails if the process has ended."""
+        assert self.process.poll() is None, self.log.read_text(errors="replace")
+        metadata = self.out / "_spark_metadata"
+        return len(list(metadata.iterdir())) if metadata.exists() else 0
+
+    def kill(self) -> None:
+        """SIGKILL to the process group: the CLI, its JVM and Spark's Python workers."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def killable_lander(
+    broker: Any, java_options: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KillableLander]:
+    """Rule 4."""
+    amqp = Amqp(broker.url, f"t.killable-lander.{secrets.token_hex(4)}")
+    queue = amqp.queue("q")
+    directory = tmp_path_factory.mktemp("killable-lander")
+    out, checkpoint, log = directory / "out", directory / "checkpoint", directory / "land.log"
+    batch_size = 100  # small batches, so it is killed mid-way through the queue
+    command = [sys.executable, "-m", "warren.spark.cli", "--uri", broker.url]
+    command += ["--batch-size", str(batch_size), "land", "--queue", queue]
+    command += ["--out", str(out), "--checkpoint", str(checkpoint)]
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    lander = KillableLander(amqp, queue, batch_size, out, checkpoint, log, process)
+    yield lander
+    lander.kill()
+    amqp.close()

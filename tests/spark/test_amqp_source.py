@@ -7,30 +7,30 @@ These are behaviour tests over AMQP only, so they also pass against a real Rabbi
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from rich.console import Console
 
+from warren.spark.cli import watch
 from warren.spark.jobs import Source, land
 
 MESSAGES = 10_000
+DUPLICATES = 100  # published again, later, with the same message ids
 pytestmark = pytest.mark.timeout(600)  # Spark on a busy 2-core machine is slow, not hung
 
 
-def test_stream_lands_every_message_and_empties_the_queue(spark: SparkSession, amqp, tmp_path):
+def test_stream_lands_every_message_once_and_empties_the_queue(spark: SparkSession, amqp, tmp_path):
     queue = amqp.queue("q")
     ids = amqp.publish(queue, MESSAGES)
-    query = land(
-        spark,
-        Source(amqp.url, queue, batch_size=4_000),
-        tmp_path / "out",
-        available_now=True,
-        deduplicate=False,
-    )
-    query.awaitTermination()
+    amqp.publish(queue, DUPLICATES)
+    query = land(spark, Source(amqp.url, queue), tmp_path / "out", available_now=True)
+    progress = watch(query, Console(file=io.StringIO()), "landing")
+    assert progress == MESSAGES + DUPLICATES  # what the CLI shows: every message read, once
     landed = spark.read.parquet(str(tmp_path / "out"))
     assert landed.count() == MESSAGES
     assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
@@ -88,7 +88,7 @@ def test_bad_options_fail_at_start_with_the_option_named(
 
 def test_stream_write_moves_a_queue_into_another(spark: SparkSession, amqp, tmp_path):
     source, target = amqp.queue("from"), amqp.queue("to")
-    ids = amqp.publish(source, 1_000)
+    ids = amqp.publish(source, 100)
     moved = (
         Source(amqp.url, source)
         .stream(spark)

@@ -1,14 +1,11 @@
-"""`warren-pipeline` jobs end to end: land across a stop and a SIGKILL, dlq-report, dlq-replay.
+"""`warren-pipeline` jobs end to end: land's bounded de-duplication, dlq-report (peeking and
+draining), dlq-replay, and land across a SIGKILL and a stop.
 
 Like the data-source tests these speak AMQP only and pass against a real RabbitMQ.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +15,12 @@ from pyspark.sql import SparkSession
 from warren.spark import cli
 from warren.spark.jobs import Source, land
 
-pytestmark = pytest.mark.timeout(900)  # Spark on a busy 2-core machine is slow, not hung
+pytestmark = [
+    pytest.mark.timeout(900),  # Spark on a busy 2-core machine is slow, not hung
+    pytest.mark.usefixtures("killable_lander"),  # starts up while the other tests run
+]
 WAIT_S = 300.0  # a Spark process starting on a loaded 2-core machine takes minutes
-LANDED = 4_000
+LANDED = 1_000
 EXPIRED, REJECTED, DROPPED = 30, 20, 10
 
 
@@ -35,41 +35,31 @@ def consumers(amqp, queue: str) -> int:
     return int(amqp.channel.queue_declare(queue, passive=True).method.consumer_count)
 
 
-def test_land_survives_a_stop_and_a_sigkill(spark: SparkSession, amqp, tmp_path: Path):
+def state_rows(query) -> set[int]:
+    """The de-duplication state's sizes Spark reported, batch by batch."""
+    progress = query.recentProgress
+    return {operator["numRowsTotal"] for p in progress for operator in p["stateOperators"]}
+
+
+def test_land_forgets_message_ids_a_window_after_landing_them(
+    spark: SparkSession, amqp, tmp_path: Path
+):
     queue = amqp.queue("q")
-    ids = amqp.publish(queue, LANDED)
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    source = Source(amqp.url, queue, batch_size=200)
-
-    # 1. A query stopped the polite way after its first batch.
-    query = land(spark, source, out, checkpoint=checkpoint)
-    wait_for(lambda: any(p["numInputRows"] for p in query.recentProgress), "a first batch")
-    query.stop()
-
-    # 2. The same checkpoint in another process, killed with SIGKILL (JVM and workers too)
-    # once it has written two more batches.
-    command = [sys.executable, "-m", "warren.spark.cli", "--uri", amqp.url, "--batch-size", "200"]
-    command += ["land", "--queue", queue, "--out", str(out), "--checkpoint", str(checkpoint)]
-    metadata = out / "_spark_metadata"
-    written_before = len(list(metadata.iterdir()))
-    with (tmp_path / "land.log").open("wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    first = amqp.publish(queue, 50, id_prefix="first")
+    source = Source(amqp.url, queue)
+    out = tmp_path / "out"
+    query = land(spark, source, out, deduplication_window="1 second")
     try:
-        wait_for(lambda: len(list(metadata.iterdir())) >= written_before + 2, "two more batches")
+        wait_for(lambda: 50 in state_rows(query), "the first ids in the state")
+        # An id expires once the watermark, the latest landing time less the window, passes
+        # its own landing time plus the window; a batch starts up to maxWaitMs (0.5 s) early.
+        time.sleep(2 + 0.5 + 0.5)
+        later = amqp.publish(queue, 1, id_prefix="later")
+        wait_for(lambda: 1 in state_rows(query), "the state to hold only the later id")
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
-    assert amqp.ready(queue) > 0  # what it had not acknowledged came back
-
-    # 3. Restart from the checkpoint and land what is left.
-    land(spark, source, out, checkpoint=checkpoint, available_now=True).awaitTermination()
-    landed = spark.read.parquet(str(out))
-    assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
-    assert landed.where("redelivered").count() > 0
-    assert amqp.ready(queue) == 0
+        query.stop()
+    landed = spark.read.parquet(str(out)).select("message_id").collect()
+    assert sorted(row.message_id for row in landed) == sorted(first + later)
 
 
 def fill_dead_letter_queue(amqp) -> tuple[str, str, dict[str, str]]:
@@ -98,11 +88,15 @@ def fill_dead_letter_queue(amqp) -> tuple[str, str, dict[str, str]]:
     return dlq, src, queues
 
 
-def test_dlq_report_counts_each_reason(spark: SparkSession, amqp, tmp_path: Path, capsys):
+@pytest.mark.parametrize("drain", [False, True], ids=["peek", "drain"])
+def test_dlq_report_counts_each_reason(
+    spark: SparkSession, amqp, tmp_path: Path, capsys, drain: bool
+):
     dlq, src, queues = fill_dead_letter_queue(amqp)
     out = tmp_path / "report"
+    command = ["--uri", amqp.url, "dlq-report", "--queue", dlq, "--out", str(out)]
 
-    assert cli.main(["--uri", amqp.url, "dlq-report", "--queue", dlq, "--out", str(out)]) == 0
+    assert cli.main(command + (["--drain"] if drain else [])) == 0
 
     summary = spark.read.parquet(str(out / "summary")).collect()
     by_reason = {(row.queue, row.reason, row.exchange, row.routing_key): 0 for row in summary}
@@ -117,7 +111,9 @@ def test_dlq_report_counts_each_reason(spark: SparkSession, amqp, tmp_path: Path
     assert "data:image/png;base64," in page and "expired: 30" in page
     assert (out / "report.png").read_bytes().startswith(b"\x89PNG")
     assert "rejected" in capsys.readouterr().out
-    assert amqp.ready(dlq) == EXPIRED + REJECTED + DROPPED  # a report only peeks
+    total = EXPIRED + REJECTED + DROPPED
+    assert spark.read.parquet(str(out / "dead_letters")).count() == total
+    assert amqp.ready(dlq) == (0 if drain else total)  # a report peeks unless told to drain
 
 
 def drain_ids(amqp, queue: str) -> list[str]:
@@ -164,3 +160,32 @@ def test_cli_reports_a_bad_since(amqp, tmp_path: Path, capsys):
     command = ["--uri", amqp.url, "dlq-report", "--queue", "q", "--out", str(tmp_path)]
     assert cli.main([*command, "--since", "soon"]) == 1
     assert "--since must be an ISO 8601 time" in capsys.readouterr().err
+
+
+def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander):
+    """Last in the module: by now the process `killable_lander` started is up (conftest)."""
+    lander, amqp, queue = killable_lander, killable_lander.amqp, killable_lander.queue
+    ids = amqp.publish(queue, LANDED)
+
+    # 1. `warren-pipeline land` in its own process, killed with SIGKILL (JVM and workers
+    # too) once it has written two batches.
+    wait_for(lambda: lander.batches_written() >= 2, "two batches in the process")
+    lander.kill()
+    wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
+    assert amqp.ready(queue) > 0  # what it had not acknowledged came back
+
+    # 2. Restarted here from its checkpoint, stopped the polite way after a batch.
+    source = Source(amqp.url, queue, batch_size=lander.batch_size)
+    query = land(spark, source, lander.out, checkpoint=lander.checkpoint)
+    wait_for(lambda: any(p["numInputRows"] for p in query.recentProgress), "a batch")
+    query.stop()
+
+    # 3. Restarted again and run until the queue is empty, in larger batches.
+    rest = Source(amqp.url, queue)
+    land(
+        spark, rest, lander.out, checkpoint=lander.checkpoint, available_now=True
+    ).awaitTermination()
+    landed = spark.read.parquet(str(lander.out))
+    assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
+    assert landed.where("redelivered").count() > 0
+    assert amqp.ready(queue) == 0

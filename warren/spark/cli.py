@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from warren.spark.jobs import (
+    DEDUPLICATION_WINDOW,
     ReplayTarget,
     Source,
     land,
@@ -67,6 +68,7 @@ def command_land(spark: SparkSession, args: argparse.Namespace, console: Console
         file_format=args.format,
         checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         available_now=args.available_now,
+        deduplication_window=args.dedup_window,
     )
     rows = watch(query, console, f"landing {args.queue} into {args.out}")
     console.print(f"landed {rows} messages from {args.queue!r} into {args.out}")
@@ -80,7 +82,7 @@ def command_dlq_report(spark: SparkSession, args: argparse.Namespace, console: C
     messages_path = out / "dead_letters"
     since = parse_since(args.since, datetime.datetime.now(datetime.UTC)) if args.since else None
     if args.drain:
-        query = land(spark, source, messages_path, deduplicate=False, available_now=True)
+        query = land(spark, source, messages_path, available_now=True, deduplication_window=None)
         watch(query, console, f"draining {args.queue}")
     else:
         with console.status(f"peeking at {args.queue}"):
@@ -177,6 +179,12 @@ def parser() -> argparse.ArgumentParser:
     lander.add_argument("--checkpoint", help="default: OUT/_checkpoint")
     lander.add_argument(
         "--available-now", action="store_true", help="land what is there now, then stop"
+    )
+    lander.add_argument(
+        "--dedup-window",
+        default=DEDUPLICATION_WINDOW,
+        help="drop a message whose message_id was landed within this Spark interval "
+        f"(default '{DEDUPLICATION_WINDOW}')",
     )
     lander.set_defaults(run=command_land)
     return root

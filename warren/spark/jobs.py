@@ -14,6 +14,13 @@ Theory of operation:
    does not match the filter, or has no `x-death` and no target, is published back to the
    dead-letter queue itself: every message read is published somewhere before it is
    acknowledged, so nothing is lost.
+4. `land` drops a message whose `message_id` it landed within the last deduplication window
+   (a redelivery after a crash, a publisher's retry). Spark's `dropDuplicatesWithinWatermark`
+   keeps each id in its state until the watermark, taken on the time a message was landed
+   (the micro-batch's `current_timestamp()`, so no row is ever late), is a window past it:
+   the state holds the ids of one to two windows of traffic, not of all time. Messages
+   without a `message_id` get a `uuid()` key instead, so none of them is dropped. It is one
+   branch of the plan, so Spark counts every message once in `numInputRows`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 SUMMARY_KEYS = ("queue", "reason", "exchange", "routing_key")
 RELATIVE_SINCE = re.compile(r"^(\d+)([smhd])$")
 SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEDUPLICATION_WINDOW = "1 hour"
+LANDED_AT, NO_ID_KEY = "_warren_landed_at", "_warren_no_id_key"  # dropped before writing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +66,20 @@ class Source:
         return spark.readStream.format("amqp").options(**self.options()).load()
 
 
-def deduplicated(messages: DataFrame) -> DataFrame:
-    """Messages with a `message_id` once per id; messages without one all kept."""
-    with_id = messages.where(F.col("message_id").isNotNull()).dropDuplicates(["message_id"])
-    return with_id.unionByName(messages.where(F.col("message_id").isNull()))
+def deduplicated(messages: DataFrame, window: str = DEDUPLICATION_WINDOW) -> DataFrame:
+    """Messages with a `message_id` once per id within `window` (a Spark interval such as
+    '10 minutes'); messages without one all kept (rule 4)."""
+    keyed = messages.withColumns(
+        {
+            LANDED_AT: F.current_timestamp(),
+            NO_ID_KEY: F.when(F.col("message_id").isNull(), F.uuid()),
+        }
+    )
+    return (
+        keyed.withWatermark(LANDED_AT, window)
+        .dropDuplicatesWithinWatermark(["message_id", NO_ID_KEY])
+        .drop(LANDED_AT, NO_ID_KEY)
+    )
 
 
 def land(
@@ -70,13 +89,15 @@ def land(
     file_format: str = "parquet",
     checkpoint: Path | None = None,
     available_now: bool = False,
-    deduplicate: bool = True,
+    deduplication_window: str | None = DEDUPLICATION_WINDOW,
 ) -> StreamingQuery:
-    """Start a streaming query that writes `source`'s messages into files under `out`."""
+    """Start a streaming query that writes `source`'s messages into files under `out`,
+    deduplicated within `deduplication_window` (None: every message is written)."""
     messages = source.stream(spark)
+    if deduplication_window is not None:
+        messages = deduplicated(messages, deduplication_window)
     writer = (
-        (deduplicated(messages) if deduplicate else messages)
-        .writeStream.format(file_format)
+        messages.writeStream.format(file_format)
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint or out / "_checkpoint"))
     )

@@ -7,7 +7,9 @@ Theory of operation:
    dead-lettering doc, "Dead-Lettered Messages").
 2. `row_of` turns a delivered message into a tuple in `SCHEMA`'s order. Header values that
    are not strings become JSON (`{"a": 1}`, `5`, `true`); timestamps become aware UTC datetimes
-   so no local time zone leaks in.
+   so no local time zone leaks in. `record_batch` turns many such tuples into one Arrow record
+   batch, which a reader hands to Spark as it is: Spark would otherwise convert the tuples
+   itself, value by value in Python, in the task.
 3. `outgoing_of` turns a row (any subset of `SCHEMA`'s columns, `body` required) into what a
    publisher sends. Header values are sent as strings: the map type cannot say which were
    numbers, so types other than strings do not survive a round trip, except `x-death`, which
@@ -28,6 +30,7 @@ from typing import Any
 
 import pika
 import pika.spec
+import pyarrow as pa
 
 X_DEATH_TYPE = (
     "array<struct<queue: string, reason: string, count: bigint, exchange: string, "
@@ -42,7 +45,7 @@ SCHEMA = (
     f"headers map<string, string>, x_death {X_DEATH_TYPE}"
 )
 
-STRING_PROPERTIES = (
+PLAIN_PROPERTIES = (  # the basic properties a column holds as they are sent
     "content_type",
     "content_encoding",
     "correlation_id",
@@ -52,6 +55,8 @@ STRING_PROPERTIES = (
     "type",
     "user_id",
     "app_id",
+    "delivery_mode",
+    "priority",
 )
 
 
@@ -73,7 +78,8 @@ def _utc(moment: datetime.datetime) -> datetime.datetime:
 
 
 def _from_spark(moment: datetime.datetime) -> datetime.datetime:
-    """Spark hands timestamps to Python as naive datetimes in local time."""
+    """Timestamps from Spark in UTC: Arrow hands them over aware, in the session's time zone;
+    a naive one (a row built by hand) is taken as local time."""
     return moment.astimezone(datetime.UTC)
 
 
@@ -137,6 +143,15 @@ def row_of(
     )
 
 
+def record_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows from `row_of` as one record batch with `schema` (`SCHEMA` in Arrow's types)."""
+    columns = zip(*rows, strict=True) if rows else ([] for _field in schema)
+    arrays = [
+        pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outgoing:
     """What one publish sends."""
@@ -187,9 +202,7 @@ def outgoing_of(row: Mapping[str, Any], exchange: str | None, routing_key: str |
     """The publish for one row; `exchange`/`routing_key` (options) win over the columns."""
     timestamp = row.get("timestamp")
     properties = pika.BasicProperties(
-        **{name: row.get(name) for name in STRING_PROPERTIES},
-        delivery_mode=row.get("delivery_mode"),
-        priority=row.get("priority"),
+        **{name: row[name] for name in PLAIN_PROPERTIES if name in row},
         timestamp=None if timestamp is None else int(_from_spark(timestamp).timestamp()),
         headers=_headers(row),
     )

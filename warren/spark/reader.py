@@ -12,9 +12,10 @@ Theory of operation (streaming, `QueueStreamReader`):
    `add_callback_threadsafe`, the one pika call that is safe from another thread.
 3. An offset is `{"session": S, "seq": N}`: S names this reader's connection, N counts the
    micro-batches it handed out. `latestOffset` takes up to `batchSize` messages (waiting at
-   most `maxWaitMs`) and keeps them with their highest delivery tag under the new seq.
-   `partitions` puts those rows into the partition itself, so a task reads exactly what the
-   driver took from the queue, in any Python worker. `commit` acknowledges, with `multiple`,
+   most `maxWaitMs`) and keeps them, as one Arrow record batch, with their highest delivery
+   tag under the new seq. `partitions` puts those record batches into the partition itself,
+   so a task reads exactly what the driver took from the queue, in any Python worker, and
+   hands them to Spark without touching a row. `commit` acknowledges, with `multiple`,
    up to the tag of the committed seq. Spark commits a batch's offsets only after its sink
    committed, so a message is acknowledged only once the batch holding it is safely written
    (at-least-once).
@@ -32,9 +33,9 @@ Theory of operation (streaming, `QueueStreamReader`):
    new data, so the query stops.
 
 Batch reads (`QueuePeekReader`) run in a Spark task: they consume what is in the queue
-without acknowledging and close the channel, so the broker requeues every message (RabbitMQ
-sets `redelivered` on them). A batch read never removes messages; draining is a streaming
-query with `Trigger.AvailableNow`.
+without acknowledging, yield it as one record batch and close the channel, so the broker
+requeues every message (RabbitMQ sets `redelivered` on them). A batch read never removes
+messages; draining is a streaming query with `Trigger.AvailableNow`.
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ import pika
 import pika.adapters.blocking_connection
 import pika.exceptions
 import pika.spec
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from warren.spark.message import row_of
+from warren.spark.message import record_batch, row_of
 from warren.spark.options import ReadOptions, connection_parameters
 
 IO_SLICE_S = 0.05  # the consumer thread's longest wait for the socket before it checks for stop
@@ -167,22 +169,23 @@ class HandedOut:
 
     seq: int
     last_delivery_tag: int | None  # None for a tick
-    rows: list[tuple[Any, ...]]
+    messages: pa.RecordBatch | None  # None for a tick
 
 
-class Rows(InputPartition):
-    """A micro-batch's messages, carried to the task that turns them into rows (rule 3)."""
+class Messages(InputPartition):
+    """Micro-batches' messages, carried to the task that hands them to Spark (rule 3)."""
 
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+    def __init__(self, batches: list[pa.RecordBatch]) -> None:
         super().__init__(None)
-        self.rows = rows
+        self.batches = batches
 
 
 class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The `amqp` streaming reader; see the module's theory of operation."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: pa.Schema) -> None:
         self._options = options
+        self._schema = schema
         self._session = secrets.token_hex(8)
         self._seq = 0
         self._consumer: Consumer | None = None
@@ -220,32 +223,32 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Under AvailableNow a quiet queue ends the run: what was there has been read.
             self._remaining = self._remaining - len(deliveries) if deliveries else 0
         if deliveries:
-            self._hand_out(deliveries[-1][0], [row for _tag, row in deliveries])
+            rows = [row for _tag, row in deliveries]
+            self._hand_out(deliveries[-1][0], record_batch(rows, self._schema))
         elif any(entry.last_delivery_tag is not None for entry in self._handed_out):
-            self._hand_out(None, [])  # a tick: rule 4
+            self._hand_out(None, None)  # a tick: rule 4
         else:
             return start
         return self._offset()
 
-    def _hand_out(self, last_delivery_tag: int | None, rows: list[tuple[Any, ...]]) -> None:
+    def _hand_out(self, last_delivery_tag: int | None, messages: pa.RecordBatch | None) -> None:
         self._seq += 1
-        self._handed_out.append(HandedOut(self._seq, last_delivery_tag, rows))
+        self._handed_out.append(HandedOut(self._seq, last_delivery_tag, messages))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if end.get("session") != self._session:
             return []  # rule 5: the broker redelivers these
         first = start["seq"] if start.get("session") == self._session else 0
-        rows = [
-            row
+        batches = [
+            entry.messages
             for entry in self._handed_out
-            if first < entry.seq <= end["seq"]
-            for row in entry.rows
+            if first < entry.seq <= end["seq"] and entry.messages is not None
         ]
-        return [Rows(rows)] if rows else []
+        return [Messages(batches)] if batches else []
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, Rows)
-        return iter(partition.rows)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Messages)
+        return iter(partition.batches)
 
     def commit(self, end: dict[str, Any]) -> None:
         if end.get("session") != self._session:
@@ -264,10 +267,11 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class QueuePeekReader(DataSourceReader):
     """The `amqp` batch reader: every message in the queue, none removed."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: pa.Schema) -> None:
         self._options = options
+        self._schema = schema
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         parameters = connection_parameters(self._options.uri, self._options.heartbeat_s)
         rows = []
         with pika.BlockingConnection(parameters) as connection:
@@ -287,4 +291,4 @@ class QueuePeekReader(DataSourceReader):
                 if len(rows) >= expected:
                     break
         # Closing the connection without acknowledging returns every message to the queue.
-        yield from rows
+        yield record_batch(rows, self._schema)

@@ -7,6 +7,7 @@ when a query is planned (see `warren.spark.options`).
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -14,12 +15,18 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
 )
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from warren.spark.message import SCHEMA
 from warren.spark.options import ReadOptions, WriteOptions
 from warren.spark.reader import QueuePeekReader, QueueStreamReader
 from warren.spark.writer import AmqpStreamWriter, AmqpWriter
+
+
+def _arrow(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects a reader's record batches in (its own conversion)."""
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 class AmqpDataSource(DataSource):
@@ -35,10 +42,10 @@ class AmqpDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return QueuePeekReader(ReadOptions.parse(self.options))
+        return QueuePeekReader(ReadOptions.parse(self.options), _arrow(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return QueueStreamReader(ReadOptions.parse(self.options))
+        return QueueStreamReader(ReadOptions.parse(self.options), _arrow(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return AmqpWriter(WriteOptions.parse(self.options))

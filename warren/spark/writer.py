@@ -11,7 +11,9 @@ Theory of operation:
    the write as failed. Spark may retry the task, which publishes its rows again: the writer is
    at-least-once, never at-most-once.
 3. pika's `SelectConnection` runs the I/O loop in the task's thread; its heartbeats are
-   serviced while rows are pulled from Spark. An exception raised while pulling a row closes
+   serviced while rows are pulled from Spark. Spark hands the task Arrow record batches
+   (`DataSourceArrowWriter`): a batch becomes Python values column by column, without a
+   `Row` object per row. An exception raised while pulling a row closes
    the connection and is raised from `publish_all`.
 4. Nothing can be taken back after a confirm, so `commit` and `abort` have nothing to undo.
 """
@@ -28,8 +30,12 @@ import pika.channel
 import pika.connection
 import pika.frame
 import pika.spec
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 from warren.spark.message import Outgoing, body_preview, outgoing_of
 from warren.spark.options import WriteOptions, connection_parameters
@@ -184,28 +190,29 @@ class Published(WriterCommitMessage):
     count: int
 
 
-def publish_rows(options: WriteOptions, rows: Iterator[Row]) -> Published:
+def publish_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Published:
     messages = (
-        outgoing_of(row.asDict(recursive=True), options.exchange, options.routing_key)
-        for row in rows
+        outgoing_of(row, options.exchange, options.routing_key)
+        for batch in batches
+        for row in batch.to_pylist()
     )
     return Published(ConfirmedPublisher(options, messages).publish_all())
 
 
-class AmqpWriter(DataSourceWriter):
+class AmqpWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
 
-    def write(self, iterator: Iterator[Row]) -> Published:
-        return publish_rows(self._options, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
+        return publish_batches(self._options, iterator)
 
 
-class AmqpStreamWriter(DataSourceStreamWriter):
+class AmqpStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
 
-    def write(self, iterator: Iterator[Row]) -> Published:
-        return publish_rows(self._options, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
+        return publish_batches(self._options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every row was confirmed when its task ended (rule 4)."""
