@@ -58,7 +58,7 @@ class Config:
     cluster_submit_timeout: int = 30000
     quorum_cluster_size: int = 3
     queue_leader_locator: str = "client-local"
-    quorum_commands_soft_limit: int = 256
+    quorum_commands_soft_limit: int = 32
     raft_wal_max_size_bytes: int = 64 * 1024 * 1024
     raft_tick_ms: int = 100
     raft_snapshot_entries: int = 4096
@@ -125,7 +125,7 @@ _HELP = {
     ),
     "quorum_commands_soft_limit": (
         "publishes to quorum queues a channel may have waiting for their commit before its"
-        " connection stops reading (default 256)"
+        " connection stops reading (default 32, as RabbitMQ's)"
     ),
     "raft_wal_max_size_bytes": "size at which the Raft write-ahead log starts a new segment",
     "raft_tick_ms": "Raft's tick; a leader is suspected after 10 to 20 ticks of silence",
