@@ -468,6 +468,26 @@ class DefinitionsStore:
                 (index,),
             )
 
+    def cluster_nodes(self) -> dict[str, tuple[str, int]]:
+        """Nodes that joined a cluster after it formed: name -> cluster listener address."""
+        rows = self._execute("SELECT key, value FROM cluster_state WHERE key LIKE 'node:%'")
+        nodes: dict[str, tuple[str, int]] = {}
+        for key, value in rows.fetchall():
+            host, _, port = str(value).rpartition(":")
+            nodes[key[len("node:") :]] = (host, int(port))
+        return nodes
+
+    def put_cluster_node(self, name: str, host: str, port: int) -> None:
+        with self.transaction():
+            self._execute(
+                "INSERT OR REPLACE INTO cluster_state (key, value) VALUES (?, ?)",
+                (f"node:{name}", f"{host}:{port}"),
+            )
+
+    def delete_cluster_node(self, name: str) -> None:
+        with self.transaction():
+            self._execute("DELETE FROM cluster_state WHERE key = ?", (f"node:{name}",))
+
     def load(self) -> Definitions:
         """Everything stored, in a fixed order."""
         with self.transaction():  # one consistent snapshot

@@ -9,8 +9,10 @@ Theory of operation:
    is told the address of the pair's proxy in place of its peer's listener. `isolate(name)`
    cuts every proxy that touches the node (open connections are dropped, new ones refused)
    and `heal()` lets traffic through again: a network partition without root.
-3. `kill(name)` is SIGKILL; `start(name)` starts the node again on the same data directory.
-   Waits are bounded and fail with the node's log file named.
+3. `add_node(name)` starts one more node that joins the cluster (its name must sort
+   before the others', as only the lower-named node of a pair dials). `kill(name)` is
+   SIGKILL; `start(name)` starts the node again on the same data directory. Waits are
+   bounded and fail with the node's log file named.
 """
 
 from __future__ import annotations
@@ -160,10 +162,16 @@ class LocalCluster:
         for other, node in self.nodes.items():
             if other == name:
                 continue
-            pair = (min(name, other), max(name, other))
-            port = self.proxies[pair].port if name < other else node.cluster_port
+            proxy = self.proxies.get((min(name, other), max(name, other)))
+            port = proxy.port if proxy is not None and name < other else node.cluster_port
             entries.append(f"{other}=127.0.0.1:{port}")
         return ",".join(entries)
+
+    def add_node(self, name: str) -> None:
+        """Start a node that joins the running cluster: it knows the others (no proxies
+        between it and them); they learn of it when it joins."""
+        self.nodes[name] = ClusterNodeProcess(name, self.directory / name)
+        self.start(name)
 
     def start_all(self) -> None:
         for name in self.nodes:

@@ -13,7 +13,8 @@ Theory of operation:
 3. Quorum queues are different: their declare and delete go to the log first and take
    effect on every node, the declaring one included, when committed (origin ``""``), so
    that two nodes declaring one name at once end with one queue (the first in the log)
-   everywhere; the same holds for a queue's member list.
+   everywhere; the same holds for a queue's member list and for the address of a node
+   that joins (kept in the store, so every node can reach it after a restart).
 4. What is replicated: vhosts, users, permissions, policies and operator policies, durable
    exchanges, quorum queues and the bindings between them. Classic queues stay on the node
    that declared them (with their bindings), as a RabbitMQ classic queue lives on one
@@ -297,6 +298,14 @@ class MetadataMachine:
     def _queue_members(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
         self.cluster.members_changed(vhost, name, group_id, members)
 
+    def _node_address(self, node: str, host: str, port: int) -> None:
+        self.cluster.definitions.store.put_cluster_node(node, host, port)
+        self.cluster.node_known(node, host, port)
+
+    def _node_forgotten(self, node: str) -> None:
+        self.cluster.definitions.store.delete_cluster_node(node)
+        self.cluster.forget_node(node)
+
     def _delete_queue(self, vhost_name: str, name: str, group_id: str | None = None) -> int:
         """A quorum queue's delete, on every node (of this very queue, not of one declared
         again since); its ready count as the deleting node's reply."""
@@ -357,6 +366,8 @@ _APPLY: dict[str, Callable[..., object]] = {
     "put_queue": MetadataMachine._put_queue,
     "delete_queue": MetadataMachine._delete_queue,
     "queue_members": MetadataMachine._queue_members,
+    "node_address": MetadataMachine._node_address,
+    "node_forgotten": MetadataMachine._node_forgotten,
     "put_binding": MetadataMachine._put_binding,
     "delete_binding": MetadataMachine._delete_binding,
 }

@@ -112,6 +112,8 @@ class ClusterNode:
         """Replicate the definitions this node changes from now on."""
         self.definitions = ReplicatedDefinitions(durability.definitions, self)
         durability.definitions = self.definitions  # type: ignore[assignment]
+        for node, (host, port) in self.definitions.store.cluster_nodes().items():
+            self.node_known(node, host, port)  # joined after the cluster formed
 
     async def start(self) -> None:
         self.peers.serve(self._serve)
@@ -263,8 +265,9 @@ class ClusterNode:
     async def set_members(self, host: QuorumHost, members: list[str]) -> None:
         """Record a queue's new member list in the metadata group; back once applied here."""
         record = host.record
-        operation = ("", "queue_members", (record.vhost, record.name, host.group_id, members))
-        await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        await self.replicate_cluster(
+            "queue_members", record.vhost, record.name, host.group_id, members
+        )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
         while sorted(host.members) != sorted(members) and loop.time() < deadline:
@@ -287,9 +290,21 @@ class ClusterNode:
         host = self.nodes.get(self.name, (self.config.bind[0], 0))[0]
         return host, self.peers.port
 
+    def node_known(self, node: str, host: str, port: int) -> None:
+        self.nodes[node] = (host, port)
+        self.raft.names.add(node)  # so that Raft's ids of it read as its name
+        if node != self.name:
+            self.peers.set_address(node, host, port)
+
     def forget_node(self, node: str) -> None:
         self.nodes.pop(node, None)
-        self.peers.forget(node)
+        if node != self.name:
+            self.peers.forget(node)
+
+    async def replicate_cluster(self, method: str, *arguments: object) -> None:
+        """A change to the cluster itself, applied by every node once committed."""
+        operation = ("", method, arguments)
+        await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
 
     def forget_queue(self, host: QuorumHost) -> None:
         self._forwarders.pop(host.group_id, None)
@@ -460,8 +475,8 @@ class ClusterNode:
                 return ("ok", [_outcome(outcome) for outcome in outcomes])
             if kind == "add_member":
                 node, host, port = request[2:]
-                if host is not None:
-                    self.peers.set_address(node, host, port)
+                if host is not None:  # a node joining the cluster: everyone learns its address
+                    await self.replicate_cluster("node_address", node, host, port)
                 await group.add_member(node)
                 return ("ok", sorted(group.members))
             if kind == "remove_member":

@@ -184,4 +184,4 @@ async def forget(cluster: ClusterNode, node: str) -> None:
         if node in host.members and len(host.members) > 1:
             await delete_member(cluster, host.record.vhost, host.record.name, node)
     await cluster.leader_call("metadata", ("remove_member", "metadata", node))
-    cluster.forget_node(node)
+    await cluster.replicate_cluster("node_forgotten", node)
