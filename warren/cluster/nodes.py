@@ -11,6 +11,10 @@ Theory of operation:
 from __future__ import annotations
 
 import zlib
+from typing import Final
+
+# The Raft group every node of a cluster is in: the cluster's definitions.
+METADATA_GROUP: Final = "metadata"
 
 
 def node_id(name: str) -> int:

@@ -29,6 +29,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import pickle
 from collections.abc import Callable
@@ -70,7 +71,8 @@ class ReplicatedDefinitions:
 
     def _replicate(self, method: str, *arguments: Any) -> None:
         if not self.applying:
-            self.cluster.replicate((self.cluster.name, method, arguments))
+            outcome = self.cluster.replicate((self.cluster.name, method, arguments))
+            outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
 
     def _local_queue(self, vhost: str, name: str) -> bool:
         """A classic queue: it lives on this node only, so does what is bound to it."""
@@ -141,6 +143,13 @@ class ReplicatedDefinitions:
     def delete_operator_policy(self, vhost: str, name: str) -> None:
         self.store.delete_operator_policy(vhost, name)
         self._replicate("delete_operator_policy", vhost, name)
+
+
+def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[Any, ...]) -> None:
+    """A change made here that the metadata group never took: the other nodes miss it."""
+    error = None if done.cancelled() else done.exception()
+    if error is not None:
+        log.warning("%s%r not replicated to the cluster: %s", method, arguments, error)
 
 
 class MetadataMachine:

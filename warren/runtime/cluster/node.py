@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord
 from warren.runtime.cluster import operations
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.cluster")
 
-METADATA_GROUP: Final = "metadata"
 RETRY_S: Final = 0.05
 LEADER_WAIT_S: Final = 10.0
 JOIN_PROBE_S: Final = 1.0
@@ -199,7 +199,7 @@ class ClusterNode:
         return self.name
 
     async def _declared(self, operation: Operation, group_id: str, leader: str) -> None:
-        await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        await self.replicate(operation)
         stored = operation[2][0]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
@@ -221,36 +221,28 @@ class ClusterNode:
     def propose_delete(self, host: QuorumHost) -> asyncio.Future[object]:
         """Delete a quorum queue through the metadata log; the future has its ready count."""
         record = host.record
-        operation = ("", "delete_queue", (record.vhost, record.name, host.group_id))
-        return self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        return self.replicate_cluster("delete_queue", record.vhost, record.name, host.group_id)
 
     def quorum_host(self, record: QueueRecord) -> QuorumHost:
         """The host of a quorum queue the model just got: from the metadata log (with the
         placement its declare chose, `adopt_placement`) or recovered from the Raft log."""
         key = (record.vhost, record.name)
         placement = self._adopted.pop(key, None)
-        bootstrap: list[str] | None
-        if placement is not None:
+        prefix = group_prefix(*key)
+        found = [g for g in self.raft.recovered_groups() if g.startswith(prefix)]
+        if placement is not None:  # a new queue: its members start the group together
             group_id, members = placement
-            bootstrap = members
-        else:
-            prefix = group_prefix(*key)
-            found = [g for g in self.raft.recovered_groups() if g.startswith(prefix)]
-            group_id = found[0] if found else prefix
-            members, bootstrap = [], None
+            replica = self.name in members
+        elif found:  # recovered: the group's membership is in the Raft log
+            group_id, members, replica = found[0], [], True
+        else:  # recovered, and this node holds no replica of it
+            group_id, members, replica = prefix, [], False
         host = QuorumHost(self, record, group_id, members)
-        if (bootstrap is None and group_id != group_prefix(*key)) or (
-            bootstrap is not None and self.name in bootstrap
-        ):
-            host.group = self.raft.add_group(group_id, host.replica, bootstrap)
+        if replica:
+            host.group = self.raft.add_group(group_id, host.replica, members or None)
             host.members = host.group.members
         self.queues[group_id] = host
         return host
-
-    def placement_of(self, vhost: str, name: str) -> tuple[str, list[str]]:
-        host = self.broker.queues.get((vhost, name))
-        assert isinstance(host, QuorumHost)
-        return host.group_id, host.members
 
     def adopt_placement(self, vhost: str, name: str, placement: Any) -> None:
         if placement is not None:
@@ -301,10 +293,10 @@ class ClusterNode:
         if node != self.name:
             self.peers.forget(node)
 
-    async def replicate_cluster(self, method: str, *arguments: object) -> None:
-        """A change to the cluster itself, applied by every node once committed."""
-        operation = ("", method, arguments)
-        await self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+    def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]:
+        """A change to the cluster itself, applied by every node once committed (origin
+        ``""``); the future has the metadata leader's result."""
+        return self.replicate(("", method, arguments))
 
     def forget_queue(self, host: QuorumHost) -> None:
         self._forwarders.pop(host.group_id, None)
@@ -350,8 +342,9 @@ class ClusterNode:
 
     # --- getting commands to leaders -------------------------------------------------------------
 
-    def replicate(self, operation: Operation) -> None:
-        self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+    def replicate(self, operation: Operation) -> asyncio.Future[object]:
+        """Propose a metadata operation (`warren.runtime.cluster.metadata`)."""
+        return self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
 
     def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
         """The outcome of a command once its group's leader applied it.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from warren.cluster.nodes import METADATA_GROUP
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost
 
@@ -165,7 +166,7 @@ async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[di
 async def join(cluster: ClusterNode, seed: str) -> list[str]:
     """This node joins `seed`'s cluster: the metadata group's leader adds it as a member."""
     host, port = cluster.listen_address()
-    request = ("add_member", "metadata", cluster.name, host, port)
+    request = ("add_member", METADATA_GROUP, cluster.name, host, port)
     try:
         members: list[str] = await cluster.peers.call(seed, ("forward", request), 30.0)  # type: ignore[assignment]
     except PeerUnavailable as error:
@@ -183,5 +184,5 @@ async def forget(cluster: ClusterNode, node: str) -> None:
     for host in list(cluster.queues.values()):
         if node in host.members and len(host.members) > 1:
             await delete_member(cluster, host.record.vhost, host.record.name, node)
-    await cluster.leader_call("metadata", ("remove_member", "metadata", node))
+    await cluster.leader_call(METADATA_GROUP, ("remove_member", METADATA_GROUP, node))
     await cluster.replicate_cluster("node_forgotten", node)
