@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from warren.amqp.content import Message
 from warren.model import QueueRecord, QueueType, VHost
 from warren.model.policy import Policy, effective_settings
+from warren.model.settings import QueueSettings
 from warren.queue import (
     Cancel,
     Checkout,
@@ -252,12 +253,8 @@ class QueueHost:
     def refresh_policies(self) -> None:
         """Match the vhost's policies again and apply the effective settings at once
         (RabbitMQ truncates a queue as soon as a max-length policy arrives)."""
-        vhost = self.broker.vhosts.get(self.record.vhost)
-        user = vhost.policies.match_queue(self.record) if vhost else None
-        operator = vhost.operator_policies.match_queue(self.record) if vhost else None
-        self.policy, self.operator_policy = user, operator
-        prefetch = self.broker.config.dead_letter_worker_consumer_prefetch
-        settings = effective_settings(self.record, user, operator, prefetch)
+        self.policy, self.operator_policy = self.broker.policies_of(self.record)
+        settings = self.broker.settings_of(self.record, self.policy, self.operator_policy)
         if settings != self.machine.settings:
             self.apply(Configure(settings))
 
@@ -336,6 +333,20 @@ class Broker:
 
     def queue(self, vhost: str, name: str) -> QueueHost | None:
         return self.queues.get((vhost, name))
+
+    def policies_of(self, record: QueueRecord) -> tuple[Policy | None, Policy | None]:
+        """The policy and the operator policy that apply to a queue now."""
+        vhost = self.vhosts.get(record.vhost)
+        if vhost is None:
+            return None, None
+        return vhost.policies.match_queue(record), vhost.operator_policies.match_queue(record)
+
+    def settings_of(
+        self, record: QueueRecord, user: Policy | None, operator: Policy | None
+    ) -> QueueSettings:
+        """A queue's effective settings under these policies (and this node's config)."""
+        prefetch = self.config.dead_letter_worker_consumer_prefetch
+        return effective_settings(record, user, operator, prefetch)
 
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host: QueueHost

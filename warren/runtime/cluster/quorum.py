@@ -37,8 +37,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from warren.model import QueueRecord
-from warren.model.policy import Policy, effective_settings
-from warren.model.settings import QueueSettings
+from warren.model.policy import Policy
 from warren.queue import (
     Cancel,
     Checkout,
@@ -180,10 +179,7 @@ class QuorumHost:
             self.dead_letter_worker = None
 
     def refresh_policies(self) -> None:
-        vhost = self.broker.vhosts.get(self.record.vhost)
-        user = vhost.policies.match_queue(self.record) if vhost else None
-        operator = vhost.operator_policies.match_queue(self.record) if vhost else None
-        self.policy, self.operator_policy = user, operator
+        self.policy, self.operator_policy = self.broker.policies_of(self.record)
         if self.leader:
             self._configure()
 
@@ -191,7 +187,7 @@ class QuorumHost:
         return QueueMachine(
             self.record.name,
             self.record.vhost,
-            settings=self._settings(None, None),
+            settings=self.broker.settings_of(self.record, None, None),
             last_used_ms=now_ms(),
         )
 
@@ -200,12 +196,8 @@ class QuorumHost:
         added here again starts from an empty log (or from the leader's snapshot)."""
         self.machine = self._empty_machine()
 
-    def _settings(self, user: Policy | None, operator: Policy | None) -> QueueSettings:
-        prefetch = self.broker.config.dead_letter_worker_consumer_prefetch
-        return effective_settings(self.record, user, operator, prefetch)
-
     def _configure(self) -> None:
-        settings = self._settings(self.policy, self.operator_policy)
+        settings = self.broker.settings_of(self.record, self.policy, self.operator_policy)
         if settings != self.machine.settings:
             self.submit(Configure(settings))
 
