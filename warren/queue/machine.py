@@ -55,7 +55,16 @@ Effects}``):
    they were delivered before (so that the next delivery is marked redelivered).
 11. Commands and state carry versions (`MACHINE_VERSION`, `Command.VERSION`) because the
     same machine is later applied from a replicated log, where old entries keep their
-    meaning.
+    meaning. A state pickled by an older version is completed with the defaults of the
+    fields added since (`__setstate__`).
+12. A replicated queue's senders number their commands (`Sequenced`, after rabbit_fifo's
+    enqueuer sequence numbers): a command sent again to a new leader after its first copy
+    had already committed is applied once; the copy gets the first one's reply while it
+    is among the sender's latest `SEQUENCED_REPLIES_KEPT`. The machine remembers per
+    sender the number up to which it applied everything and the applied numbers above it
+    (a gap closes when its command arrives, or is given up once `SEQUENCED_GAP_MAX`
+    numbers wait above it: its sender failed it). A sender silent for
+    `SEQUENCED_SENDER_IDLE_MS` by the commands' own clock is forgotten.
 
 Invariants (tests/unit/queue checks them after every step): ready_count and ready_bytes
 equal the live entries in the ready structures; a message is in at most one of
@@ -67,13 +76,13 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Final
 
 from warren.errors import SoftError, access_refused, describe_queue
 from warren.model.settings import DEFAULT_SETTINGS, DeadLetterStrategy, Overflow, QueueSettings
 
-MACHINE_VERSION: Final = 1
+MACHINE_VERSION: Final = 2  # 2: `Sequenced` senders, `Cancel.requeue`
 # Deliveries one command may hand out. A no-ack consumer has no credit limit, so without a
 # bound one command could move a whole backlog into a socket buffer at once; the runtime
 # asks for more (`Dispatch`) as the consumer's socket drains.
@@ -256,6 +265,16 @@ class Configure(Command):
     settings: QueueSettings
 
 
+@dataclass(frozen=True, slots=True)
+class Sequenced(Command):
+    """`command`, numbered `seq` (from 1, one more each time) by its `sender`: applied once
+    however many copies of it arrive (point 12)."""
+
+    sender: Hashable
+    seq: int
+    command: Command
+
+
 # --- replies and effects -------------------------------------------------------------------
 
 
@@ -308,9 +327,40 @@ class QueueExpired:
 
 
 REJECTED_REPLY: Final = Rejected()
+SEQUENCED_REPLIES_KEPT: Final = 1024  # twice a forwarded batch (`ClusterNode`'s _Forwarder)
+SEQUENCED_GAP_MAX: Final = 4096
+SEQUENCED_SENDER_IDLE_MS: Final = 15 * 60 * 1000
 Effect = Deliver | DeadLetter | Dropped | SetTimer | QueueExpired
 Reply = object
 Effects = list[Effect]
+
+
+class _Sender:
+    """What the machine remembers of one sender of `Sequenced` commands."""
+
+    __slots__ = ("above", "applied_to", "last_ms", "replies")
+
+    def __init__(self, now_ms: int) -> None:
+        self.applied_to = 0  # every number up to this one was applied
+        self.above: set[int] = set()  # applied numbers above `applied_to`
+        self.replies: dict[int, Reply] = {}  # the latest ones, oldest first
+        self.last_ms = now_ms
+
+    def applied(self, seq: int) -> bool:
+        return seq <= self.applied_to or seq in self.above
+
+    def record(self, seq: int, reply: Reply) -> None:
+        replies = self.replies
+        replies[seq] = reply
+        if len(replies) > SEQUENCED_REPLIES_KEPT:
+            del replies[next(iter(replies))]
+        above = self.above
+        above.add(seq)
+        if len(above) > SEQUENCED_GAP_MAX:
+            self.applied_to = min(above) - 1  # the sender gave up what is missing
+        while self.applied_to + 1 in above:
+            self.applied_to += 1
+            above.remove(self.applied_to)
 
 
 class _Consumer:
@@ -379,9 +429,25 @@ class QueueMachine:
     dead_letter_bytes: int = 0
     _dead_letters_waiting: deque[DeadLetter] = field(default_factory=deque)
     _dead_letters_out: dict[int, DeadLetter] = field(default_factory=dict)
+    _senders: dict[Hashable, _Sender] = field(default_factory=dict)  # of `Sequenced`
 
     def __post_init__(self) -> None:
         self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
+
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def __setstate__(self, state: list[object]) -> None:
+        """A state pickled by an older version lacks the fields added since: defaults."""
+        for index, f in enumerate(fields(self)):
+            if index < len(state):
+                value = state[index]
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                value = f.default
+            object.__setattr__(self, f.name, value)
+        self.version = MACHINE_VERSION
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -433,6 +499,22 @@ class QueueMachine:
         if self._deadlines or self.settings.expires_ms is not None:
             self._schedule(meta, effects)
         return reply, effects
+
+    def _sequenced(self, meta: Meta, command: Sequenced, effects: Effects) -> Reply:
+        senders = self._senders
+        sender = senders.get(command.sender)
+        if sender is None:
+            idle = meta.now_ms - SEQUENCED_SENDER_IDLE_MS
+            for gone in [key for key, known in senders.items() if known.last_ms < idle]:
+                del senders[gone]
+            sender = senders[command.sender] = _Sender(meta.now_ms)
+        sender.last_ms = max(sender.last_ms, meta.now_ms)
+        if sender.applied(command.seq):
+            return sender.replies.get(command.seq)
+        inner = command.command
+        reply = _HANDLERS[type(inner)](self, meta, inner, effects)
+        sender.record(command.seq, reply)
+        return reply
 
     def _enqueue(self, meta: Meta, command: Enqueue, effects: Effects) -> Reply:
         settings = self.settings
@@ -844,4 +926,5 @@ _HANDLERS: dict[type[Command], _Handler] = {
     Tick: QueueMachine._tick,
     Configure: QueueMachine._configure,
     SettleDeadLetter: QueueMachine._settle_dead_letter,
+    Sequenced: QueueMachine._sequenced,
 }
