@@ -295,7 +295,13 @@ def test_a_node_joins_and_is_forgotten(cluster: LocalCluster) -> None:
         process.terminate()
         process.wait(timeout=15)
     cluster.api("warren-a", "/api/warren/cluster/nodes/warren-0", "DELETE", timeout_s=30)
-    for node in NAMES:
+    for node in NAMES:  # committed on a; the others apply it a moment later
+        deadline = time.monotonic() + AVAILABLE_WITHIN_S
+        while time.monotonic() < deadline and (
+            "warren-0" in voters(node)
+            or "warren-0" in cluster.api(node, "/api/warren/cluster")["nodes"]
+        ):
+            time.sleep(0.1)
         assert voters(node) == NAMES
         assert "warren-0" not in cluster.api(node, "/api/warren/cluster")["nodes"]
     del cluster.nodes["warren-0"]

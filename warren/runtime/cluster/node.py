@@ -353,8 +353,8 @@ class ClusterNode:
         and nothing waits, otherwise through the group's `_Forwarder`, which sends them to
         the leader in batches, one batch at a time, and sends again from the first one a
         leader did not take. A leader that loses its leadership before a command commits
-        hands it to the forwarder too; the next leader may then apply it twice (delivery
-        is at least once), but never after a later command of this node."""
+        hands it to the forwarder too; the next leader may then commit it twice, and the
+        queue machine applies the copy as a no-op (`warren.queue.Sequenced`)."""
         group = self.raft.group(group_id)
         forwarder = self._forwarders.get(group_id)
         if group is None or not group.is_leader or (forwarder is not None and forwarder.busy):

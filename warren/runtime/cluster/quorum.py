@@ -7,6 +7,9 @@ Theory of operation:
    they use a classic `QueueHost`: the same methods, but a command is proposed (on the
    leader) or forwarded to the leader (`ClusterNode.submit`), and what needs its outcome
    gets a future: publishes (the confirm waits for a majority), basic.get, purge.
+   Every command is numbered by the host that sends it (`Sequenced`): when a leader
+   change makes the node send a command again that had committed after all, the machine
+   applies it once and answers the copy as it answered the first.
 2. Effects are carried out where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
@@ -50,6 +53,7 @@ from warren.queue import (
     QueueExpired,
     QueueMachine,
     Return,
+    Sequenced,
     SetTimer,
     Tick,
 )
@@ -65,6 +69,7 @@ log = logging.getLogger("warren.quorum")
 
 # (node, the node process's incarnation, number): who the consumer is, on every replica
 ConsumerKey = tuple[str, str, int]
+_HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
 
 
 class QuorumHost:
@@ -85,6 +90,9 @@ class QuorumHost:
         self._consumers: dict[ConsumerKey, ConsumerRef] = {}
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._numbers = itertools.count(1)
+        # numbers this host's commands (`Sequenced`): a copy sent again is applied once
+        self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
+        self._seq = itertools.count(1)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
@@ -115,7 +123,8 @@ class QuorumHost:
         return self.submit(command)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
-        data = pickle.dumps((now_ms(), command), pickle.HIGHEST_PROTOCOL)
+        numbered = Sequenced(self._sender, next(self._seq), command)
+        data = pickle.dumps((now_ms(), numbered), pickle.HIGHEST_PROTOCOL)
         future = self.cluster.submit(self.group_id, data)
         self._outstanding.add(future)
         future.add_done_callback(self._settled)
@@ -206,6 +215,8 @@ class QuorumHost:
     def apply_entry(self, index: int, data: bytes) -> object:
         now, command = pickle.loads(data)
         reply, effects = self.machine.apply(Meta(now), command)
+        if type(command) is Sequenced:
+            command = command.command
         leader = self.leader
         mine = self.cluster.name
         if type(command) is Cancel and command.consumer in self._consumers:
