@@ -11,7 +11,9 @@ Every body carries its queue's sequence number and a CRC-32, so the end result s
 - lost: confirmed messages that never arrived (must be 0);
 - corrupt: bodies whose checksum fails (must be 0);
 - out of order: first arrivals in a queue not in publish order (must be 0);
-- duplicates: arrivals of a message already seen (allowed: delivery is at least once).
+- duplicates: arrivals of a message already seen (allowed: delivery is at least once);
+  of them, copies: arrivals not flagged redelivered, so the broker had enqueued the
+  message twice (a quorum queue should have none: it drops a resent command).
 
 Self-contained: it starts the node itself (`python -m warren`, free local ports) and uses
 aiormq. Bounded: --kills, --max-interval and --timeout cap the run. Exit status 1 if
@@ -119,6 +121,7 @@ class Tally:
     # ones, as RabbitMQ's ordering guarantee allows
     requeued: dict[str, set[int]] = field(default_factory=dict)
     seen: dict[str, set[int]] = field(default_factory=dict)
+    copies: int = 0  # duplicates not flagged redelivered: enqueued twice
 
     def arrived(self, queue: str, body: bytes, redelivered: bool = False) -> None:
         sequence, crc = HEAD.unpack_from(body)
@@ -126,8 +129,11 @@ class Tally:
             self.corrupt += 1
             return
         seen = self.seen.setdefault(queue, set())
-        if redelivered and sequence not in seen:
-            self.requeued.setdefault(queue, set()).add(sequence)
+        if sequence not in seen:
+            if redelivered:
+                self.requeued.setdefault(queue, set()).add(sequence)
+        elif not redelivered:
+            self.copies += 1
         seen.add(sequence)
         self.arrivals[queue].append(sequence)
 
@@ -282,7 +288,7 @@ def report(tally: Tally, queues: list[str], kills: int, faults: str = "kills") -
     print(
         f"{faults} {kills}, published {totals['published']}, confirmed {totals['confirmed']},"
         f" arrived {totals['arrived']}, lost {totals['lost']}, corrupt {tally.corrupt},"
-        f" duplicates {totals['dup']}, out of order {totals['disorder']}"
+        f" duplicates {totals['dup']} (copies {tally.copies}), out of order {totals['disorder']}"
     )
     return ok
 
