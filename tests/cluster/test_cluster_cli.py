@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import AVAILABLE_WITHIN_S, NAMES, declare, drain, publish
+from tests.cluster.conftest import AVAILABLE_WITHIN_S, NAMES, connect, declare, drain, publish
 from warren.testing.cluster import LocalCluster
 
 CTL = "warren.cli"
@@ -136,6 +136,41 @@ def test_delete_then_add_member_keeps_the_messages(cluster: LocalCluster, name: 
     assert {row["Membership"] for row in rows} == {"voter"}
     assert until(lambda: cluster.queue(follower, name)["messages"], lambda n: n == 100) == 100
     assert drain(cluster, follower, name, len(bodies)) == bodies
+
+
+def test_a_consumer_on_a_member_moved_away_and_back_gets_nothing_twice(
+    cluster: LocalCluster, name: str
+) -> None:
+    # The replica added again replays the queue's log from the start; the deliveries its
+    # consumers had the first time are not made again.
+    declare(cluster, "warren-a", name)
+    follower = next(node for node in NAMES if node != cluster.leader_of(name))
+    connection = connect(cluster, follower)
+    received: list[bytes] = []
+    channel = connection.channel()
+    channel.basic_consume(name, lambda *delivery: received.append(delivery[3]), auto_ack=True)
+
+    def receive(count: int) -> None:
+        deadline = time.monotonic() + AVAILABLE_WITHIN_S
+        while len(received) < count and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+        connection.process_data_events(time_limit=0.5)  # and anything more that would come
+
+    before, after = [b"before%d" % i for i in range(10)], [b"after%d" % i for i in range(10)]
+    publish(cluster, "warren-a", name, before)
+    receive(10)
+    ok(cluster, "warren-a", QUEUES, "delete_member", name, follower)
+    ok(cluster, "warren-a", QUEUES, "add_member", name, follower)
+    until(
+        lambda: members(cluster, "warren-a", name),
+        lambda rows: (
+            len(rows) == 3 and all(row["Last Applied"] == rows[0]["Last Applied"] for row in rows)
+        ),
+    )
+    publish(cluster, "warren-a", name, after)
+    receive(20)
+    connection.close()
+    assert received == before + after
 
 
 def test_shrink_and_grow_a_node(cluster: LocalCluster, name: str) -> None:

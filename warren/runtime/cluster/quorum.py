@@ -13,7 +13,9 @@ Theory of operation:
 2. Effects are carried out where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
-     a leader change loses no delivery in flight;
+     a leader change loses no delivery in flight. A replica started again while this
+     process runs (its node removed from the members, then added) applies the log from
+     the start once more, and makes only the deliveries after the last one it made;
    - dead-lettering, timers and queue expiry by the leader only. At-most-once
      dead-lettering loses the copy if the leader crashes between commit and re-publish,
      as RabbitMQ's default strategy may; at-least-once keeps it held in the machine until
@@ -93,6 +95,7 @@ class QuorumHost:
         # numbers this host's commands (`Sequenced`): a copy sent again is applied once
         self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
         self._seq = itertools.count(1)
+        self._delivered_through = 0  # the last index whose deliveries this node made
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
@@ -218,7 +221,10 @@ class QuorumHost:
         if type(command) is Sequenced:
             command = command.command
         leader = self.leader
-        mine = self.cluster.name
+        # a replica started again in this process (its node was a member, then not, then
+        # again) applies the log from the start: its consumers had what it delivered then
+        mine = self.cluster.name if index > self._delivered_through else None
+        self._delivered_through = max(self._delivered_through, index)
         if type(command) is Cancel and command.consumer in self._consumers:
             # the leader cancelled a consumer of ours (it thought this node gone): say so
             ref = self._consumers.pop(command.consumer)
