@@ -156,6 +156,11 @@ class Enqueue(Command):
     ttl_ms: int | None = None  # the message's own expiration property
     priority: int = 0
 
+    def __reduce__(self) -> tuple[type[Enqueue], tuple[object, int, int | None, int]]:
+        # pickled for every message a replicated queue is sent: a tuple, not the
+        # dataclass default that looks the fields up each time
+        return Enqueue, (self.message, self.size_bytes, self.ttl_ms, self.priority)
+
 
 @dataclass(frozen=True, slots=True)
 class Checkout(Command):
@@ -273,6 +278,9 @@ class Sequenced(Command):
     sender: Hashable
     seq: int
     command: Command
+
+    def __reduce__(self) -> tuple[type[Sequenced], tuple[Hashable, int, Command]]:
+        return Sequenced, (self.sender, self.seq, self.command)  # as `Enqueue.__reduce__`
 
 
 # --- replies and effects -------------------------------------------------------------------
