@@ -33,10 +33,16 @@ from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord
 from warren.runtime.cluster import operations
-from warren.runtime.cluster.metadata import MetadataMachine, Operation, ReplicatedDefinitions
+from warren.runtime.cluster.metadata import (
+    MetadataMachine,
+    Operation,
+    ReplicatedDefinitions,
+    TransientDefinitions,
+)
 from warren.runtime.cluster.peers import Peers, PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
+from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
 from warren.runtime.durability import queue_definition
 
 if TYPE_CHECKING:
@@ -90,7 +96,9 @@ class ClusterNode:
             segment_max_bytes=config.raft_wal_max_size_bytes,
             on_failure=lambda _error: on_failure(),  # logged by the host; the node stops
         )
+        self.remote = RemoteQueues(self)
         self.metadata = MetadataMachine(self)
+        self.transient = TransientDefinitions(self)
         self.meta: RaftGroup | None = None
         self.definitions: ReplicatedDefinitions
         self.queues: dict[str, QuorumHost] = {}  # group id -> host
@@ -112,6 +120,7 @@ class ClusterNode:
         """Replicate the definitions this node changes from now on."""
         self.definitions = ReplicatedDefinitions(durability.definitions, self)
         durability.definitions = self.definitions  # type: ignore[assignment]
+        durability.observer = self.transient
         for node, (host, port) in self.definitions.store.cluster_nodes().items():
             self.node_known(node, host, port)  # joined after the cluster formed
 
@@ -218,8 +227,15 @@ class ClusterNode:
         while group.leader is None and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
 
-    def propose_delete(self, host: QuorumHost) -> asyncio.Future[object]:
-        """Delete a quorum queue through the metadata log; the future has its ready count."""
+    def replicated_delete(
+        self, host: object, if_unused: bool, if_empty: bool
+    ) -> asyncio.Future[object] | None:
+        """Delete a quorum queue through the metadata log, a classic queue of another node
+        at its home; the future has the ready count (None: a classic queue of this node)."""
+        if isinstance(host, RemoteHost):
+            return host.delete(if_unused, if_empty)
+        if not isinstance(host, QuorumHost):
+            return None
         record = host.record
         return self.replicate_cluster("delete_queue", record.vhost, record.name, host.group_id)
 
@@ -305,7 +321,10 @@ class ClusterNode:
             host.group = None
 
     def queue_columns(self, host: object) -> dict[str, object]:
-        """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online."""
+        """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online
+        (for a classic queue of another node: its home)."""
+        if isinstance(host, RemoteHost):
+            return {"node": host.home}
         if not isinstance(host, QuorumHost):
             return {}
         group = host.group

@@ -10,7 +10,10 @@ Theory of operation:
 2. Effects are carried out where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
-     a leader change loses no delivery in flight;
+     a leader change loses no delivery in flight; for a consumer on a node that holds no
+     replica, by the leader, which sends it there (`warren.runtime.cluster.remote`); a
+     new leader sends such consumers what they hold again, and their node drops what it
+     already handed over (`Handed`);
    - dead-lettering, timers and queue expiry by the leader only. At-most-once
      dead-lettering loses the copy if the leader crashes between commit and re-publish,
      as RabbitMQ's default strategy may; at-least-once keeps it held in the machine until
@@ -45,15 +48,19 @@ from warren.queue import (
     Configure,
     DeadLetter,
     Deliver,
+    Discard,
     Dispatch,
+    Entry,
     Meta,
     QueueExpired,
     QueueMachine,
     Return,
     SetTimer,
+    Settle,
     Tick,
 )
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
+from warren.runtime.cluster.remote import Handed
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
 
@@ -86,6 +93,7 @@ class QuorumHost:
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._numbers = itertools.count(1)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
+        self.handed = Handed()  # deliveries the leader sent here (no replica here)
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
         self.ever_consumed = False
@@ -110,8 +118,11 @@ class QuorumHost:
 
     def apply(self, command: Command) -> object:
         """Propose `command`; a future of its reply (the caller may ignore it)."""
-        if type(command) is Dispatch:
+        kind = type(command)
+        if kind is Dispatch:
             return None  # consumers' credit is the machine's own: nothing to retry
+        if kind is Settle or kind is Return or kind is Discard:
+            self.handed.settled(command.msg_ids)  # type: ignore[attr-defined]
         return self.submit(command)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
@@ -149,7 +160,24 @@ class QuorumHost:
         wire = self._wire_keys.pop(key, None)
         if wire is not None:
             self._consumers.pop(wire, None)
+            self.handed.forget(wire)
             self.submit(Cancel(wire))
+
+    def delivered(self, key: Hashable, entry: Entry) -> None:
+        """A delivery the leader sent (this node holds no replica): to the consumer once,
+        back to the queue if the consumer is gone."""
+        found = self._consumers.get(key)  # type: ignore[call-overload]
+        if found is None:
+            self.submit(Return([entry.msg_id]))
+        elif self.handed.fresh(key, entry.msg_id):
+            found.channel.deliver(found.tag, entry, self)
+
+    def cancelled(self, key: Hashable) -> None:
+        """The leader cancelled a consumer of ours (this node holds no replica): say so."""
+        ref = self._consumers.pop(key, None)  # type: ignore[call-overload]
+        if ref is not None:
+            self.handed.forget(key)
+            ref.channel.queue_deleted(ref.tag)
 
     def limit(self, channel: Subscriber) -> None:
         """Channel-wide prefetch does not apply to quorum queues (RabbitMQ refuses it)."""
@@ -208,14 +236,19 @@ class QuorumHost:
         reply, effects = self.machine.apply(Meta(now), command)
         leader = self.leader
         mine = self.cluster.name
-        if type(command) is Cancel and command.consumer in self._consumers:
-            # the leader cancelled a consumer of ours (it thought this node gone): say so
-            ref = self._consumers.pop(command.consumer)
-            ref.channel.queue_deleted(ref.tag)
+        if type(command) is Cancel:
+            if command.consumer in self._consumers:
+                # the leader cancelled a consumer of ours (it thought this node gone): say so
+                ref = self._consumers.pop(command.consumer)
+                ref.channel.queue_deleted(ref.tag)
+            elif leader and self._elsewhere(command.consumer):  # type: ignore[arg-type]
+                self.cluster.remote.cancel(command.consumer[0], self.record, command.consumer)  # type: ignore[index]
         for effect in effects:
             if type(effect) is Deliver:
                 consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
                 if consumer[0] != mine:
+                    if leader and consumer[0] not in self.members:
+                        self.cluster.remote.hand(consumer[0], self.record, consumer, effect.entry)
                     continue
                 if consumer[1] != self.cluster.incarnation:
                     self._drop_stale(consumer)  # added before this node restarted
@@ -262,7 +295,15 @@ class QuorumHost:
             self._arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
             self._worker().send(dead)
+        for consumer in self.machine.consumers():  # and what consumers with no replica hold
+            if self._elsewhere(consumer):  # type: ignore[arg-type]
+                for entry in self.machine.checked_out_entries(consumer):
+                    self.cluster.remote.hand(consumer[0], self.record, consumer, entry)  # type: ignore[index]
         self.cluster.reap_soon()
+
+    def _elsewhere(self, consumer: ConsumerKey) -> bool:
+        """A consumer on a node that holds no replica (the leader delivers to it)."""
+        return consumer[0] != self.cluster.name and consumer[0] not in self.members
 
     def reap(self, nodes: set[str]) -> None:
         """On the leader: cancel the consumers of `nodes` (gone) and requeue what they held."""
