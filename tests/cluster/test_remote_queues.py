@@ -33,14 +33,14 @@ def until(check: Callable[[], object], what: str) -> None:
 
 
 def eventually(connection: pika.BlockingConnection, action: Callable[[Channel], T]) -> T:
-    """`action` on a fresh channel, again until the broker stops refusing it (definitions
-    reach the other nodes a moment after they are made)."""
+    """`action` on a fresh channel, again until the broker stops refusing (or returning)
+    it: definitions reach the other nodes a moment after they are made."""
     deadline = time.monotonic() + AVAILABLE_WITHIN_S
     while True:
         channel = connection.channel()
         try:
             return action(channel)
-        except pika.exceptions.ChannelClosedByBroker:
+        except (pika.exceptions.ChannelClosedByBroker, pika.exceptions.UnroutableError):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
@@ -207,3 +207,33 @@ def test_quorum_consumers_on_nodes_without_a_replica(cluster: LocalCluster, name
     assert sorted(got) == sorted(bodies)  # every message once
     on_b.close()
     on_c.close()
+
+
+def test_restarted_nodes_learn_again_what_they_missed(cluster: LocalCluster, name: str) -> None:
+    # Records of other nodes' classic queues, non-durable exchanges and bindings are not
+    # stored: a restarted node hears them again from their home when its link comes up.
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.exchange_declare(f"{name}.x", "fanout", durable=False)
+    channel.queue_declare(f"{name}.durable", durable=True)
+    channel.queue_declare(f"{name}.transient", durable=False)
+    channel.queue_bind(f"{name}.durable", f"{name}.x")
+    connection.close()
+    known(cluster, ["warren-b"], f"{name}.transient")
+    with revived(cluster):
+        cluster.kill("warren-b")
+        cluster.start("warren-b")
+        connection = connect(cluster, "warren-b")
+
+        def routed(fresh: Channel) -> Any:
+            fresh.confirm_delivery()
+            fresh.basic_publish(f"{name}.x", "", b"after", mandatory=True)
+            return fresh.basic_get(f"{name}.durable", auto_ack=True)
+
+        assert eventually(connection, routed)[2] == b"after"
+        connection.close()
+        cluster.kill("warren-a")
+        cluster.start("warren-a")  # its non-durable queue is gone, everywhere
+    names = lambda: {queue["name"] for queue in cluster.api("warren-b", "/api/queues")}  # noqa: E731
+    until(lambda: f"{name}.transient" not in names(), "the non-durable queue stayed")
+    assert f"{name}.durable" in names()

@@ -208,7 +208,7 @@ class Durability:
             target = vhost.exchanges.get(destination)
             if target is None or not target.durable:
                 return None
-        return _stored_binding(vhost, destination, kind, source, routing_key, arguments)
+        return binding_definition(vhost, destination, kind, source, routing_key, arguments)
 
     def binding_added(
         self,
@@ -224,7 +224,7 @@ class Durability:
             self.definitions.put_binding(binding)
             self._bindings.add(binding)
         if self.observer is not None:
-            changed = binding or _stored_binding(
+            changed = binding or binding_definition(
                 vhost, destination, kind, source, routing_key, arguments
             )
             self.observer.binding_changed(changed, True)
@@ -239,7 +239,7 @@ class Durability:
         arguments: Mapping[str, object],
     ) -> None:
         """After unbind (whose source exchange may have been auto-deleted with it)."""
-        binding = _stored_binding(vhost, destination, kind, source, routing_key, arguments)
+        binding = binding_definition(vhost, destination, kind, source, routing_key, arguments)
         if binding in self._bindings:
             self.definitions.delete_binding(binding)
             self._bindings.discard(binding)
@@ -509,7 +509,7 @@ def queue_definition(record: QueueRecord) -> QueueDefinition:
     )
 
 
-def _stored_binding(
+def binding_definition(
     vhost: VHost,
     destination: str,
     kind: DestinationKind,

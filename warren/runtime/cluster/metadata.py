@@ -48,7 +48,7 @@ from warren.runtime.admin_access import delete_vhost
 from warren.runtime.broker import Broker, QueueHost
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.remote import RemoteHost
-from warren.runtime.durability import queue_definition
+from warren.runtime.durability import binding_definition, queue_definition
 from warren.storage.definitions import (
     BindingDefinition,
     Definitions,
@@ -165,22 +165,51 @@ class TransientDefinitions:
         if name in known or not name or name.startswith(RESERVED_PREFIX):
             return  # known, or predeclared in every vhost
         known.add(name)
-        arguments = encode_table(exchange.arguments)
-        self._replicate(
-            "transient_exchange",
-            vhost.name,
-            name,
-            exchange.type.value,
-            exchange.auto_delete,
-            exchange.internal,
-            arguments,
-        )
+        self._replicate("transient_exchange", *_exchange_arguments(vhost, exchange))
 
     def exchanges_changed(self, vhost: VHost) -> None:
         known = self._exchanges.get(vhost.name)
         for name in [name for name in known or () if name not in vhost.exchanges]:
             known.discard(name)  # type: ignore[union-attr]
             self._replicate("delete_exchange", vhost.name, name)
+
+    def operations(self, home: str | None) -> list[tuple[str, tuple[Any, ...]]]:
+        """What the store does not keep, as operations that make it again elsewhere:
+        non-durable exchanges, the classic queues whose home is `home` (all if None), and
+        every binding (a node that has one already keeps it as it is)."""
+        broker = self.cluster.broker
+        exchanges: list[tuple[str, tuple[Any, ...]]] = []
+        queues: list[tuple[str, tuple[Any, ...]]] = []
+        bindings: list[tuple[str, tuple[Any, ...]]] = []
+        for vhost in list(broker.vhosts.values()):
+            for exchange in vhost.exchanges.values():
+                if exchange.name and not exchange.name.startswith(RESERVED_PREFIX):
+                    if not exchange.durable:
+                        exchanges.append(
+                            ("transient_exchange", _exchange_arguments(vhost, exchange))
+                        )
+                    for binding in exchange.bindings:
+                        stored = binding_definition(
+                            vhost,
+                            binding.destination,
+                            binding.kind,
+                            binding.source,
+                            binding.routing_key,
+                            binding.arguments,
+                        )
+                        bindings.append(("put_binding", (stored,)))
+        hosts: list[object] = list(broker.queues.values())
+        for host in hosts:
+            if type(host) is QueueHost:
+                found, record = self.cluster.name, host.record
+            elif isinstance(host, RemoteHost):
+                found, record = host.home, host.record
+            else:
+                continue
+            if home in (None, found):
+                arguments = (queue_definition(record), found, record.durable, record.exclusive)
+                queues.append(("classic_queue", arguments))
+        return [*exchanges, *queues, *bindings]
 
     def binding_changed(self, binding: BindingDefinition, added: bool) -> None:
         self._replicate("put_binding" if added else "delete_binding", binding)
@@ -195,6 +224,18 @@ class TransientDefinitions:
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
         if type(host) is QueueHost:
             self._replicate("delete_classic_queue", vhost.name, host.name, self.cluster.name)
+
+
+def _exchange_arguments(vhost: VHost, exchange: Exchange) -> tuple[Any, ...]:
+    """A non-durable exchange as the ``transient_exchange`` operation has it."""
+    return (
+        vhost.name,
+        exchange.name,
+        exchange.type.value,
+        exchange.auto_delete,
+        exchange.internal,
+        encode_table(exchange.arguments),
+    )
 
 
 def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[Any, ...]) -> None:
@@ -222,29 +263,39 @@ class MetadataMachine:
         origin, method, arguments = pickle.loads(data)
         result: object = None
         if origin != self.cluster.name:  # else: applied when this node made the change
-            definitions = self.cluster.definitions
-            definitions.applying = True
-            try:
-                result = _APPLY[method](self, *arguments)
-            except Exception:
-                # A definition this node cannot take (the model refuses it here) must not
-                # stop the metadata log: it is logged, as a refused one is at recovery.
-                log.exception("metadata operation %s%r not applied", method, arguments)
-            finally:
-                definitions.applying = False
+            result = self.replay([(method, arguments)])
         store.set_applied_index(index)
+        return result
+
+    def replay(self, operations: list[tuple[str, tuple[Any, ...]]]) -> object:
+        """Apply operations made elsewhere (not replicated again); the last one's result."""
+        definitions = self.cluster.definitions
+        definitions.applying = True
+        result: object = None
+        try:
+            for method, arguments in operations:
+                try:
+                    result = _APPLY[method](self, *arguments)
+                except Exception:
+                    # A definition this node cannot take (the model refuses it here) must
+                    # not stop the metadata log: it is logged, as one is at recovery.
+                    log.exception("metadata operation %s%r not applied", method, arguments)
+        finally:
+            definitions.applying = False
         return result
 
     def retained(self) -> int:
         return 0  # definitions: small next to the log of their changes
 
     def snapshot(self) -> bytes:
-        state = (self.cluster.definitions.store.load(), self.cluster.placements())
+        cluster = self.cluster
+        transient = cluster.transient.operations(None)
+        state = (cluster.definitions.store.load(), cluster.placements(), transient)
         return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
 
     def restore(self, data: bytes) -> None:
         loaded: Definitions
-        loaded, placements = pickle.loads(data)
+        loaded, placements, transient = pickle.loads(data)
         definitions = self.cluster.definitions
         definitions.applying = True
         try:
@@ -267,6 +318,7 @@ class MetadataMachine:
                 self._put_binding(binding)
         finally:
             definitions.applying = False
+        self.replay(transient)
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         self.leader = leader

@@ -28,8 +28,13 @@ Theory of operation:
    a consumer on a node that holds no replica the leader sends them (a ``deliver`` item,
    the same as a classic home's), and a new leader sends again what such consumers hold.
    The node keeps the msg_ids it handed to each such consumer until they are settled and
-   drops a delivery it already made (`RemoteDeliveries`), so no duplicate reaches the
-   client.
+   drops a delivery it already made (`Handed`), so no duplicate reaches the client.
+6. The metadata log says what changed, not what a restarted node forgot (the records of
+   other nodes' classic queues, non-durable exchanges and bindings are not stored), so
+   when a link comes up each node sends the other what it holds of these, with its own
+   classic queues as they are now: the other makes what it misses and drops its proxies
+   of queues the node no longer has (a non-durable queue does not survive its home's
+   restart, as in RabbitMQ).
 """
 
 from __future__ import annotations
@@ -518,10 +523,24 @@ class RemoteQueues:
             _HANDLERS[item.kind](self, node, *item.args)
 
     def _link(self, node: str, up: bool) -> None:
-        """A link went down: each side lets go of what the other held (module doc, 4)."""
-        if not up:
+        """A link went down: each side lets go of what the other held (module doc, 4).
+        A link came up: the node hears what it may have missed (module doc, 6)."""
+        if up:
+            operations = self.cluster.transient.operations(self.cluster.name)
+            self.peers.send(node, Item("definitions", (operations,)))
+        else:
             self._node_lost(node)
             self._home_lost(node)
+
+    def _definitions(self, node: str, operations: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """A node's own classic queues, non-durable exchanges and bindings as it has them
+        now: made here if missing; a proxy of one of its queues that it no longer has goes."""
+        listed = {(op[1][0].vhost, op[1][0].name) for op in operations if op[0] == "classic_queue"}
+        hosts: list[tuple[tuple[str, str], object]] = list(self.broker.queues.items())
+        for (vhost, name), host in hosts:
+            if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
+                operations.append(("delete_classic_queue", (vhost, name, node)))
+        self.cluster.metadata.replay(operations)
 
     def _node_lost(self, node: str) -> None:
         """As a home: the node's consumers go, and what they and its gets held returns."""
@@ -556,4 +575,5 @@ _HANDLERS: Mapping[str, Callable[..., None]] = {
     "error": RemoteQueues._failed,
     "deliver": RemoteQueues._delivered,
     "cancelled": RemoteQueues._cancelled,
+    "definitions": RemoteQueues._definitions,
 }
