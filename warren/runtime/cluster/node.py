@@ -15,6 +15,9 @@ Theory of operation:
 4. `submit` gets a command to a group's leader: proposed here when this node leads,
    otherwise sent to the leader this node knows of (or to a member, which answers with
    the leader), retrying through elections until ``cluster_submit_timeout`` passes.
+5. Classic queues live on the node that declared them; the other nodes use them through
+   proxies (`warren.runtime.cluster.remote`), which also carry a quorum queue's
+   deliveries to consumers on nodes that hold no replica of it.
 """
 
 from __future__ import annotations
