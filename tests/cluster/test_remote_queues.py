@@ -61,6 +61,18 @@ def unacked_after(channel: Channel, queue: str) -> list[tuple[int, bytes]]:
     return held
 
 
+def acked_until_idle(channel: Channel, queue: str) -> list[bytes]:
+    """Consume with acks until nothing more comes."""
+    got = []
+    for method, _props, body in channel.consume(queue, inactivity_timeout=1.0):
+        if method is None:
+            break
+        got.append(body)
+        channel.basic_ack(method.delivery_tag)
+    channel.cancel()
+    return got
+
+
 def test_a_classic_queue_is_used_from_every_node(cluster: LocalCluster, name: str) -> None:
     connection = connect(cluster, "warren-a")
     channel = connection.channel()
@@ -88,14 +100,7 @@ def test_a_classic_queue_is_used_from_every_node(cluster: LocalCluster, name: st
     first = unacked_after(channel, name)
     assert [body for _tag, body in first] == bodies[:4]  # the prefetch holds
     channel.basic_ack(first[-1][0], multiple=True)
-    got = [body for _tag, body in first]
-    for method, _props, body in channel.consume(name, inactivity_timeout=1.0):
-        if method is None:
-            break
-        got.append(body)
-        channel.basic_ack(method.delivery_tag)
-    channel.cancel()
-    assert got == bodies
+    assert [body for _tag, body in first] + acked_until_idle(channel, name) == bodies
     assert channel.queue_declare(name, durable=True).method.message_count == 0
     connection.close()
 
@@ -197,12 +202,7 @@ def test_quorum_consumers_on_nodes_without_a_replica(cluster: LocalCluster, name
     on_c = connect(cluster, "warren-c")
     c = on_c.channel()
     c.basic_qos(prefetch_count=10)
-    got = [body for _tag, body in held]
-    for method, _props, body in c.consume(name, inactivity_timeout=1.0):
-        if method is None:
-            break
-        got.append(body)
-        c.basic_ack(method.delivery_tag)
+    got = [body for _tag, body in held] + acked_until_idle(c, name)
     b.basic_ack(held[-1][0], multiple=True)
     assert sorted(got) == sorted(bodies)  # every message once
     on_b.close()

@@ -425,17 +425,10 @@ class MetadataMachine:
         vhost = recovery.vhost_of(self.broker, queue.vhost)
         if queue.name in vhost.queues or home == self.cluster.name:
             return
-        record, _created = vhost.declare_queue(
-            queue.name,
-            owner=("exclusive", home),
-            passive=False,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=queue.auto_delete,
-            arguments=decode_table_typed(queue.arguments),
-            server_named=queue.name.startswith(RESERVED_PREFIX),
-        )
-        self.cluster.remote.proxy(record, home)
+        owner = ("exclusive", home) if exclusive else None
+        record = recovery.declare_record(self.broker, queue, durable, owner)
+        if record is not None:
+            self.cluster.remote.proxy(record, home)
 
     def _delete_classic_queue(self, vhost_name: str, name: str, home: str) -> None:
         vhost = self.broker.vhosts.get(vhost_name)
