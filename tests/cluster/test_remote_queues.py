@@ -4,6 +4,7 @@ clients; `warren.runtime.cluster.remote`)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -33,14 +34,19 @@ def until(check: Callable[[], object], what: str) -> None:
 
 
 def eventually(connection: pika.BlockingConnection, action: Callable[[Channel], T]) -> T:
-    """`action` on a fresh channel, again until the broker stops refusing (or returning)
-    it: definitions reach the other nodes a moment after they are made."""
+    """`action` on a fresh channel, again until the broker stops refusing, returning or
+    nacking it: definitions reach the other nodes a moment after they are made, and a
+    node that starts reaches a queue's home a moment after it listens."""
     deadline = time.monotonic() + AVAILABLE_WITHIN_S
     while True:
         channel = connection.channel()
         try:
             return action(channel)
-        except (pika.exceptions.ChannelClosedByBroker, pika.exceptions.UnroutableError):
+        except (
+            pika.exceptions.ChannelClosedByBroker,
+            pika.exceptions.UnroutableError,
+            pika.exceptions.NackError,
+        ):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
@@ -207,6 +213,37 @@ def test_quorum_consumers_on_nodes_without_a_replica(cluster: LocalCluster, name
     assert sorted(got) == sorted(bodies)  # every message once
     on_b.close()
     on_c.close()
+
+
+def test_a_cut_off_consumer_node_gives_back_what_it_held(cluster: LocalCluster, name: str) -> None:
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.queue_declare(name, durable=True)
+    for index in range(5):
+        channel.basic_publish("", name, b"h%d" % index)
+    connection.close()
+    known(cluster, ["warren-b", "warren-c"], name)
+    holder = connect(cluster, "warren-b")
+    channel = holder.channel()
+    channel.basic_qos(prefetch_count=10)
+    assert len(unacked_after(channel, name)) == 5
+    with revived(cluster):
+        cluster.isolate("warren-b")  # the home returns what b's consumer held
+        connection = connect(cluster, "warren-c")
+        again = []
+
+        def fetched(fresh: Channel) -> bool:
+            method, _props, body = fresh.basic_get(name, auto_ack=True)
+            if method is not None:
+                assert method.redelivered
+                again.append(body)
+            return len(again) == 5
+
+        until(lambda: eventually(connection, fetched), "the held messages never came back")
+        assert sorted(again) == [b"h%d" % index for index in range(5)]
+        connection.close()
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        holder.close()
 
 
 def test_restarted_nodes_learn_again_what_they_missed(cluster: LocalCluster, name: str) -> None:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
 from warren.model import DestinationKind, Exchange, QueueType, VHost
+from warren.model.binding import Binding
 from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime import recovery
 from warren.runtime.access import Permission, User, VHostInfo
@@ -174,30 +175,15 @@ class TransientDefinitions:
             self._replicate("delete_exchange", vhost.name, name)
 
     def operations(self, home: str | None) -> list[tuple[str, tuple[Any, ...]]]:
-        """What the store does not keep, as operations that make it again elsewhere:
+        """What the store does not keep, as operations that make it again elsewhere: the
         non-durable exchanges, the classic queues whose home is `home` (all if None), and
-        every binding (a node that has one already keeps it as it is)."""
+        the bindings to those queues or with a non-durable end (with `home` None: every
+        binding). A node that has one already keeps it as it is."""
         broker = self.cluster.broker
         exchanges: list[tuple[str, tuple[Any, ...]]] = []
         queues: list[tuple[str, tuple[Any, ...]]] = []
         bindings: list[tuple[str, tuple[Any, ...]]] = []
-        for vhost in list(broker.vhosts.values()):
-            for exchange in vhost.exchanges.values():
-                if exchange.name and not exchange.name.startswith(RESERVED_PREFIX):
-                    if not exchange.durable:
-                        exchanges.append(
-                            ("transient_exchange", _exchange_arguments(vhost, exchange))
-                        )
-                    for binding in exchange.bindings:
-                        stored = binding_definition(
-                            vhost,
-                            binding.destination,
-                            binding.kind,
-                            binding.source,
-                            binding.routing_key,
-                            binding.arguments,
-                        )
-                        bindings.append(("put_binding", (stored,)))
+        listed: set[tuple[str, str]] = set()
         hosts: list[object] = list(broker.queues.values())
         for host in hosts:
             if type(host) is QueueHost:
@@ -207,8 +193,24 @@ class TransientDefinitions:
             else:
                 continue
             if home in (None, found):
+                listed.add((record.vhost, record.name))
                 arguments = (queue_definition(record), found, record.durable, record.exclusive)
                 queues.append(("classic_queue", arguments))
+        for vhost in list(broker.vhosts.values()):
+            for exchange in vhost.exchanges.values():
+                if not exchange.durable and not exchange.name.startswith(RESERVED_PREFIX):
+                    exchanges.append(("transient_exchange", _exchange_arguments(vhost, exchange)))
+                for binding in exchange.bindings if exchange.name else ():
+                    if home is None or _carried(vhost, exchange, binding, listed):
+                        stored = binding_definition(
+                            vhost,
+                            binding.destination,
+                            binding.kind,
+                            binding.source,
+                            binding.routing_key,
+                            binding.arguments,
+                        )
+                        bindings.append(("put_binding", (stored,)))
         return [*exchanges, *queues, *bindings]
 
     def binding_changed(self, binding: BindingDefinition, added: bool) -> None:
@@ -224,6 +226,17 @@ class TransientDefinitions:
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
         if type(host) is QueueHost:
             self._replicate("delete_classic_queue", vhost.name, host.name, self.cluster.name)
+
+
+def _carried(
+    vhost: VHost, source: Exchange, binding: Binding, queues: set[tuple[str, str]]
+) -> bool:
+    """Whether a binding goes with a node's own queues: to one of them, or with a
+    non-durable end."""
+    if binding.kind is DestinationKind.QUEUE:
+        return (vhost.name, binding.destination) in queues or not source.durable
+    target = vhost.exchanges.get(binding.destination)
+    return not source.durable or (target is not None and not target.durable)
 
 
 def _exchange_arguments(vhost: VHost, exchange: Exchange) -> tuple[Any, ...]:

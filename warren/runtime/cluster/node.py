@@ -108,6 +108,7 @@ class ClusterNode:
         self._adopted: dict[tuple[str, str], tuple[str, list[str]]] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._reaping: asyncio.TimerHandle | None = None
+        self._checks: set[asyncio.Future[None]] = set()  # `QuorumHost.recheck_consumers`
         # names this process's consumers: those of an earlier life of the node are stale
         self.incarnation = secrets.token_hex(4)
         self._rng = random.Random()
@@ -347,6 +348,12 @@ class ClusterNode:
     def _link(self, node: str, up: bool) -> None:
         if not up:
             self.reap_soon()
+            return
+        for host in list(self.queues.values()):
+            if host.group is None:  # consumers the leader serves from afar: still there?
+                task = asyncio.ensure_future(host.recheck_consumers())
+                self._checks.add(task)
+                task.add_done_callback(self._checks.discard)
 
     def reap_soon(self) -> None:
         """In a grace period (a link that comes back at once keeps its consumers), cancel
@@ -502,6 +509,8 @@ class ClusterNode:
             if kind == "counts":
                 machine = self.queues[request[1]].machine
                 return ("ok", (machine.ready_count, machine.consumer_count))
+            if kind == "consumers":  # a node without a replica checks its consumers
+                return ("ok", self.queues[request[1]].machine.consumers())
         except NotLeader as error:
             return ("not_leader", error.leader)
         raise ValueError(f"unknown cluster request {kind!r}")

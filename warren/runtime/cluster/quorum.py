@@ -21,9 +21,11 @@ Theory of operation:
 3. Consumers of a node that is gone (its link down for a grace period) are cancelled by
    the leader, and their unacknowledged messages returned, so that they are delivered
    again; the same happens for every consumer of a node the leader finds gone when it is
-   elected. A consumer key names the node process's incarnation, so a node that restarted
-   cancels the consumers of its previous life as soon as it sees them. A delivery to a
-   consumer this node no longer has (its channel closed meanwhile) is returned at once.
+   elected. A node without a replica learns of it from the leader (a ``cancelled``
+   item), or, if that was lost with the link, by asking the leader once a link is back.
+   A consumer key names the node process's incarnation, so a node that restarted cancels
+   the consumers of its previous life as soon as it sees them. A delivery to a consumer
+   this node no longer has (its channel closed meanwhile) is returned at once.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
 5. Snapshots are the pickled machine.
@@ -60,6 +62,7 @@ from warren.queue import (
     Tick,
 )
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
+from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.remote import Handed
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
@@ -145,6 +148,24 @@ class QuorumHost:
             return self.machine.ready_count, self.machine.consumer_count
         reply: Any = await self.cluster.leader_call(self.group_id, ("counts", self.group_id))
         return reply[0], reply[1]
+
+    async def recheck_consumers(self) -> None:
+        """On a node without a replica, once a link is back: consumers the leader cancelled
+        meanwhile (the word of it went with the link) are cancelled here too."""
+        if self._outstanding:
+            await asyncio.gather(*self._outstanding, return_exceptions=True)
+        ours = list(self._consumers)
+        if self.group is not None or not ours:
+            return
+        request = ("consumers", self.group_id)
+        try:
+            alive: Any = await self.cluster.leader_call(self.group_id, request)
+        except (PeerUnavailable, RemoteError) as error:
+            log.debug("consumers of %s not checked: %s", self.group_id, error)
+            return
+        for key in ours:
+            if key not in alive:
+                self.cancelled(key)
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool

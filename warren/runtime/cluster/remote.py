@@ -524,13 +524,14 @@ class RemoteQueues:
 
     def _link(self, node: str, up: bool) -> None:
         """A link went down: each side lets go of what the other held (module doc, 4).
-        A link came up: the node hears what it may have missed (module doc, 6)."""
+        A link came up: the same, as the other side may have seen a link go down that
+        this side saw replaced without a gap; then the node hears what it may have
+        missed (module doc, 6)."""
+        self._node_lost(node)
+        self._home_lost(node)
         if up:
             operations = self.cluster.transient.operations(self.cluster.name)
             self.peers.send(node, Item("definitions", (operations,)))
-        else:
-            self._node_lost(node)
-            self._home_lost(node)
 
     def _definitions(self, node: str, operations: list[tuple[str, tuple[Any, ...]]]) -> None:
         """A node's own classic queues, non-durable exchanges and bindings as it has them
@@ -540,7 +541,18 @@ class RemoteQueues:
         for (vhost, name), host in hosts:
             if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
                 operations.append(("delete_classic_queue", (vhost, name, node)))
-        self.cluster.metadata.replay(operations)
+        bindings = [op for op in operations if op[0] == "put_binding"]
+        self.cluster.metadata.replay([op for op in operations if op[0] != "put_binding"])
+        # a binding whose end this node does not know yet comes with the metadata log
+        self.cluster.metadata.replay([op for op in bindings if self._ends_known(op[1][0])])
+
+    def _ends_known(self, binding: Any) -> bool:
+        vhost = self.broker.vhosts.get(binding.vhost)
+        if vhost is None or binding.source not in vhost.exchanges:
+            return False
+        if binding.destination_kind == "queue":
+            return binding.destination in vhost.queues
+        return binding.destination in vhost.exchanges
 
     def _node_lost(self, node: str) -> None:
         """As a home: the node's consumers go, and what they and its gets held returns."""
