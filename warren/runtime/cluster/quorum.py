@@ -124,9 +124,14 @@ class QuorumHost:
         kind = type(command)
         if kind is Dispatch:
             return None  # consumers' credit is the machine's own: nothing to retry
-        if kind is Settle or kind is Return or kind is Discard:
+        if kind is Return:  # it may come back to the same consumer at once
             self.handed.settled(command.msg_ids)  # type: ignore[attr-defined]
-        return self.submit(command)
+        outcome = self.submit(command)
+        if (kind is Settle or kind is Discard) and self.handed:
+            # a leader elected before this commits may send it again: still ours till then
+            msg_ids = command.msg_ids  # type: ignore[attr-defined]
+            outcome.add_done_callback(lambda _done: self.handed.settled(msg_ids))
+        return outcome
 
     def submit(self, command: Command) -> asyncio.Future[object]:
         data = pickle.dumps((now_ms(), command), pickle.HIGHEST_PROTOCOL)

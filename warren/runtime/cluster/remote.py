@@ -137,6 +137,9 @@ class Handed:
         handed.add(msg_id)
         return True
 
+    def __bool__(self) -> bool:
+        return bool(self._by_consumer)
+
     def settled(self, msg_ids: Iterable[int]) -> None:
         if self._by_consumer:
             for handed in self._by_consumer.values():
