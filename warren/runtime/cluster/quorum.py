@@ -37,7 +37,7 @@ import asyncio
 import itertools
 import logging
 import pickle
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +63,6 @@ from warren.queue import (
 )
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
-from warren.runtime.cluster.remote import Handed
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
 
@@ -355,6 +354,37 @@ class QuorumHost:
         self._timer = None
         if self.leader:
             self.submit(Tick())
+
+
+class Handed:
+    """The msg_ids a node handed to each consumer of a queue served elsewhere and has not
+    seen settled: a delivery sent again (by a new leader) is dropped."""
+
+    __slots__ = ("_by_consumer",)
+
+    def __init__(self) -> None:
+        self._by_consumer: dict[Hashable, set[int]] = {}
+
+    def fresh(self, key: Hashable, msg_id: int) -> bool:
+        """Whether handing `msg_id` to `key` is news (remembered if so)."""
+        handed = self._by_consumer.get(key)
+        if handed is None:
+            handed = self._by_consumer[key] = set()
+        elif msg_id in handed:
+            return False
+        handed.add(msg_id)
+        return True
+
+    def __bool__(self) -> bool:
+        return bool(self._by_consumer)
+
+    def settled(self, msg_ids: Iterable[int]) -> None:
+        if self._by_consumer:
+            for handed in self._by_consumer.values():
+                handed.difference_update(msg_ids)
+
+    def forget(self, key: Hashable) -> None:
+        self._by_consumer.pop(key, None)
 
 
 class Replica:

@@ -17,7 +17,8 @@ Theory of operation:
    subscriber for it, which sends each delivery to the consumer's node; the queue machine
    applies the consumer's prefetch as for a local one, and the node settles through its
    proxy. Deliveries that arrive before the channel sent consume-ok wait in the proxy.
-4. Failures. When the link to a node goes down, the home cancels that node's consumers
+4. Failures. When the link to a node goes down (or comes up: the other side may have
+   seen a link go that this side saw replaced), the home cancels that node's consumers
    and returns what they and that node's basic.gets held (``Cancel(requeue=True)``). The
    node cancels its consumers of the home's queues (basic.cancel, consumer_cancel_notify),
    fails what waits for an answer, and puts a fresh proxy in place of the old one, so a
@@ -28,7 +29,8 @@ Theory of operation:
    a consumer on a node that holds no replica the leader sends them (a ``deliver`` item,
    the same as a classic home's), and a new leader sends again what such consumers hold.
    The node keeps the msg_ids it handed to each such consumer until they are settled and
-   drops a delivery it already made (`Handed`), so no duplicate reaches the client.
+   drops a delivery it already made (`warren.runtime.cluster.quorum.Handed`), so no
+   duplicate reaches the client.
 6. The metadata log says what changed, not what a restarted node forgot (the records of
    other nodes' classic queues, non-durable exchanges and bindings are not stored), so
    when a link comes up each node sends the other what it holds of these, with its own
@@ -41,9 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -81,8 +82,6 @@ if TYPE_CHECKING:
     from warren.runtime.cluster.node import ClusterNode
     from warren.runtime.deadletter import DeadLetterWorker
 
-log = logging.getLogger("warren.cluster.remote")
-
 # (node, the node process's incarnation, number): a consumer, wherever its queue lives
 ConsumerKey = tuple[str, str, int]
 
@@ -116,37 +115,6 @@ def home_down(record: QueueRecord, home: str) -> SoftError:
     return SoftError(
         ReplyCode.NOT_FOUND, f"home node '{home}' of {durable}{where} is down or inaccessible"
     )
-
-
-class Handed:
-    """The msg_ids a node handed to each consumer of a queue served elsewhere and has not
-    seen settled: a delivery sent again (by a new leader) is dropped."""
-
-    __slots__ = ("_by_consumer",)
-
-    def __init__(self) -> None:
-        self._by_consumer: dict[Hashable, set[int]] = {}
-
-    def fresh(self, key: Hashable, msg_id: int) -> bool:
-        """Whether handing `msg_id` to `key` is news (remembered if so)."""
-        handed = self._by_consumer.get(key)
-        if handed is None:
-            handed = self._by_consumer[key] = set()
-        elif msg_id in handed:
-            return False
-        handed.add(msg_id)
-        return True
-
-    def __bool__(self) -> bool:
-        return bool(self._by_consumer)
-
-    def settled(self, msg_ids: Iterable[int]) -> None:
-        if self._by_consumer:
-            for handed in self._by_consumer.values():
-                handed.difference_update(msg_ids)
-
-    def forget(self, key: Hashable) -> None:
-        self._by_consumer.pop(key, None)
 
 
 @runtime_checkable
@@ -202,7 +170,6 @@ class RemoteHost:
         self._consumers: dict[Hashable, ConsumerRef] = {}  # by our key
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._waiting: dict[Hashable, list[Entry]] = {}  # deliveries before consume-ok
-        self.handed = Handed()
         self.ever_consumed = False  # auto-delete is the home's to decide
         self.journal_key: str | None = None
         self.scratch_paged = False
@@ -228,9 +195,7 @@ class RemoteHost:
         kind = type(command)
         if kind is Dispatch or kind is Configure or kind is Tick:
             return None
-        if kind is Settle or kind is Return or kind is Discard:
-            self.handed.settled(command.msg_ids)  # type: ignore[attr-defined]
-        elif kind is Enqueue or kind is Get or kind is Purge:
+        if kind is Enqueue or kind is Get or kind is Purge:
             return self._call("command", command)
         self._send("command", command)
         return None
@@ -292,7 +257,7 @@ class RemoteHost:
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.append(entry)
-        elif self.handed.fresh(key, entry.msg_id):
+        else:
             ref.channel.deliver(ref.tag, entry, self)  # type: ignore[arg-type]
 
     def cancelled(self, key: Hashable) -> None:
@@ -303,18 +268,16 @@ class RemoteHost:
 
     def _forget(self, key: Hashable) -> ConsumerRef | None:
         self._waiting.pop(key, None)
-        self.handed.forget(key)
         for wire, ours in list(self._wire_keys.items()):
             if ours == key:
                 del self._wire_keys[wire]
         return self._consumers.pop(key, None)
 
-    def unsubscribe(self, key: Hashable, requeue: bool = False) -> None:
+    def unsubscribe(self, key: Hashable) -> None:
         ours = self._wire_keys.pop(key, None)
         if ours is None:
             return
         waiting = self._waiting.pop(ours, None) or []
-        self.handed.forget(ours)
         self._consumers.pop(ours, None)
         self._send("cancel", ours, [entry.msg_id for entry in waiting])
 
