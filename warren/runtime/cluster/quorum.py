@@ -189,11 +189,12 @@ class QuorumHost:
             self.submit(Cancel(wire))
 
     def delivered(self, key: Hashable, entry: Entry) -> None:
-        """A delivery the leader sent (this node holds no replica): to the consumer once,
-        back to the queue if the consumer is gone."""
+        """A delivery the leader sent (this node holds no replica): to the consumer once;
+        if no channel here has the consumer (closed, or from before a restart), it is
+        cancelled with what it holds, so the leader stops sending to it."""
         found = self._consumers.get(key)  # type: ignore[call-overload]
         if found is None:
-            self.submit(Return([entry.msg_id]))
+            self._drop_stale(key)  # type: ignore[arg-type]
         elif self.handed.fresh(key, entry.msg_id):
             found.channel.deliver(found.tag, entry, self)
 
@@ -339,7 +340,8 @@ class QuorumHost:
                 self._cancel_with_messages(consumer)  # type: ignore[arg-type]
 
     def _drop_stale(self, consumer: ConsumerKey) -> None:
-        """A consumer this node added before it restarted: nobody receives for it."""
+        """A consumer of this node that no channel has (added before the node restarted,
+        or its channel closed): nobody receives for it."""
         if consumer not in self._dropping:
             self._dropping.add(consumer)
             self._cancel_with_messages(consumer)
