@@ -483,7 +483,11 @@ class QueueMachine:
 
     def checked_out(self, consumer: Hashable) -> list[int]:
         """The msg_ids delivered to `consumer` and not yet settled, in id order."""
-        return sorted(msg_id for msg_id, (_, key) in self._unacked.items() if key == consumer)
+        return [entry.msg_id for entry in self.checked_out_entries(consumer)]
+
+    def checked_out_entries(self, consumer: Hashable) -> list[Entry]:
+        """The entries `checked_out` names (what a runtime hands a consumer again)."""
+        return sorted(entry for entry, key in self._unacked.values() if key == consumer)
 
     def ready_entries(self) -> Iterator[Entry]:
         """The ready messages, in no particular order (what a purge or a delete drops)."""

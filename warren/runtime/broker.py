@@ -281,11 +281,12 @@ class QueueHost:
             self.ever_consumed = True
         return reply, effects
 
-    def unsubscribe(self, key: Hashable) -> None:
+    def unsubscribe(self, key: Hashable, requeue: bool = False) -> None:
+        """Remove a consumer; with `requeue`, what it held goes back (its node is gone)."""
         ref = self._consumers.pop(key, None)
         if ref is None:
             return
-        self.apply(Cancel(key))
+        self.apply(Cancel(key, requeue))
         self._forget_channel_if_idle(ref.channel)
 
     def _forget_channel_if_idle(self, channel: Subscriber) -> None:
@@ -377,21 +378,31 @@ class Broker:
 
     def replicated_counts(self, host: QueueHost) -> asyncio.Future[tuple[int, int]] | None:
         """A quorum queue's declare-ok counts come from its leader once this node's commands
-        are applied (None: read the host's machine)."""
-        if self.cluster is None or host.record.queue_type is not QueueType.QUORUM:
+        are applied, a classic queue's on another node from its home (None: read the
+        host's machine)."""
+        if self.cluster is None or type(host) is QueueHost:
             return None
         return asyncio.ensure_future(host.counts())  # type: ignore[attr-defined,no-any-return]
 
-    def replicated_delete(self, vhost: VHost, name: str) -> asyncio.Future[object] | None:
-        """Likewise for a delete; the future has the queue's ready count."""
+    def replicated_delete(
+        self, vhost: VHost, name: str, if_unused: bool = False, if_empty: bool = False
+    ) -> asyncio.Future[object] | None:
+        """Likewise for a delete (through the metadata log, or by the queue's home); the
+        future has the queue's ready count."""
         cluster = self.cluster
-        record = vhost.queues.get(name)
-        if cluster is None or record is None or cluster.applying:
-            return None
-        if record.queue_type is not QueueType.QUORUM:
-            return None
         host = self.queues.get((vhost.name, name))
-        return cluster.propose_delete(host) if host is not None else None  # type: ignore[arg-type]
+        if cluster is None or host is None or type(host) is QueueHost or cluster.applying:
+            return None
+        return cluster.replicated_delete(host, if_unused, if_empty)
+
+    def auto_delete(self, host: QueueHost) -> None:
+        """An auto-delete queue goes once it had a consumer and has none left."""
+        record = host.record
+        vhost = self.vhosts.get(record.vhost)
+        if vhost is None or self.queues.get((vhost.name, record.name)) is not host:
+            return
+        if record.auto_delete and host.ever_consumed and not host.machine.consumer_count:
+            self.delete_queue(vhost, record.name)
 
     def expire_queue(self, host: QueueHost) -> None:
         """x-expires ran out: delete the queue as if a client had."""

@@ -412,8 +412,8 @@ class Channel:
                 raise precondition_failed(f"{where} in use")
             if method.if_empty and host.machine.ready_count:
                 raise precondition_failed(f"{where} not empty")
-            pending = self.broker.replicated_delete(vhost, name)
-            if pending is not None:  # a quorum queue in a cluster: through the metadata log
+            pending = self.broker.replicated_delete(vhost, name, method.if_unused, method.if_empty)
+            if pending is not None:  # in a cluster: through the metadata log, or the home
                 self.connection.suspend(
                     self,
                     pending,
@@ -468,6 +468,26 @@ class Channel:
         if isinstance(reply, Refused):
             raise reply.error
         self.consumers[tag] = consumer
+        if isinstance(reply, asyncio.Future):  # a classic queue's home on another node
+            self.connection.suspend(
+                self, reply, lambda done: self._consumed(method, tag, host, effects, done)
+            )
+            return
+        self._reply(method, m.BasicConsumeOk(tag))
+        host.perform(effects)
+
+    def _consumed(
+        self,
+        method: m.BasicConsume,
+        tag: str,
+        host: QueueHost,
+        effects: list[Any],
+        done: asyncio.Future[object],
+    ) -> None:
+        """The home added the consumer (or refused it: the error closes the channel)."""
+        if done.exception() is not None:
+            self.consumers.pop(tag, None)
+        done.result()
         self._reply(method, m.BasicConsumeOk(tag))
         host.perform(effects)
 
@@ -494,10 +514,7 @@ class Channel:
             self._drop_reply_to()
             return
         host.unsubscribe(consumer.key)
-        record = host.record
-        if record.auto_delete and host.ever_consumed and not host.machine.consumer_count:
-            vhost = self.broker.vhosts[record.vhost]
-            self.broker.delete_queue(vhost, record.name)
+        self.broker.auto_delete(host)
 
     def _drop_reply_to(self) -> None:
         if self.reply_token is not None:

@@ -76,6 +76,21 @@ class Waiter(Protocol):
         """Release what the durable sequence allows; True while it still waits for more."""
 
 
+class DefinitionsObserver(Protocol):
+    """Told of every definition change, stored or not (a cluster replicates the ones the
+    store does not keep: `warren.runtime.cluster.metadata.TransientDefinitions`)."""
+
+    def exchange_declared(self, vhost: VHost, exchange: Exchange) -> None: ...
+
+    def exchanges_changed(self, vhost: VHost) -> None: ...
+
+    def binding_changed(self, binding: BindingDefinition, added: bool) -> None: ...
+
+    def queue_declared(self, host: QueueHost) -> None: ...
+
+    def queue_deleted(self, vhost: VHost, host: QueueHost) -> None: ...
+
+
 class Durability:
     """The node's durable state and the group commit driver. See the module docstring."""
 
@@ -109,6 +124,7 @@ class Durability:
         self._bindings: set[BindingDefinition] = set()
         self.pager = Pager()
         self.syncs = 0
+        self.observer: DefinitionsObserver | None = None  # None: a single node
 
     def remember_stored(
         self, exchanges: Iterable[ExchangeDefinition], bindings: Iterable[BindingDefinition]
@@ -122,6 +138,8 @@ class Durability:
 
     def exchange_declared(self, vhost: VHost, exchange: Exchange) -> None:
         """After exchange.declare: store the exchange if it is durable and not yet stored."""
+        if self.observer is not None and not exchange.durable:
+            self.observer.exchange_declared(vhost, exchange)
         stored = self._exchanges.setdefault(vhost.name, {})
         if not exchange.durable or exchange.name in stored:
             return
@@ -143,6 +161,8 @@ class Durability:
     def exchanges_changed(self, vhost: VHost) -> None:
         """After anything that may delete exchanges (directly or by auto-delete cascade):
         drop the stored ones the model no longer has, with their bindings."""
+        if self.observer is not None:
+            self.observer.exchanges_changed(vhost)
         stored = self._exchanges.get(vhost.name)
         if not stored:
             return
@@ -188,7 +208,7 @@ class Durability:
             target = vhost.exchanges.get(destination)
             if target is None or not target.durable:
                 return None
-        return _stored_binding(vhost, destination, kind, source, routing_key, arguments)
+        return binding_definition(vhost, destination, kind, source, routing_key, arguments)
 
     def binding_added(
         self,
@@ -203,6 +223,11 @@ class Durability:
         if binding is not None and binding not in self._bindings:
             self.definitions.put_binding(binding)
             self._bindings.add(binding)
+        if self.observer is not None:
+            changed = binding or binding_definition(
+                vhost, destination, kind, source, routing_key, arguments
+            )
+            self.observer.binding_changed(changed, True)
 
     def binding_removed(
         self,
@@ -214,16 +239,20 @@ class Durability:
         arguments: Mapping[str, object],
     ) -> None:
         """After unbind (whose source exchange may have been auto-deleted with it)."""
-        binding = _stored_binding(vhost, destination, kind, source, routing_key, arguments)
+        binding = binding_definition(vhost, destination, kind, source, routing_key, arguments)
         if binding in self._bindings:
             self.definitions.delete_binding(binding)
             self._bindings.discard(binding)
+        if self.observer is not None:
+            self.observer.binding_changed(binding, False)
         self.exchanges_changed(vhost)
 
     # --- definitions: queues ---------------------------------------------------------------
 
     def queue_declared(self, host: QueueHost) -> None:
         """A queue was created: store it if durable; its incarnation keys its messages."""
+        if self.observer is not None:
+            self.observer.queue_declared(host)
         record = host.record
         if not record.durable or record.exclusive:
             return
@@ -232,6 +261,8 @@ class Durability:
 
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
         """After the model and the broker dropped a queue (and maybe auto-delete exchanges)."""
+        if self.observer is not None:
+            self.observer.queue_deleted(vhost, host)
         key = host.journal_key
         if key is not None:
             host.journal_key = None
@@ -478,7 +509,7 @@ def queue_definition(record: QueueRecord) -> QueueDefinition:
     )
 
 
-def _stored_binding(
+def binding_definition(
     vhost: VHost,
     destination: str,
     kind: DestinationKind,

@@ -199,7 +199,7 @@ def restore_exchange(broker: Broker, stored: ExchangeDefinition) -> None:
 
 
 def _restore_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
-    record = _declare(broker, stored)
+    record = declare_record(broker, stored)
     if record is None:
         return None
     host = broker.add_queue(record)
@@ -209,19 +209,23 @@ def _restore_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
 
 def declare_stored_queue(broker: Broker, stored: QueueDefinition) -> QueueHost | None:
     """A queue another node declared: into the model, and stored here as a declare would."""
-    record = _declare(broker, stored)
+    record = declare_record(broker, stored)
     return None if record is None else broker.declare_queue(record)
 
 
-def _declare(broker: Broker, stored: QueueDefinition) -> QueueRecord | None:
+def declare_record(
+    broker: Broker, stored: QueueDefinition, durable: bool = True, owner: object = None
+) -> QueueRecord | None:
+    """The queue in the model (None if the model refuses it: logged); `owner` makes it
+    exclusive to that owner."""
     vhost = vhost_of(broker, stored.vhost)
     try:
         record, _created = vhost.declare_queue(
             stored.name,
-            owner=None,
+            owner=owner,
             passive=False,
-            durable=True,
-            exclusive=False,
+            durable=durable,
+            exclusive=owner is not None,
             auto_delete=stored.auto_delete,
             arguments=decode_table_typed(stored.arguments),
             server_named=stored.name.startswith(RESERVED_PREFIX),

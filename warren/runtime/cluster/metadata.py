@@ -16,13 +16,16 @@ Theory of operation:
    everywhere; the same holds for a queue's member list and for the address of a node
    that joins (kept in the store, so every node can reach it after a restart).
 4. What is replicated: vhosts, users, permissions, policies and operator policies, durable
-   exchanges, quorum queues and the bindings between them. Classic queues stay on the node
-   that declared them (with their bindings), as a RabbitMQ classic queue lives on one
-   node; unlike RabbitMQ, other nodes do not see them.
+   exchanges and quorum queues through the store; through `TransientDefinitions` (the
+   durability's observer) what the store does not keep or keeps on one node only: every
+   classic queue with its home node (the node that declared it: the others get a proxy,
+   `warren.runtime.cluster.remote`), non-durable exchanges, and every binding. A node
+   stores a binding between durable ends unless its queue's home is another node.
 5. Conflicts (other definitions): two nodes changing the same definition at the same
    moment each apply their own change first; every node then applies the other's in log
    order, so the two nodes may end with different versions of that one definition until
-   it is changed again.
+   it is changed again. Two nodes declaring one classic queue name at once each keep
+   their own queue (each ignores the other's declare).
 6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`); a node
    that restores one puts every definition it holds.
 """
@@ -35,13 +38,18 @@ import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warren.amqp.table import decode_table
-from warren.model import DestinationKind, QueueType
+from warren.amqp.table import decode_table, decode_table_typed, encode_table
+from warren.model import DestinationKind, Exchange, QueueType, VHost
+from warren.model.binding import Binding
+from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime import recovery
 from warren.runtime.access import Permission, User, VHostInfo
 from warren.runtime.admin import apply_policies
 from warren.runtime.admin_access import delete_vhost
+from warren.runtime.broker import Broker, QueueHost
 from warren.runtime.cluster.quorum import QuorumHost
+from warren.runtime.cluster.remote import RemoteHost
+from warren.runtime.durability import binding_definition, queue_definition
 from warren.storage.definitions import (
     BindingDefinition,
     Definitions,
@@ -50,7 +58,6 @@ from warren.storage.definitions import (
 )
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import Broker
     from warren.runtime.cluster.node import ClusterNode
 
 log = logging.getLogger("warren.cluster.metadata")
@@ -69,80 +76,179 @@ class ReplicatedDefinitions:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def _replicate(self, method: str, *arguments: Any) -> None:
+    def replicate(self, method: str, *arguments: Any) -> None:
+        """Propose a change made here (not one being applied from the log)."""
         if not self.applying:
             outcome = self.cluster.replicate((self.cluster.name, method, arguments))
             outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
 
-    def _local_queue(self, vhost: str, name: str) -> bool:
-        """A classic queue: it lives on this node only, so does what is bound to it."""
-        broker = self.cluster.broker
-        found = broker.vhosts.get(vhost)
-        record = found.queues.get(name) if found is not None else None
-        return record is not None and record.queue_type is not QueueType.QUORUM
-
     def put_vhost(self, vhost: Any) -> None:
         self.store.put_vhost(vhost)
-        self._replicate("put_vhost", vhost)
+        self.replicate("put_vhost", vhost)
 
     def delete_vhost(self, name: str) -> None:
         self.store.delete_vhost(name)
-        self._replicate("delete_vhost", name)
+        self.replicate("delete_vhost", name)
 
     def put_user(self, user: Any) -> None:
         self.store.put_user(user)
-        self._replicate("put_user", user)
+        self.replicate("put_user", user)
 
     def delete_user(self, name: str) -> None:
         self.store.delete_user(name)
-        self._replicate("delete_user", name)
+        self.replicate("delete_user", name)
 
     def put_permission(self, permission: Any) -> None:
         self.store.put_permission(permission)
-        self._replicate("put_permission", permission)
+        self.replicate("put_permission", permission)
 
     def delete_permission(self, user: str, vhost: str) -> None:
         self.store.delete_permission(user, vhost)
-        self._replicate("delete_permission", user, vhost)
+        self.replicate("delete_permission", user, vhost)
 
     def put_exchange(self, exchange: Any) -> None:
         self.store.put_exchange(exchange)
-        self._replicate("put_exchange", exchange)
+        self.replicate("put_exchange", exchange)
 
     def delete_exchange(self, vhost: str, name: str) -> None:
         self.store.delete_exchange(vhost, name)
-        self._replicate("delete_exchange", vhost, name)
+        self.replicate("delete_exchange", vhost, name)
 
     def put_binding(self, binding: BindingDefinition) -> None:
-        self.store.put_binding(binding)
-        if not self._bound_to_local_queue(binding):
-            self._replicate("put_binding", binding)
+        """Stored (replicated by `TransientDefinitions`, as every binding is)."""
+        if not self._to_remote_queue(binding):
+            self.store.put_binding(binding)
 
     def delete_binding(self, binding: BindingDefinition) -> None:
-        self.store.delete_binding(binding)
-        if not self._bound_to_local_queue(binding):
-            self._replicate("delete_binding", binding)
+        if not self._to_remote_queue(binding):
+            self.store.delete_binding(binding)
 
-    def _bound_to_local_queue(self, binding: BindingDefinition) -> bool:
-        return binding.destination_kind == "queue" and self._local_queue(
-            binding.vhost, binding.destination
-        )
+    def _to_remote_queue(self, binding: BindingDefinition) -> bool:
+        """Bound to a classic queue whose home is another node: the home stores it."""
+        host = self.cluster.broker.queues.get((binding.vhost, binding.destination))
+        return binding.destination_kind == "queue" and isinstance(host, RemoteHost)
 
     def put_policy(self, policy: Any) -> None:
         self.store.put_policy(policy)
-        self._replicate("put_policy", policy)
+        self.replicate("put_policy", policy)
 
     def delete_policy(self, vhost: str, name: str) -> None:
         self.store.delete_policy(vhost, name)
-        self._replicate("delete_policy", vhost, name)
+        self.replicate("delete_policy", vhost, name)
 
     def put_operator_policy(self, policy: Any) -> None:
         self.store.put_operator_policy(policy)
-        self._replicate("put_operator_policy", policy)
+        self.replicate("put_operator_policy", policy)
 
     def delete_operator_policy(self, vhost: str, name: str) -> None:
         self.store.delete_operator_policy(vhost, name)
-        self._replicate("delete_operator_policy", vhost, name)
+        self.replicate("delete_operator_policy", vhost, name)
+
+
+class TransientDefinitions:
+    """The durability's observer in a cluster: proposes what the store does not replicate
+    (module doc, 4) as this node's operations."""
+
+    def __init__(self, cluster: ClusterNode) -> None:
+        self.cluster = cluster
+        self._exchanges: dict[str, set[str]] = {}  # non-durable exchanges, by vhost
+
+    def _replicate(self, method: str, *arguments: Any) -> None:
+        self.cluster.definitions.replicate(method, *arguments)
+
+    def known(self, vhost: str, exchange: str) -> None:
+        """A non-durable exchange another node declared (its delete is replicated too)."""
+        self._exchanges.setdefault(vhost, set()).add(exchange)
+
+    def exchange_declared(self, vhost: VHost, exchange: Exchange) -> None:
+        known = self._exchanges.setdefault(vhost.name, set())
+        name = exchange.name
+        if name in known or not name or name.startswith(RESERVED_PREFIX):
+            return  # known, or predeclared in every vhost
+        known.add(name)
+        self._replicate("transient_exchange", *_exchange_arguments(vhost, exchange))
+
+    def exchanges_changed(self, vhost: VHost) -> None:
+        known = self._exchanges.get(vhost.name)
+        for name in [name for name in known or () if name not in vhost.exchanges]:
+            known.discard(name)  # type: ignore[union-attr]
+            self._replicate("delete_exchange", vhost.name, name)
+
+    def operations(self, home: str | None) -> list[tuple[str, tuple[Any, ...]]]:
+        """What the store does not keep, as operations that make it again elsewhere: the
+        non-durable exchanges, the classic queues whose home is `home` (all if None), and
+        the bindings to those queues or with a non-durable end (with `home` None: every
+        binding). A node that has one already keeps it as it is."""
+        broker = self.cluster.broker
+        exchanges: list[tuple[str, tuple[Any, ...]]] = []
+        queues: list[tuple[str, tuple[Any, ...]]] = []
+        bindings: list[tuple[str, tuple[Any, ...]]] = []
+        listed: set[tuple[str, str]] = set()
+        hosts: list[object] = list(broker.queues.values())
+        for host in hosts:
+            if type(host) is QueueHost:
+                found, record = self.cluster.name, host.record
+            elif isinstance(host, RemoteHost):
+                found, record = host.home, host.record
+            else:
+                continue
+            if home in (None, found):
+                listed.add((record.vhost, record.name))
+                arguments = (queue_definition(record), found, record.durable, record.exclusive)
+                queues.append(("classic_queue", arguments))
+        for vhost in list(broker.vhosts.values()):
+            for exchange in vhost.exchanges.values():
+                if not exchange.durable and not exchange.name.startswith(RESERVED_PREFIX):
+                    exchanges.append(("transient_exchange", _exchange_arguments(vhost, exchange)))
+                for binding in exchange.bindings if exchange.name else ():
+                    if home is None or _carried(vhost, exchange, binding, listed):
+                        stored = binding_definition(
+                            vhost,
+                            binding.destination,
+                            binding.kind,
+                            binding.source,
+                            binding.routing_key,
+                            binding.arguments,
+                        )
+                        bindings.append(("put_binding", (stored,)))
+        return [*exchanges, *queues, *bindings]
+
+    def binding_changed(self, binding: BindingDefinition, added: bool) -> None:
+        self._replicate("put_binding" if added else "delete_binding", binding)
+
+    def queue_declared(self, host: QueueHost) -> None:
+        if type(host) is QueueHost:  # a classic queue whose home is this node
+            record = host.record
+            home = self.cluster.name
+            definition = queue_definition(record)
+            self._replicate("classic_queue", definition, home, record.durable, record.exclusive)
+
+    def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
+        if type(host) is QueueHost:
+            self._replicate("delete_classic_queue", vhost.name, host.name, self.cluster.name)
+
+
+def _carried(
+    vhost: VHost, source: Exchange, binding: Binding, queues: set[tuple[str, str]]
+) -> bool:
+    """Whether a binding goes with a node's own queues: to one of them, or with a
+    non-durable end."""
+    if binding.kind is DestinationKind.QUEUE:
+        return (vhost.name, binding.destination) in queues or not source.durable
+    target = vhost.exchanges.get(binding.destination)
+    return not source.durable or (target is not None and not target.durable)
+
+
+def _exchange_arguments(vhost: VHost, exchange: Exchange) -> tuple[Any, ...]:
+    """A non-durable exchange as the ``transient_exchange`` operation has it."""
+    return (
+        vhost.name,
+        exchange.name,
+        exchange.type.value,
+        exchange.auto_delete,
+        exchange.internal,
+        encode_table(exchange.arguments),
+    )
 
 
 def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[Any, ...]) -> None:
@@ -170,29 +276,39 @@ class MetadataMachine:
         origin, method, arguments = pickle.loads(data)
         result: object = None
         if origin != self.cluster.name:  # else: applied when this node made the change
-            definitions = self.cluster.definitions
-            definitions.applying = True
-            try:
-                result = _APPLY[method](self, *arguments)
-            except Exception:
-                # A definition this node cannot take (the model refuses it here) must not
-                # stop the metadata log: it is logged, as a refused one is at recovery.
-                log.exception("metadata operation %s%r not applied", method, arguments)
-            finally:
-                definitions.applying = False
+            result = self.replay([(method, arguments)])
         store.set_applied_index(index)
+        return result
+
+    def replay(self, operations: list[tuple[str, tuple[Any, ...]]]) -> object:
+        """Apply operations made elsewhere (not replicated again); the last one's result."""
+        definitions = self.cluster.definitions
+        definitions.applying = True
+        result: object = None
+        try:
+            for method, arguments in operations:
+                try:
+                    result = _APPLY[method](self, *arguments)
+                except Exception:
+                    # A definition this node cannot take (the model refuses it here) must
+                    # not stop the metadata log: it is logged, as one is at recovery.
+                    log.exception("metadata operation %s%r not applied", method, arguments)
+        finally:
+            definitions.applying = False
         return result
 
     def retained(self) -> int:
         return 0  # definitions: small next to the log of their changes
 
     def snapshot(self) -> bytes:
-        state = (self.cluster.definitions.store.load(), self.cluster.placements())
+        cluster = self.cluster
+        transient = cluster.transient.operations(None)
+        state = (cluster.definitions.store.load(), cluster.placements(), transient)
         return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
 
     def restore(self, data: bytes) -> None:
         loaded: Definitions
-        loaded, placements = pickle.loads(data)
+        loaded, placements, transient = pickle.loads(data)
         definitions = self.cluster.definitions
         definitions.applying = True
         try:
@@ -215,6 +331,7 @@ class MetadataMachine:
                 self._put_binding(binding)
         finally:
             definitions.applying = False
+        self.replay(transient)
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         self.leader = leader
@@ -292,6 +409,45 @@ class MetadataMachine:
         if name in vhost.exchanges:
             vhost.delete_exchange(name, if_unused=False)
         durability.exchanges_changed(vhost)
+
+    def _put_transient_exchange(
+        self,
+        vhost_name: str,
+        name: str,
+        exchange_type: str,
+        auto_delete: bool,
+        internal: bool,
+        arguments: bytes,
+    ) -> None:
+        recovery.vhost_of(self.broker, vhost_name).declare_exchange(
+            name,
+            exchange_type,
+            passive=False,
+            durable=False,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=decode_table_typed(arguments),
+        )
+        self.cluster.transient.known(vhost_name, name)
+
+    def _put_classic_queue(
+        self, queue: QueueDefinition, home: str, durable: bool, exclusive: bool
+    ) -> None:
+        """A classic queue of another node: a record (owned by nobody here if exclusive)
+        and a proxy to its home. A queue of that name declared here meanwhile stays."""
+        vhost = recovery.vhost_of(self.broker, queue.vhost)
+        if queue.name in vhost.queues or home == self.cluster.name:
+            return
+        owner = ("exclusive", home) if exclusive else None
+        record = recovery.declare_record(self.broker, queue, durable, owner)
+        if record is not None:
+            self.cluster.remote.proxy(record, home)
+
+    def _delete_classic_queue(self, vhost_name: str, name: str, home: str) -> None:
+        vhost = self.broker.vhosts.get(vhost_name)
+        host = self.broker.queues.get((vhost_name, name))
+        if vhost is not None and isinstance(host, RemoteHost) and host.home == home:
+            self.broker.delete_queue(vhost, name)
 
     def _put_queue(self, queue: QueueDefinition, placement: Any) -> bool:
         """A quorum queue's declare, on every node: the first one in the log creates it
@@ -377,6 +533,9 @@ _APPLY: dict[str, Callable[..., object]] = {
     "queue_members": MetadataMachine._queue_members,
     "node_address": MetadataMachine._node_address,
     "node_forgotten": MetadataMachine._node_forgotten,
+    "transient_exchange": MetadataMachine._put_transient_exchange,
+    "classic_queue": MetadataMachine._put_classic_queue,
+    "delete_classic_queue": MetadataMachine._delete_classic_queue,
     "put_binding": MetadataMachine._put_binding,
     "delete_binding": MetadataMachine._delete_binding,
 }

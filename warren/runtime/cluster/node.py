@@ -15,6 +15,9 @@ Theory of operation:
 4. `submit` gets a command to a group's leader: proposed here when this node leads,
    otherwise sent to the leader this node knows of (or to a member, which answers with
    the leader), retrying through elections until ``cluster_submit_timeout`` passes.
+5. Classic queues live on the node that declared them; the other nodes use them through
+   proxies (`warren.runtime.cluster.remote`), which also carry a quorum queue's
+   deliveries to consumers on nodes that hold no replica of it.
 """
 
 from __future__ import annotations
@@ -33,10 +36,16 @@ from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord
 from warren.runtime.cluster import operations
-from warren.runtime.cluster.metadata import MetadataMachine, Operation, ReplicatedDefinitions
+from warren.runtime.cluster.metadata import (
+    MetadataMachine,
+    Operation,
+    ReplicatedDefinitions,
+    TransientDefinitions,
+)
 from warren.runtime.cluster.peers import Peers, PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
+from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
 from warren.runtime.durability import queue_definition
 
 if TYPE_CHECKING:
@@ -90,13 +99,16 @@ class ClusterNode:
             segment_max_bytes=config.raft_wal_max_size_bytes,
             on_failure=lambda _error: on_failure(),  # logged by the host; the node stops
         )
+        self.remote = RemoteQueues(self)
         self.metadata = MetadataMachine(self)
+        self.transient = TransientDefinitions(self)
         self.meta: RaftGroup | None = None
         self.definitions: ReplicatedDefinitions
         self.queues: dict[str, QuorumHost] = {}  # group id -> host
         self._adopted: dict[tuple[str, str], tuple[str, list[str]]] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._reaping: asyncio.TimerHandle | None = None
+        self._checks: set[asyncio.Future[None]] = set()  # `QuorumHost.recheck_consumers`
         # names this process's consumers: those of an earlier life of the node are stale
         self.incarnation = secrets.token_hex(4)
         self._rng = random.Random()
@@ -112,6 +124,7 @@ class ClusterNode:
         """Replicate the definitions this node changes from now on."""
         self.definitions = ReplicatedDefinitions(durability.definitions, self)
         durability.definitions = self.definitions  # type: ignore[assignment]
+        durability.observer = self.transient
         for node, (host, port) in self.definitions.store.cluster_nodes().items():
             self.node_known(node, host, port)  # joined after the cluster formed
 
@@ -218,8 +231,15 @@ class ClusterNode:
         while group.leader is None and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
 
-    def propose_delete(self, host: QuorumHost) -> asyncio.Future[object]:
-        """Delete a quorum queue through the metadata log; the future has its ready count."""
+    def replicated_delete(
+        self, host: object, if_unused: bool, if_empty: bool
+    ) -> asyncio.Future[object] | None:
+        """Delete a quorum queue through the metadata log, a classic queue of another node
+        at its home; the future has the ready count (None: a classic queue of this node)."""
+        if isinstance(host, RemoteHost):
+            return host.delete(if_unused, if_empty)
+        if not isinstance(host, QuorumHost):
+            return None
         record = host.record
         return self.replicate_cluster("delete_queue", record.vhost, record.name, host.group_id)
 
@@ -305,7 +325,10 @@ class ClusterNode:
             host.group = None
 
     def queue_columns(self, host: object) -> dict[str, object]:
-        """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online."""
+        """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online
+        (for a classic queue of another node: its home)."""
+        if isinstance(host, RemoteHost):
+            return {"node": host.home}
         if not isinstance(host, QuorumHost):
             return {}
         group = host.group
@@ -325,6 +348,12 @@ class ClusterNode:
     def _link(self, node: str, up: bool) -> None:
         if not up:
             self.reap_soon()
+            return
+        for host in list(self.queues.values()):
+            if host.group is None:  # consumers the leader serves from afar: still there?
+                task = asyncio.ensure_future(host.recheck_consumers())
+                self._checks.add(task)
+                task.add_done_callback(self._checks.discard)
 
     def reap_soon(self) -> None:
         """In a grace period (a link that comes back at once keeps its consumers), cancel
@@ -480,6 +509,8 @@ class ClusterNode:
             if kind == "counts":
                 machine = self.queues[request[1]].machine
                 return ("ok", (machine.ready_count, machine.consumer_count))
+            if kind == "consumers":  # a node without a replica checks its consumers
+                return ("ok", self.queues[request[1]].machine.consumers())
         except NotLeader as error:
             return ("not_leader", error.leader)
         raise ValueError(f"unknown cluster request {kind!r}")

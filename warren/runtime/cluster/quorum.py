@@ -13,9 +13,14 @@ Theory of operation:
 2. Effects are carried out where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
-     a leader change loses no delivery in flight. A replica started again while this
-     process runs (its node removed from the members, then added) applies the log from
-     the start once more, and makes only the deliveries after the last one it made;
+     a leader change loses no delivery in flight; for a consumer on a node that holds no
+     replica, by the leader, which sends it there (`warren.runtime.cluster.remote`); a
+     new leader sends such consumers what they hold again, and their node drops what it
+     already handed over (`Handed`). Deliveries are counted by log index on the
+     consumer's node (`_delivered_through`), whichever way they came: a replica started
+     again while the process runs (its node removed from the members, then added)
+     applies the log from the start once more, and makes only the deliveries after the
+     last one its consumers had, from it or from the leader;
    - dead-lettering, timers and queue expiry by the leader only. At-most-once
      dead-lettering loses the copy if the leader crashes between commit and re-publish,
      as RabbitMQ's default strategy may; at-least-once keeps it held in the machine until
@@ -23,9 +28,11 @@ Theory of operation:
 3. Consumers of a node that is gone (its link down for a grace period) are cancelled by
    the leader, and their unacknowledged messages returned, so that they are delivered
    again; the same happens for every consumer of a node the leader finds gone when it is
-   elected. A consumer key names the node process's incarnation, so a node that restarted
-   cancels the consumers of its previous life as soon as it sees them. A delivery to a
-   consumer this node no longer has (its channel closed meanwhile) is returned at once.
+   elected. A node without a replica learns of it from the leader (a ``cancelled``
+   item), or, if that was lost with the link, by asking the leader once a link is back.
+   A consumer key names the node process's incarnation, so a node that restarted cancels
+   the consumers of its previous life as soon as it sees them. A delivery to a consumer
+   this node no longer has (its channel closed meanwhile) is returned at once.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
 5. Snapshots are the pickled machine.
@@ -37,7 +44,7 @@ import asyncio
 import itertools
 import logging
 import pickle
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -50,16 +57,20 @@ from warren.queue import (
     Configure,
     DeadLetter,
     Deliver,
+    Discard,
     Dispatch,
+    Entry,
     Meta,
     QueueExpired,
     QueueMachine,
     Return,
     Sequenced,
     SetTimer,
+    Settle,
     Tick,
 )
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
+from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
 
@@ -95,8 +106,10 @@ class QuorumHost:
         # numbers this host's commands (`Sequenced`): a copy sent again is applied once
         self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
         self._seq = itertools.count(1)
-        self._delivered_through = 0  # the last index whose deliveries this node made
+        self._delivered_through = 0  # the last index whose deliveries this node made,
+        self._replica_delivered = False  # from its replica or (one entry, many) the leader's
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
+        self.handed = Handed()  # deliveries the leader sent here (no replica here)
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
         self.ever_consumed = False
@@ -121,9 +134,17 @@ class QuorumHost:
 
     def apply(self, command: Command) -> object:
         """Propose `command`; a future of its reply (the caller may ignore it)."""
-        if type(command) is Dispatch:
+        kind = type(command)
+        if kind is Dispatch:
             return None  # consumers' credit is the machine's own: nothing to retry
-        return self.submit(command)
+        if kind is Return:  # it may come back to the same consumer at once
+            self.handed.settled(command.msg_ids)  # type: ignore[attr-defined]
+        outcome = self.submit(command)
+        if (kind is Settle or kind is Discard) and self.handed:
+            # a leader elected before this commits may send it again: still ours till then
+            msg_ids = command.msg_ids  # type: ignore[attr-defined]
+            outcome.add_done_callback(lambda _done: self.handed.settled(msg_ids))
+        return outcome
 
     def submit(self, command: Command) -> asyncio.Future[object]:
         numbered = Sequenced(self._sender, next(self._seq), command)
@@ -147,6 +168,24 @@ class QuorumHost:
         reply: Any = await self.cluster.leader_call(self.group_id, ("counts", self.group_id))
         return reply[0], reply[1]
 
+    async def recheck_consumers(self) -> None:
+        """On a node without a replica, once a link is back: consumers the leader cancelled
+        meanwhile (the word of it went with the link) are cancelled here too."""
+        if self._outstanding:
+            await asyncio.gather(*self._outstanding, return_exceptions=True)
+        ours = list(self._consumers)
+        if self.group is not None or not ours:
+            return
+        request = ("consumers", self.group_id)
+        try:
+            alive: Any = await self.cluster.leader_call(self.group_id, request)
+        except (PeerUnavailable, RemoteError) as error:
+            log.debug("consumers of %s not checked: %s", self.group_id, error)
+            return
+        for key in ours:
+            if key not in alive:
+                self.cancelled(key)
+
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
     ) -> tuple[object, list[Any]]:
@@ -161,7 +200,29 @@ class QuorumHost:
         wire = self._wire_keys.pop(key, None)
         if wire is not None:
             self._consumers.pop(wire, None)
+            self.handed.forget(wire)
             self.submit(Cancel(wire))
+
+    def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
+        """A delivery the leader sent (this node holds no replica): to the consumer once;
+        if no channel here has the consumer (closed, or from before a restart), it is
+        cancelled with what it holds, so the leader stops sending to it."""
+        through = self._delivered_through
+        if index < through or (index == through and self._replica_delivered):
+            return  # this node's replica, just added again, made it already
+        self._delivered_through, self._replica_delivered = index, False
+        found = self._consumers.get(key)  # type: ignore[call-overload]
+        if found is None:
+            self._drop_stale(key)  # type: ignore[arg-type]
+        elif self.handed.fresh(key, entry.msg_id):
+            found.channel.deliver(found.tag, entry, self)
+
+    def cancelled(self, key: Hashable) -> None:
+        """The leader cancelled a consumer of ours (this node holds no replica): say so."""
+        ref = self._consumers.pop(key, None)  # type: ignore[call-overload]
+        if ref is not None:
+            self.handed.forget(key)
+            ref.channel.queue_deleted(ref.tag)
 
     def limit(self, channel: Subscriber) -> None:
         """Channel-wide prefetch does not apply to quorum queues (RabbitMQ refuses it)."""
@@ -222,17 +283,25 @@ class QuorumHost:
             command = command.command
         leader = self.leader
         # a replica started again in this process (its node was a member, then not, then
-        # again) applies the log from the start: its consumers had what it delivered then
-        mine = self.cluster.name if index > self._delivered_through else None
-        self._delivered_through = max(self._delivered_through, index)
-        if type(command) is Cancel and command.consumer in self._consumers:
-            # the leader cancelled a consumer of ours (it thought this node gone): say so
-            ref = self._consumers.pop(command.consumer)
-            ref.channel.queue_deleted(ref.tag)
+        # again) applies the log from the start: its consumers had what came before
+        mine = None
+        if index > self._delivered_through:
+            mine = self.cluster.name
+            self._delivered_through, self._replica_delivered = index, True
+        if type(command) is Cancel:
+            if command.consumer in self._consumers:
+                # the leader cancelled a consumer of ours (it thought this node gone): say so
+                ref = self._consumers.pop(command.consumer)
+                ref.channel.queue_deleted(ref.tag)
+            elif leader and self._elsewhere(command.consumer):  # type: ignore[arg-type]
+                self.cluster.remote.cancel(command.consumer[0], self.record, command.consumer)  # type: ignore[index]
         for effect in effects:
             if type(effect) is Deliver:
                 consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
                 if consumer[0] != mine:
+                    if leader and consumer[0] not in self.members:
+                        remote = self.cluster.remote
+                        remote.hand(consumer[0], self.record, consumer, effect.entry, index)
                     continue
                 if consumer[1] != self.cluster.incarnation:
                     self._drop_stale(consumer)  # added before this node restarted
@@ -279,7 +348,21 @@ class QuorumHost:
             self._arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
             self._worker().send(dead)
+        for consumer in self.machine.consumers():  # and what consumers with no replica hold
+            if self._elsewhere(consumer):  # type: ignore[arg-type]
+                for entry in self.machine.checked_out_entries(consumer):
+                    self.cluster.remote.hand(
+                        consumer[0],  # type: ignore[index]
+                        self.record,
+                        consumer,
+                        entry,
+                        self._delivered_through,
+                    )
         self.cluster.reap_soon()
+
+    def _elsewhere(self, consumer: ConsumerKey) -> bool:
+        """A consumer on a node that holds no replica (the leader delivers to it)."""
+        return consumer[0] != self.cluster.name and consumer[0] not in self.members
 
     def reap(self, nodes: set[str]) -> None:
         """On the leader: cancel the consumers of `nodes` (gone) and requeue what they held."""
@@ -290,7 +373,8 @@ class QuorumHost:
                 self._cancel_with_messages(consumer)  # type: ignore[arg-type]
 
     def _drop_stale(self, consumer: ConsumerKey) -> None:
-        """A consumer this node added before it restarted: nobody receives for it."""
+        """A consumer of this node that no channel has (added before the node restarted,
+        or its channel closed): nobody receives for it."""
         if consumer not in self._dropping:
             self._dropping.add(consumer)
             self._cancel_with_messages(consumer)
@@ -305,6 +389,37 @@ class QuorumHost:
         self._timer = None
         if self.leader:
             self.submit(Tick())
+
+
+class Handed:
+    """The msg_ids a node handed to each consumer of a queue served elsewhere and has not
+    seen settled: a delivery sent again (by a new leader) is dropped."""
+
+    __slots__ = ("_by_consumer",)
+
+    def __init__(self) -> None:
+        self._by_consumer: dict[Hashable, set[int]] = {}
+
+    def fresh(self, key: Hashable, msg_id: int) -> bool:
+        """Whether handing `msg_id` to `key` is news (remembered if so)."""
+        handed = self._by_consumer.get(key)
+        if handed is None:
+            handed = self._by_consumer[key] = set()
+        elif msg_id in handed:
+            return False
+        handed.add(msg_id)
+        return True
+
+    def __bool__(self) -> bool:
+        return bool(self._by_consumer)
+
+    def settled(self, msg_ids: Iterable[int]) -> None:
+        if self._by_consumer:
+            for handed in self._by_consumer.values():
+                handed.difference_update(msg_ids)
+
+    def forget(self, key: Hashable) -> None:
+        self._by_consumer.pop(key, None)
 
 
 class Replica:

@@ -1,0 +1,276 @@
+"""Any node serves any queue: classic queues used from nodes other than their home, and a
+quorum queue's consumers on nodes that hold no replica of it (real processes, real
+clients; `warren.runtime.cluster.remote`)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pika
+import pika.exceptions
+import pytest
+
+from tests.cluster.conftest import AVAILABLE_WITHIN_S, QUORUM, connect, revived
+from warren.testing.cluster import LocalCluster
+
+T = TypeVar("T")
+Channel = Any  # pika's BlockingChannel
+
+
+def until(check: Callable[[], object], what: str) -> None:
+    """Wait (bounded) for `check` to be true; OSError counts as not yet."""
+    deadline = time.monotonic() + AVAILABLE_WITHIN_S
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{what} within {AVAILABLE_WITHIN_S} s")
+
+
+def eventually(connection: pika.BlockingConnection, action: Callable[[Channel], T]) -> T:
+    """`action` on a fresh channel, again until the broker stops refusing, returning or
+    nacking it: definitions reach the other nodes a moment after they are made, and a
+    node that starts reaches a queue's home a moment after it listens."""
+    deadline = time.monotonic() + AVAILABLE_WITHIN_S
+    while True:
+        channel = connection.channel()
+        try:
+            return action(channel)
+        except (
+            pika.exceptions.ChannelClosedByBroker,
+            pika.exceptions.UnroutableError,
+            pika.exceptions.NackError,
+        ):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def known(cluster: LocalCluster, nodes: list[str], queue: str) -> None:
+    for node in nodes:
+        until(lambda node=node: cluster.queue(node, queue), f"{queue} never reached {node}")
+
+
+def unacked_after(channel: Channel, queue: str) -> list[tuple[int, bytes]]:
+    """Consume without acking until nothing more comes: what the prefetch let through."""
+    held = []
+    for method, _props, body in channel.consume(queue, inactivity_timeout=0.5):
+        if method is None:
+            break
+        held.append((method.delivery_tag, body))
+    return held
+
+
+def acked_until_idle(channel: Channel, queue: str) -> list[bytes]:
+    """Consume with acks until nothing more comes."""
+    got = []
+    for method, _props, body in channel.consume(queue, inactivity_timeout=1.0):
+        if method is None:
+            break
+        got.append(body)
+        channel.basic_ack(method.delivery_tag)
+    channel.cancel()
+    return got
+
+
+def test_a_classic_queue_is_used_from_every_node(cluster: LocalCluster, name: str) -> None:
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.exchange_declare(f"{name}.x", "direct", durable=True)
+    channel.queue_declare(name, durable=True)
+    channel.queue_bind(name, f"{name}.x", "k")
+    connection.close()
+    known(cluster, ["warren-b", "warren-c"], name)
+    assert cluster.queue("warren-c", name)["node"] == "warren-a"  # its home
+    until(
+        lambda: (
+            cluster.api("warren-b", f"/api/queues/%2F/{name}/bindings")[-1]["routing_key"] == "k"
+        ),
+        "the binding never reached warren-b",
+    )
+
+    # on b: publish with confirms through the bound exchange, consume with acks and prefetch
+    connection = connect(cluster, "warren-b")
+    channel = connection.channel()
+    channel.confirm_delivery()
+    bodies = [b"m%d" % i for i in range(30)]
+    for body in bodies:
+        channel.basic_publish(f"{name}.x", "k", body, pika.BasicProperties(delivery_mode=2))
+    channel.basic_qos(prefetch_count=4)
+    first = unacked_after(channel, name)
+    assert [body for _tag, body in first] == bodies[:4]  # the prefetch holds
+    channel.basic_ack(first[-1][0], multiple=True)
+    assert [body for _tag, body in first] + acked_until_idle(channel, name) == bodies
+    assert channel.queue_declare(name, durable=True).method.message_count == 0
+    connection.close()
+
+    # on c: get, purge, delete
+    connection = connect(cluster, "warren-c")
+    channel = connection.channel()
+    for body in (b"one", b"two", b"three"):
+        channel.basic_publish("", name, body)
+    method, _props, body = channel.basic_get(name)
+    assert body == b"one" and method.message_count == 2
+    channel.basic_ack(method.delivery_tag)
+    assert channel.queue_purge(name).method.message_count == 2
+    assert channel.queue_delete(name).method.message_count == 0
+    connection.close()
+    until(lambda: name not in {q["name"] for q in cluster.api("warren-a", "/api/queues")}, "gone")
+
+
+def test_a_non_durable_exchange_routes_on_every_node(cluster: LocalCluster, name: str) -> None:
+    connection = connect(cluster, "warren-b")
+    connection.channel().exchange_declare(f"{name}.fan", "fanout", durable=False)
+    connection.close()
+    connection = connect(cluster, "warren-a")
+    connection.channel().queue_declare(name)
+
+    def bound(fresh: Channel) -> Channel:
+        fresh.queue_bind(name, f"{name}.fan")  # once the exchange reached warren-a
+        return fresh
+
+    channel = eventually(connection, bound)
+    channel.basic_publish(f"{name}.fan", "", b"fanned")
+    _method, _props, body = channel.basic_get(name, auto_ack=True)
+    assert body == b"fanned"
+    connection.close()
+
+
+def test_an_exclusive_queue_is_locked_for_other_nodes(cluster: LocalCluster, name: str) -> None:
+    owner = connect(cluster, "warren-a")
+    owner.channel().queue_declare(name, exclusive=True)
+    known(cluster, ["warren-b"], name)
+    connection = connect(cluster, "warren-b")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        connection.channel().basic_get(name)
+    assert refused.value.reply_code == 405
+    assert "RESOURCE_LOCKED" in refused.value.reply_text
+    owner.close()  # the queue goes with its connection, on every node
+    until(lambda: name not in {q["name"] for q in cluster.api("warren-b", "/api/queues")}, "gone")
+    connection.close()
+
+
+def test_home_node_down(cluster: LocalCluster, name: str) -> None:
+    connection = connect(cluster, "warren-a")
+    connection.channel().queue_declare(name, durable=True)
+    connection.close()
+    known(cluster, ["warren-b"], name)
+    consumer = connect(cluster, "warren-b")
+    channel = consumer.channel()
+    cancelled: list[str] = []
+    channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = channel.basic_consume(name, lambda *_: None)
+    with revived(cluster):
+        cluster.kill("warren-a")
+        deadline = time.monotonic() + AVAILABLE_WITHIN_S
+        while not cancelled and time.monotonic() < deadline:
+            consumer.process_data_events(time_limit=0.1)
+        assert cancelled == [tag]  # consumer_cancel_notify
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            consumer.channel().queue_declare(name, durable=True)
+        assert refused.value.reply_code == 404
+        assert refused.value.reply_text == (
+            f"NOT_FOUND - home node 'warren-a' of durable queue '{name}' in vhost '/' "
+            "is down or inaccessible"
+        )
+        consumer.close()
+    # back up: the queue is served from b again
+    connection = connect(cluster, "warren-b")
+    declared = eventually(connection, lambda fresh: fresh.queue_declare(name, passive=True))
+    assert declared.method.message_count == 0
+    connection.close()
+
+
+def test_quorum_consumers_on_nodes_without_a_replica(cluster: LocalCluster, name: str) -> None:
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.confirm_delivery()
+    arguments = {**QUORUM, "x-quorum-initial-group-size": 1}
+    channel.queue_declare(name, durable=True, arguments=arguments)
+    bodies = [b"q%d" % i for i in range(60)]
+    for body in bodies:
+        channel.basic_publish("", name, body, pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    known(cluster, ["warren-b", "warren-c"], name)
+    assert cluster.queue("warren-b", name)["members"] == ["warren-a"]
+
+    on_b = connect(cluster, "warren-b")
+    b = on_b.channel()
+    b.basic_qos(prefetch_count=3)
+    held = unacked_after(b, name)
+    assert len(held) == 3  # the prefetch holds for a consumer the leader serves remotely
+    on_c = connect(cluster, "warren-c")
+    c = on_c.channel()
+    c.basic_qos(prefetch_count=10)
+    got = [body for _tag, body in held] + acked_until_idle(c, name)
+    b.basic_ack(held[-1][0], multiple=True)
+    assert sorted(got) == sorted(bodies)  # every message once
+    on_b.close()
+    on_c.close()
+
+
+def test_a_cut_off_consumer_node_gives_back_what_it_held(cluster: LocalCluster, name: str) -> None:
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.queue_declare(name, durable=True)
+    for index in range(5):
+        channel.basic_publish("", name, b"h%d" % index)
+    connection.close()
+    known(cluster, ["warren-b", "warren-c"], name)
+    holder = connect(cluster, "warren-b")
+    channel = holder.channel()
+    channel.basic_qos(prefetch_count=10)
+    assert len(unacked_after(channel, name)) == 5
+    with revived(cluster):
+        cluster.isolate("warren-b")  # the home returns what b's consumer held
+        connection = connect(cluster, "warren-c")
+        again = []
+
+        def fetched(fresh: Channel) -> bool:
+            method, _props, body = fresh.basic_get(name, auto_ack=True)
+            if method is not None:
+                assert method.redelivered
+                again.append(body)
+            return len(again) == 5
+
+        until(lambda: eventually(connection, fetched), "the held messages never came back")
+        assert sorted(again) == [b"h%d" % index for index in range(5)]
+        connection.close()
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        holder.close()
+
+
+def test_restarted_nodes_learn_again_what_they_missed(cluster: LocalCluster, name: str) -> None:
+    # Records of other nodes' classic queues, non-durable exchanges and bindings are not
+    # stored: a restarted node hears them again from their home when its link comes up.
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.exchange_declare(f"{name}.x", "fanout", durable=False)
+    channel.queue_declare(f"{name}.durable", durable=True)
+    channel.queue_declare(f"{name}.transient", durable=False)
+    channel.queue_bind(f"{name}.durable", f"{name}.x")
+    connection.close()
+    known(cluster, ["warren-b"], f"{name}.transient")
+    with revived(cluster):
+        cluster.kill("warren-b")
+        cluster.start("warren-b")
+        connection = connect(cluster, "warren-b")
+
+        def routed(fresh: Channel) -> Any:
+            fresh.confirm_delivery()
+            fresh.basic_publish(f"{name}.x", "", b"after", mandatory=True)
+            return fresh.basic_get(f"{name}.durable", auto_ack=True)
+
+        assert eventually(connection, routed)[2] == b"after"
+        connection.close()
+        cluster.kill("warren-a")
+        cluster.start("warren-a")  # its non-durable queue is gone, everywhere
+    names = lambda: {queue["name"] for queue in cluster.api("warren-b", "/api/queues")}  # noqa: E731
+    until(lambda: f"{name}.transient" not in names(), "the non-durable queue stayed")
+    assert f"{name}.durable" in names()

@@ -1,0 +1,563 @@
+"""Queues served across nodes: classic queues used from any node, and deliveries to the
+consumers of a quorum queue on nodes that hold no replica of it.
+
+Theory of operation:
+1. A classic queue lives on its *home*, the node that declared it. Its record (with the
+   home) reaches every node through the metadata group (`TransientDefinitions`), and each
+   other node gets a `RemoteHost` for it: a proxy that channels use as they use a
+   `QueueHost`, whose commands go to the home.
+2. A proxy sends its home `Item`s over the nodes' link (`Peers.send`: in order, batched
+   per loop turn): commands, consumers added and cancelled, declare-ok counts, deletes.
+   What needs an answer carries a call number and the home answers with a ``reply`` (or
+   ``error``) item, so commands from one node apply in the order that node sent them. A
+   publish is answered once the home has it; a persistent message in a durable queue
+   once the home's log is durable, so the publisher's confirm means what it means on the
+   home itself.
+3. A consumer on another node is a `RemoteConsumer` on the home: the queue host's
+   subscriber for it, which sends each delivery to the consumer's node; the queue machine
+   applies the consumer's prefetch as for a local one, and the node settles through its
+   proxy. Deliveries that arrive before the channel sent consume-ok wait in the proxy.
+4. Failures. When the link to a node goes down (or comes up: the other side may have
+   seen a link go that this side saw replaced), the home cancels that node's consumers
+   and returns what they and that node's basic.gets held (``Cancel(requeue=True)``). The
+   node cancels its consumers of the home's queues (basic.cancel, consumer_cancel_notify),
+   fails what waits for an answer, and puts a fresh proxy in place of the old one, so a
+   late ack meant for the old link never settles a message the home has given to another
+   consumer since. While the home is unreachable its queues answer 404, "home node ... is
+   down or inaccessible", as RabbitMQ's do.
+5. Quorum queues: a consumer's deliveries are made by its own node from its replica; for
+   a consumer on a node that holds no replica the leader sends them (a ``deliver`` item,
+   the same as a classic home's), and a new leader sends again what such consumers hold.
+   The node keeps the msg_ids it handed to each such consumer until they are settled and
+   drops a delivery it already made (`warren.runtime.cluster.quorum.Handed`), so no
+   duplicate reaches the client.
+6. The metadata log says what changed, not what a restarted node forgot (the records of
+   other nodes' classic queues, non-durable exchanges and bindings are not stored), so
+   when a link comes up each node sends the other what it holds of these, with its own
+   classic queues as they are now: the other makes what it misses and drops its proxies
+   of queues the node no longer has (a non-durable queue does not survive its home's
+   restart, as in RabbitMQ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from warren.errors import (
+    AmqpError,
+    ReplyCode,
+    SoftError,
+    describe_queue,
+    precondition_failed,
+    queue_not_found,
+)
+from warren.model import QueueRecord
+from warren.queue import (
+    Checkout,
+    Command,
+    Configure,
+    Discard,
+    Dispatch,
+    Enqueue,
+    Entry,
+    Get,
+    Got,
+    Meta,
+    Purge,
+    QueueMachine,
+    Refused,
+    Return,
+    Settle,
+    Tick,
+)
+from warren.runtime.broker import ConsumerRef, QueueHost, Subscriber, now_ms
+from warren.runtime.stats import MessageStats
+
+if TYPE_CHECKING:
+    from warren.runtime.cluster.node import ClusterNode
+    from warren.runtime.deadletter import DeadLetterWorker
+
+# (node, the node process's incarnation, number): a consumer, wherever its queue lives
+ConsumerKey = tuple[str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One message between a queue's home (or a quorum queue's leader) and another node."""
+
+    kind: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The effect a proxy's subscribe hands the channel: performed after consume-ok."""
+
+    consumer: ConsumerKey
+
+
+def copy_entry(entry: Entry) -> Entry:
+    """What a node receives of a message it is handed: the entry as it is now (the link
+    pickles at the end of the loop turn, by when the queue's own entry may have changed)."""
+    copy = Entry(entry.msg_id, entry.message, entry.size_bytes, None, entry.level)
+    copy.delivery_count = entry.delivery_count
+    return copy
+
+
+def home_down(record: QueueRecord, home: str) -> SoftError:
+    durable = "durable " if record.durable else ""
+    where = describe_queue(record.name, record.vhost)
+    return SoftError(
+        ReplyCode.NOT_FOUND, f"home node '{home}' of {durable}{where} is down or inaccessible"
+    )
+
+
+@runtime_checkable
+class Receiver(Protocol):
+    """A queue host that takes deliveries sent by another node (`RemoteHost`, and
+    `QuorumHost` on a node that holds no replica)."""
+
+    def delivered(self, key: Hashable, entry: Entry, index: int) -> None: ...
+
+    def cancelled(self, key: Hashable) -> None: ...
+
+
+class RemoteConsumer:
+    """On a queue's home: a consumer on another node, as the queue host's subscriber."""
+
+    __slots__ = ("key", "node", "queues", "record")
+
+    def __init__(
+        self, queues: RemoteQueues, node: str, key: ConsumerKey, record: QueueRecord
+    ) -> None:
+        self.queues = queues
+        self.node = node
+        self.key = key
+        self.record = record
+
+    def credit(self) -> int | None:
+        return None  # the consumer's prefetch is the machine's; a channel-wide one stays local
+
+    def blocked(self) -> bool:
+        return False
+
+    def deliver(self, consumer_tag: str, entry: Any, host: QueueHost) -> None:
+        self.queues.hand(self.node, host.record, self.key, entry)
+
+    def queue_deleted(self, consumer_tag: str) -> None:
+        self.queues.consumer_gone(self.node, self.key)
+        self.queues.cancel(self.node, self.record, self.key)
+
+
+class RemoteHost:
+    """A classic queue whose home is another node, used by this node's channels."""
+
+    def __init__(self, queues: RemoteQueues, record: QueueRecord, home: str) -> None:
+        self.queues = queues
+        self.broker = queues.broker
+        self.record = record
+        self.home = home
+        self.attached = True  # False once the link to the home went down (module doc, 4)
+        self.policy, self.operator_policy = self.broker.policies_of(record)
+        settings = self.broker.settings_of(record, self.policy, self.operator_policy)
+        # stays empty: channels read its settings (delivery-count header, global qos)
+        self.machine = QueueMachine(record.name, record.vhost, settings, last_used_ms=now_ms())
+        self._consumers: dict[Hashable, ConsumerRef] = {}  # by our key
+        self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
+        self._waiting: dict[Hashable, list[Entry]] = {}  # deliveries before consume-ok
+        self.ever_consumed = False  # auto-delete is the home's to decide
+        self.journal_key: str | None = None
+        self.scratch_paged = False
+        self.stats = MessageStats()
+        self.dead_letter_worker: DeadLetterWorker | None = None
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def _call(self, kind: str, *args: object) -> asyncio.Future[Any]:
+        return self.queues.call(self, kind, *args)
+
+    def _send(self, kind: str, *args: object) -> None:
+        if self.attached:
+            self.queues.peers.send(self.home, Item(kind, (self.record.vhost, self.name, 0, *args)))
+
+    # --- what channels call ------------------------------------------------------------------
+
+    def apply(self, command: Command) -> object:
+        """Publishes, gets and purges answer with a future; settlements and the rest go
+        one way; what the home does by itself (dispatch, timers, settings) is not sent."""
+        kind = type(command)
+        if kind is Dispatch or kind is Configure or kind is Tick:
+            return None
+        if kind is Enqueue or kind is Get or kind is Purge:
+            return self._call("command", command)
+        self._send("command", command)
+        return None
+
+    def counts(self) -> asyncio.Future[Any]:
+        return self._call("counts")
+
+    def delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[Any]:
+        """queue.delete at the home; its answer is the ready count."""
+        answer = self._call("delete", if_unused, if_empty)
+        answer.add_done_callback(self._deleted)
+        return answer
+
+    def _deleted(self, done: asyncio.Future[Any]) -> None:
+        """Gone from here at once: the home's metadata operation, applied here a little
+        later, then finds nothing to delete."""
+        key = (self.record.vhost, self.name)
+        queues: dict[tuple[str, str], object] = self.broker.queues  # type: ignore[assignment]
+        if done.exception() is not None or queues.get(key) is not self:
+            return
+        del queues[key]
+        vhost = self.broker.vhosts.get(self.record.vhost)
+        if vhost is not None and self.name in vhost.queues:
+            vhost.delete_queue(self.name)
+        self.cancel_all()
+
+    def subscribe(
+        self, channel: Subscriber, tag: str, command: Checkout, limited: bool
+    ) -> tuple[object, list[Any]]:
+        """The home adds the consumer: the answer is a future, failed if the home refuses
+        it (or is down); the `Started` effect releases deliveries after consume-ok."""
+        cluster = self.queues.cluster
+        key: ConsumerKey = (cluster.name, cluster.incarnation, next(self.queues.numbers))
+        self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
+        self._wire_keys[command.consumer] = key
+        self._waiting[key] = []
+        args = (key, command.prefetch_count, command.no_ack, command.exclusive, command.priority)
+        answer = self._call("consume", *args)
+        answer.add_done_callback(lambda done: self._consumed(key, done))
+        return answer, [Started(key)]
+
+    def _consumed(self, key: ConsumerKey, done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._forget(key)
+
+    def perform(self, effects: list[Any]) -> None:
+        """After consume-ok: what the home delivered meanwhile goes to the channel."""
+        for effect in effects:
+            waiting = self._waiting.pop(effect.consumer, None)
+            for entry in waiting or ():
+                self.delivered(effect.consumer, entry, 0)
+
+    def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
+        """A delivery from the home, in order (`index` is a quorum leader's); returned at
+        once if the consumer is gone."""
+        ref = self._consumers.get(key)
+        if ref is None:
+            self._send("command", Return([entry.msg_id]))
+            return
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.append(entry)
+        else:
+            ref.channel.deliver(ref.tag, entry, self)  # type: ignore[arg-type]
+
+    def cancelled(self, key: Hashable) -> None:
+        """The home cancelled a consumer of ours (its queue went): tell the client."""
+        ref = self._forget(key)
+        if ref is not None:
+            ref.channel.queue_deleted(ref.tag)
+
+    def _forget(self, key: Hashable) -> ConsumerRef | None:
+        self._waiting.pop(key, None)
+        for wire, ours in list(self._wire_keys.items()):
+            if ours == key:
+                del self._wire_keys[wire]
+        return self._consumers.pop(key, None)
+
+    def unsubscribe(self, key: Hashable) -> None:
+        ours = self._wire_keys.pop(key, None)
+        if ours is None:
+            return
+        waiting = self._waiting.pop(ours, None) or []
+        self._consumers.pop(ours, None)
+        self._send("cancel", ours, [entry.msg_id for entry in waiting])
+
+    def limit(self, channel: Subscriber) -> None:
+        """A channel-wide prefetch is not applied to consumers of a queue on another node."""
+
+    def dispatch(self) -> None:
+        pass
+
+    def cancel_all(self) -> None:
+        for key in list(self._consumers):
+            self.cancelled(key)
+
+    def detach(self) -> None:
+        """The link to the home went down: consumers are cancelled and nothing this proxy
+        is asked to send any more goes out."""
+        self.attached = False
+        self.cancel_all()
+
+    def stop(self) -> None:
+        pass
+
+    def refresh_policies(self) -> None:
+        self.policy, self.operator_policy = self.broker.policies_of(self.record)
+        settings = self.broker.settings_of(self.record, self.policy, self.operator_policy)
+        self.machine.apply(Meta(now_ms()), Configure(settings))
+
+
+class RemoteQueues:
+    """This node's side of remote queues: as a home, and as a user of others' queues."""
+
+    def __init__(self, cluster: ClusterNode) -> None:
+        self.cluster = cluster
+        self.broker = cluster.broker
+        self.peers = cluster.peers
+        self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
+        self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any]]] = {}
+        # as a home: other nodes' consumers and unsettled basic.gets, by node
+        self._consumers: dict[str, dict[ConsumerKey, QueueHost]] = {}
+        self._fetched: dict[str, dict[QueueHost, set[int]]] = {}
+        # answers to publishes that wait for this node's log: (log sequence, node, call, reply)
+        self._durable_answers: deque[tuple[int, str, int, object]] = deque()
+        self.peers.on_message(self._received)
+        self.peers.on_link(self._link)
+
+    def hand(
+        self, node: str, record: QueueRecord, key: Hashable, entry: Entry, index: int = 0
+    ) -> None:
+        """Send a delivery to a consumer on `node` (from a classic home, or from a quorum
+        leader with the index of the log entry that made it)."""
+        item = Item("deliver", (record.vhost, record.name, key, copy_entry(entry), index))
+        self.peers.send(node, item)
+
+    def cancel(self, node: str, record: QueueRecord, key: Hashable) -> None:
+        """Tell a consumer's node that its consumer is gone (consumer_cancel_notify)."""
+        self.peers.send(node, Item("cancelled", (record.vhost, record.name, key)))
+
+    # --- as a user of another node's queue ---------------------------------------------------
+
+    def proxy(self, record: QueueRecord, home: str) -> RemoteHost:
+        host = RemoteHost(self, record, home)
+        self.broker.queues[record.vhost, record.name] = host  # type: ignore[assignment]
+        return host
+
+    def call(self, host: RemoteHost, kind: str, *args: object) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not host.attached or not self.peers.connected(host.home):
+            future.set_exception(home_down(host.record, host.home))
+            return future
+        number = next(self.numbers)
+        self._calls[number] = (host, future)
+        self.peers.send(host.home, Item(kind, (host.record.vhost, host.name, number, *args)))
+        return future
+
+    def _answered(self, node: str, number: int, value: object) -> None:
+        call = self._calls.pop(number, None)
+        if call is not None and not call[1].done():
+            call[1].set_result(value)
+
+    def _failed(self, node: str, number: int, code: int, detail: str) -> None:
+        call = self._calls.pop(number, None)
+        if call is not None and not call[1].done():
+            call[1].set_exception(SoftError(ReplyCode(code), detail))
+
+    def _delivered(
+        self, node: str, vhost: str, name: str, key: Hashable, entry: Entry, index: int
+    ) -> None:
+        host = self.broker.queues.get((vhost, name))
+        if isinstance(host, Receiver):
+            host.delivered(key, entry, index)
+        else:  # the queue went from here meanwhile: the sender gets the message back
+            self.peers.send(node, Item("command", (vhost, name, 0, Return([entry.msg_id]))))
+
+    def _cancelled(self, node: str, vhost: str, name: str, key: Hashable) -> None:
+        host = self.broker.queues.get((vhost, name))
+        if isinstance(host, Receiver):
+            host.cancelled(key)
+
+    # --- as a home -------------------------------------------------------------------------
+
+    def _local(self, node: str, vhost: str, name: str, number: int) -> QueueHost | None:
+        host = self.broker.queues.get((vhost, name))
+        if type(host) is QueueHost:
+            return host
+        self._refuse(node, number, queue_not_found(name, vhost))
+        return None
+
+    def _refuse(self, node: str, number: int, error: AmqpError) -> None:
+        if number:
+            detail = error.text.partition(" - ")[2]
+            self.peers.send(node, Item("error", (number, int(error.code), detail)))
+
+    def _answer(self, node: str, number: int, value: object) -> None:
+        if number:
+            self.peers.send(node, Item("reply", (number, value)))
+
+    def _command(self, node: str, vhost: str, name: str, number: int, command: Any) -> None:
+        host = self._local(node, vhost, name, number)
+        if host is None:
+            return
+        kind = type(command)
+        if kind is Settle or kind is Return or kind is Discard:
+            fetched = self._fetched.get(node, {}).get(host)
+            if fetched:
+                fetched.difference_update(command.msg_ids)
+        durability = self.broker.durability
+        logged_from = durability.log.next_sequence if durability is not None else 0
+        reply = host.apply(command)
+        if kind is Get and type(reply) is Got:
+            if not command.no_ack:
+                self._fetched.setdefault(node, {}).setdefault(host, set()).add(reply.entry.msg_id)
+            reply = Got(copy_entry(reply.entry), reply.remaining)
+        elif durability is not None and durability.log.next_sequence != logged_from:
+            sequence = durability.log.next_sequence - 1
+            if kind is Enqueue and sequence > durability.log.durable_sequence:
+                self._durable_answers.append((sequence, node, number, reply))
+                durability.wait(self)
+                return
+        self._answer(node, number, reply)
+
+    def durable_reached(self, durable_sequence: int) -> bool:
+        """This node's log is durable that far: answer the publishes that waited for it."""
+        waiting = self._durable_answers
+        while waiting and waiting[0][0] <= durable_sequence:
+            _, node, number, reply = waiting.popleft()
+            self._answer(node, number, reply)
+        return bool(waiting)
+
+    def _counts(self, node: str, vhost: str, name: str, number: int) -> None:
+        host = self._local(node, vhost, name, number)
+        if host is not None:
+            self._answer(node, number, (host.machine.ready_count, host.machine.consumer_count))
+
+    def _consume(
+        self,
+        node: str,
+        vhost: str,
+        name: str,
+        number: int,
+        key: ConsumerKey,
+        prefetch_count: int,
+        no_ack: bool,
+        exclusive: bool,
+        priority: int,
+    ) -> None:
+        host = self._local(node, vhost, name, number)
+        if host is None:
+            return
+        consumer = RemoteConsumer(self, node, key, host.record)
+        command = Checkout(key, consumer, prefetch_count, no_ack, exclusive, priority)
+        reply, effects = host.subscribe(consumer, "", command, False)
+        if isinstance(reply, Refused):
+            self._refuse(node, number, reply.error)
+            return
+        self._consumers.setdefault(node, {})[key] = host
+        self._answer(node, number, None)
+        host.perform(effects)
+
+    def _cancel(
+        self, node: str, vhost: str, name: str, number: int, key: ConsumerKey, waiting: list[int]
+    ) -> None:
+        host = self._local(node, vhost, name, number)
+        if host is None:
+            return
+        if waiting:  # handed to the node, never to its client
+            host.apply(Return(waiting))
+        self.consumer_gone(node, key)
+        host.unsubscribe(key)
+        self.broker.auto_delete(host)
+
+    def consumer_gone(self, node: str, key: ConsumerKey) -> None:
+        consumers = self._consumers.get(node)
+        if consumers is not None:
+            consumers.pop(key, None)
+
+    def _delete(
+        self, node: str, vhost: str, name: str, number: int, if_unused: bool, if_empty: bool
+    ) -> None:
+        host = self._local(node, vhost, name, number)
+        if host is None:
+            return
+        where = describe_queue(name, vhost)
+        if if_unused and host.machine.consumer_count:
+            self._refuse(node, number, precondition_failed(f"{where} in use"))
+        elif if_empty and host.machine.ready_count:
+            self._refuse(node, number, precondition_failed(f"{where} not empty"))
+        else:
+            self._answer(node, number, self.broker.delete_queue(self.broker.vhosts[vhost], name))
+
+    # --- links -------------------------------------------------------------------------------
+
+    def _received(self, node: str, item: object) -> None:
+        if type(item) is Item:
+            _HANDLERS[item.kind](self, node, *item.args)
+
+    def _link(self, node: str, up: bool) -> None:
+        """A link went down: each side lets go of what the other held (module doc, 4).
+        A link came up: the same, as the other side may have seen a link go down that
+        this side saw replaced without a gap; then the node hears what it may have
+        missed (module doc, 6)."""
+        self._node_lost(node)
+        self._home_lost(node)
+        if up:
+            operations = self.cluster.transient.operations(self.cluster.name)
+            self.peers.send(node, Item("definitions", (operations,)))
+
+    def _definitions(self, node: str, operations: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """A node's own classic queues, non-durable exchanges and bindings as it has them
+        now: made here if missing; a proxy of one of its queues that it no longer has goes."""
+        listed = {(op[1][0].vhost, op[1][0].name) for op in operations if op[0] == "classic_queue"}
+        hosts: list[tuple[tuple[str, str], object]] = list(self.broker.queues.items())
+        for (vhost, name), host in hosts:
+            if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
+                operations.append(("delete_classic_queue", (vhost, name, node)))
+        bindings = [op for op in operations if op[0] == "put_binding"]
+        self.cluster.metadata.replay([op for op in operations if op[0] != "put_binding"])
+        # a binding whose end this node does not know yet comes with the metadata log
+        self.cluster.metadata.replay([op for op in bindings if self._ends_known(op[1][0])])
+
+    def _ends_known(self, binding: Any) -> bool:
+        vhost = self.broker.vhosts.get(binding.vhost)
+        if vhost is None or binding.source not in vhost.exchanges:
+            return False
+        if binding.destination_kind == "queue":
+            return binding.destination in vhost.queues
+        return binding.destination in vhost.exchanges
+
+    def _node_lost(self, node: str) -> None:
+        """As a home: the node's consumers go, and what they and its gets held returns."""
+        for key, host in self._consumers.pop(node, {}).items():
+            host.unsubscribe(key, requeue=True)
+            self.broker.auto_delete(host)
+        for host, msg_ids in self._fetched.pop(node, {}).items():
+            if msg_ids and self.broker.queues.get((host.record.vhost, host.name)) is host:
+                host.apply(Return(sorted(msg_ids)))
+
+    def _home_lost(self, home: str) -> None:
+        """As a user of the home's queues: fresh proxies, and nothing waits for it."""
+        proxies: list[object] = list(self.broker.queues.values())
+        for proxy in proxies:
+            if isinstance(proxy, RemoteHost) and proxy.home == home:
+                proxy.detach()
+                self.proxy(proxy.record, home)
+        for number, (proxy, future) in list(self._calls.items()):
+            if proxy.home == home:
+                del self._calls[number]
+                if not future.done():
+                    future.set_exception(home_down(proxy.record, home))
+
+
+_HANDLERS: Mapping[str, Callable[..., None]] = {
+    "command": RemoteQueues._command,
+    "counts": RemoteQueues._counts,
+    "consume": RemoteQueues._consume,
+    "cancel": RemoteQueues._cancel,
+    "delete": RemoteQueues._delete,
+    "reply": RemoteQueues._answered,
+    "error": RemoteQueues._failed,
+    "deliver": RemoteQueues._delivered,
+    "cancelled": RemoteQueues._cancelled,
+    "definitions": RemoteQueues._definitions,
+}
