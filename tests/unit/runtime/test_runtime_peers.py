@@ -50,6 +50,11 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         for name, peers in nodes.items():
             peers.on_message(functools.partial(record, received, name))
         await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        for x in nodes:  # every node dialed every other: the lower name's connection won
+            for y in nodes:
+                if x < y:
+                    assert link_ends(nodes[x], y) == link_ends(nodes[y], x)[::-1]
+                    assert link_ends(nodes[x], y)[1] == ("127.0.0.1", nodes[y].port)
         for x in nodes:
             for y in nodes:
                 if x != y:
@@ -71,6 +76,12 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         await close_all(nodes)
 
     run(body)
+
+
+def link_ends(peers: Peers, node: str) -> tuple[object, object]:
+    """The local and remote socket addresses of the node's link (one TCP connection)."""
+    writer = peers._links[node].writer
+    return writer.get_extra_info("sockname"), writer.get_extra_info("peername")
 
 
 def record(into: list[tuple[str, str, object]], name: str, sender: str, message: object) -> None:
@@ -229,3 +240,57 @@ def test_a_partition_drops_traffic_until_it_heals() -> None:
         await close_all(nodes)
 
     run(body)
+
+
+def test_a_node_nobody_knows_dials_in_and_is_dialed_back_after_a_restart() -> None:
+    # z sorts last and knows only a; a has no address for it. The hello carries z's
+    # address, so once z restarts (knowing nobody now) a dials it back.
+    async def body() -> None:
+        a = Peers("a", COOKIE, "127.0.0.1", 0, {})
+        await a.start()
+        z = Peers("z", COOKIE, "127.0.0.1", 0, {"a": ("127.0.0.1", a.port)})
+        await z.start()
+        changes: list[tuple[str, bool]] = []
+        a.on_link(lambda node, up: changes.append((node, up)))
+        await eventually(lambda: a.connected("z") and z.connected("a"))
+        assert a.address("z") == z.listen_address and a.nodes == ["z"]
+        port = z.port
+        await z.close()
+        await eventually(lambda: not a.connected("z"))
+        again = Peers("z", COOKIE, "127.0.0.1", port, {})
+        got: list[object] = []
+        again.on_message(lambda sender, message: got.append(message))
+        await again.start()
+        await eventually(lambda: again.connected("a"))
+        assert again.address("a") == a.listen_address
+        a.send("z", "found you")
+        await eventually(lambda: got == ["found you"])
+        assert changes == [("z", True), ("z", False), ("z", True)]
+        await again.close()
+        await a.close()
+
+    run(body)
+
+
+def test_nodes_that_dial_each_other_at_once_agree_on_one_link() -> None:
+    async def one_pair() -> None:
+        nodes = await start_nodes("a", "b")  # both dial, in the same loop turn
+        changes: list[tuple[str, str, bool]] = []
+        for name, peers in nodes.items():
+            peers.on_link(functools.partial(note_link, changes, name))
+        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        await asyncio.sleep(0.05)  # whatever lost the race is gone by now
+        assert link_ends(nodes["a"], "b") == link_ends(nodes["b"], "a")[::-1]
+        assert link_ends(nodes["a"], "b")[1] == ("127.0.0.1", nodes["b"].port)
+        assert sorted(changes) == [("a", "b", True), ("b", "a", True)]  # no "down" on the way
+        await close_all(nodes)
+
+    async def body() -> None:
+        for _ in range(10):
+            await one_pair()
+
+    run(body)
+
+
+def note_link(into: list[tuple[str, str, bool]], name: str, node: str, up: bool) -> None:
+    into.append((name, node, up))
