@@ -274,28 +274,3 @@ def test_at_least_once_dead_letters_reach_a_quorum_queue(cluster: LocalCluster, 
     while cluster.queue("warren-a", name).get("messages_dlx") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert cluster.queue("warren-a", name).get("messages_dlx") == 0
-
-
-def test_a_node_joins_and_is_forgotten(cluster: LocalCluster) -> None:
-    # A node started later joins by itself (its peers answer that a cluster exists); once
-    # stopped, forget_cluster_node takes it out of the metadata group on every node.
-    def voters(node: str) -> list[str]:
-        return sorted(cluster.api(node, "/api/warren/cluster")["metadata"]["voters"])
-
-    cluster.add_node("warren-0")
-    try:
-        deadline = time.monotonic() + AVAILABLE_WITHIN_S
-        while "warren-0" not in voters("warren-c") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert voters("warren-c") == ["warren-0", *NAMES]
-        assert "warren-0" in cluster.api("warren-b", "/api/warren/cluster")["running"]
-    finally:
-        process = cluster.nodes["warren-0"].process
-        assert process is not None
-        process.terminate()
-        process.wait(timeout=15)
-    cluster.api("warren-a", "/api/warren/cluster/nodes/warren-0", "DELETE", timeout_s=30)
-    for node in NAMES:
-        assert voters(node) == NAMES
-        assert "warren-0" not in cluster.api(node, "/api/warren/cluster")["nodes"]
-    del cluster.nodes["warren-0"]
