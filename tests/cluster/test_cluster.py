@@ -8,6 +8,7 @@ arrivals keep the publisher's order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -71,6 +72,26 @@ def test_basic_get_and_purge_through_a_follower(cluster: LocalCluster, name: str
     channel.basic_ack(method.delivery_tag)
     assert channel.queue_purge(name).method.message_count == 2
     connection.close()
+
+
+def test_a_get_on_a_killed_node_is_redelivered(cluster: LocalCluster, name: str) -> None:
+    declare(cluster, "warren-a", name)  # client-local: warren-a leads, warren-c follows
+    publish(cluster, "warren-a", name, [b"fetched"])
+    connection = connect(cluster, "warren-c")
+    method, _props, body = connection.channel().basic_get(name)  # not acked
+    assert body == b"fetched" and not method.redelivered
+    with revived(cluster):
+        cluster.kill("warren-c")
+        with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+            connection.close()
+        consumer = connect(cluster, "warren-b")
+        channel = consumer.channel()
+        deliveries = channel.consume(name, inactivity_timeout=AVAILABLE_WITHIN_S)
+        method, _props, body = next(deliveries)
+        assert body == b"fetched" and method.redelivered
+        channel.basic_ack(method.delivery_tag)
+        channel.cancel()
+        consumer.close()
 
 
 def test_confirm_waits_for_a_majority(cluster: LocalCluster, name: str) -> None:

@@ -164,7 +164,8 @@ class Checkout(Command):
 class Cancel(Command):
     """Remove a consumer; its unacked messages stay unacked until settled or returned,
     unless `requeue`: then they are returned at once (the consumer's process is gone, as
-    rabbit_fifo's ``down`` does for a replicated queue's consumer on a lost node)."""
+    rabbit_fifo's ``down`` does for a replicated queue's consumer on a lost node). With
+    `requeue`, `consumer` may also name a `Get` holder: what it fetched is returned."""
 
     consumer: Hashable
     requeue: bool = False
@@ -193,9 +194,11 @@ class Discard(Command):
 
 @dataclass(frozen=True, slots=True)
 class Get(Command):
-    """basic.get: take the oldest ready message, if any."""
+    """basic.get: take the oldest ready message, if any. `holder` names who holds it until
+    it is settled (a quorum queue's node process), for `Cancel(holder, requeue=True)`."""
 
     no_ack: bool = False
+    holder: Hashable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +382,7 @@ class QueueMachine:
     dead_letter_bytes: int = 0
     _dead_letters_waiting: deque[DeadLetter] = field(default_factory=deque)
     _dead_letters_out: dict[int, DeadLetter] = field(default_factory=dict)
+    _fetched_by: dict[int, Hashable] = field(default_factory=dict)  # msg_id -> Get.holder
 
     def __post_init__(self) -> None:
         self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
@@ -398,6 +402,11 @@ class QueueMachine:
     def consumers(self) -> list[Hashable]:
         return list(self._consumers)
 
+    def holders(self) -> list[Hashable]:
+        """The `Get` holders with fetched messages not yet settled, in the order they took
+        the first of them."""
+        return list(dict.fromkeys(self._fetched_by.values()))
+
     def unacked_msg_ids(self) -> list[int]:
         """The msg_ids delivered or fetched and not yet settled (what a purge keeps)."""
         return sorted(self._unacked)
@@ -408,8 +417,11 @@ class QueueMachine:
         return list(self._dead_letters_out.values())
 
     def checked_out(self, consumer: Hashable) -> list[int]:
-        """The msg_ids delivered to `consumer` and not yet settled, in id order."""
-        return sorted(msg_id for msg_id, (_, key) in self._unacked.items() if key == consumer)
+        """The msg_ids delivered to `consumer`, or fetched by it as a `Get` holder, and not
+        yet settled, in id order."""
+        delivered = [msg_id for msg_id, (_, key) in self._unacked.items() if key == consumer]
+        fetched = [msg_id for msg_id, key in self._fetched_by.items() if key == consumer]
+        return sorted(delivered + fetched)
 
     def ready_entries(self) -> Iterator[Entry]:
         """The ready messages, in no particular order (what a purge or a delete drops)."""
@@ -598,6 +610,7 @@ class QueueMachine:
             self.unacked_bytes -= entry.size_bytes
             if consumer_key is None:
                 self.fetched_count -= 1
+                self._fetched_by.pop(msg_id, None)
             else:
                 consumer = consumers.get(consumer_key)
                 if consumer is not None:
@@ -616,6 +629,8 @@ class QueueMachine:
             self._unacked[entry.msg_id] = (entry, None)
             self.unacked_bytes += entry.size_bytes
             self.fetched_count += 1
+            if command.holder is not None:
+                self._fetched_by[entry.msg_id] = command.holder
         return Got(entry, self.ready_count)
 
     def _purge(self, meta: Meta, command: Purge, effects: Effects) -> Reply:

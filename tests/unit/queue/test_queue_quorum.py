@@ -140,6 +140,23 @@ def test_a_consumer_gone_with_its_node_hands_its_messages_to_the_others():
     assert queue.checked_out("lost") == [] and queue.consumer_count == 1
 
 
+def test_what_a_lost_node_fetched_goes_back_to_the_queue():
+    # Cancel(holder, requeue=True) for a Get holder: what a replicated queue's leader does
+    # for basic.get on a lost node; what another holder fetched, or was settled, stays.
+    queue = machine(quorum_settings())
+    enqueue(queue, "m1", "m2", "m3")
+    lost = [queue.apply(NOW, Get(holder="lost"))[0] for _ in range(2)]
+    kept, _effects = queue.apply(NOW, Get(holder="live"))
+    assert isinstance(kept, Got) and all(isinstance(got, Got) for got in lost)
+    queue.apply(NOW, Settle([lost[1].entry.msg_id]))  # type: ignore[union-attr]
+    assert queue.holders() == ["lost", "live"] and queue.checked_out("lost") == [1]
+    queue.apply(NOW, Cancel("lost", requeue=True))
+    assert queue.holders() == ["live"] and queue.consumer_count == 1
+    again = get(queue)
+    assert again.entry.message == "m1" and again.entry.redelivered
+    assert queue.checked_out("live") == [3]
+
+
 def test_each_unsettled_fetch_counts_as_a_consumer():
     queue = machine(quorum_settings())
     enqueue(queue, "m1", "m2")

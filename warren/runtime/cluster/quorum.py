@@ -21,6 +21,8 @@ Theory of operation:
    elected. A consumer key names the node process's incarnation, so a node that restarted
    cancels the consumers of its previous life as soon as it sees them. A delivery to a
    consumer this node no longer has (its channel closed meanwhile) is returned at once.
+   Messages taken with basic.get and not yet settled are held the same way, by the node
+   process (`Get.holder`, a key numbered 0), and returned by the same rules.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
 5. Snapshots are the pickled machine.
@@ -46,6 +48,7 @@ from warren.queue import (
     DeadLetter,
     Deliver,
     Dispatch,
+    Get,
     Meta,
     QueueExpired,
     QueueMachine,
@@ -85,6 +88,8 @@ class QuorumHost:
         self._consumers: dict[ConsumerKey, ConsumerRef] = {}
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._numbers = itertools.count(1)
+        # holds what this node process takes with basic.get (consumers count from 1)
+        self._getter: ConsumerKey = (cluster.name, cluster.incarnation, 0)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
@@ -112,6 +117,8 @@ class QuorumHost:
         """Propose `command`; a future of its reply (the caller may ignore it)."""
         if type(command) is Dispatch:
             return None  # consumers' credit is the machine's own: nothing to retry
+        if type(command) is Get and not command.no_ack:
+            command = replace(command, holder=self._getter)
         return self.submit(command)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
@@ -250,8 +257,7 @@ class QuorumHost:
         return self.dead_letter_worker
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
-        for consumer in self.machine.consumers():
-            key: ConsumerKey = consumer  # type: ignore[assignment]
+        for key in self._holders():
             if key[0] == self.cluster.name and key[1] != self.cluster.incarnation:
                 self._drop_stale(key)
         if not leader:
@@ -265,15 +271,22 @@ class QuorumHost:
         self.cluster.reap_soon()
 
     def reap(self, nodes: set[str]) -> None:
-        """On the leader: cancel the consumers of `nodes` (gone) and requeue what they held."""
+        """On the leader: cancel the consumers of `nodes` (gone) and requeue what they, and
+        basic.get on those nodes, held."""
         if not nodes or not self.leader:
             return
-        for consumer in self.machine.consumers():
-            if consumer[0] in nodes:  # type: ignore[index]
-                self._cancel_with_messages(consumer)  # type: ignore[arg-type]
+        for key in self._holders():
+            if key[0] in nodes:
+                self._cancel_with_messages(key)
+
+    def _holders(self) -> list[ConsumerKey]:
+        """The consumers, and the node processes holding fetched messages, as the log has
+        them."""
+        return [*self.machine.consumers(), *self.machine.holders()]  # type: ignore[list-item]
 
     def _drop_stale(self, consumer: ConsumerKey) -> None:
-        """A consumer this node added before it restarted: nobody receives for it."""
+        """A consumer (or getter) of this node before it restarted: nobody receives or
+        settles for it."""
         if consumer not in self._dropping:
             self._dropping.add(consumer)
             self._cancel_with_messages(consumer)
