@@ -155,7 +155,7 @@ def test_a_node_without_the_cookie_is_refused(caplog: pytest.LogCaptureFixture) 
         bad.send("b", "let me in")
         # Something that does not check the acceptor's proof and sends a wrong one of its own.
         reader, writer = await asyncio.open_connection("127.0.0.1", good["b"].port)
-        hello = MAGIC + b"n" * 16 + b"a"
+        hello = MAGIC + b"n" * 16 + b"i" * 8 + b"a"
         writer.write(struct.pack(">I", len(hello)) + hello)
         await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
         writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([(0, "let me in")]))
@@ -294,3 +294,60 @@ def test_nodes_that_dial_each_other_at_once_agree_on_one_link() -> None:
 
 def note_link(into: list[tuple[str, str, bool]], name: str, node: str, up: bool) -> None:
     into.append((name, node, up))
+
+
+class Freezer:
+    """A TCP forwarder that can go silent without closing anything: what a node sees of
+    a peer whose host crashed (its end of the link stays open)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = False
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        target_reader, target_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers += [writer, target_writer]
+        await asyncio.gather(self._pipe(reader, target_writer), self._pipe(target_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not self.frozen:
+            data = await reader.read(65536)
+            if not data or self.frozen:
+                return  # nothing is closed
+            writer.write(data)
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def test_a_node_back_from_a_crash_replaces_the_half_open_link_of_its_previous_life() -> None:
+    # a's link to b was dialed by a, so it wins against b's dial of the same life of b;
+    # b's next life dials in while a still holds the old link open, and takes its place.
+    async def body() -> None:
+        a = Peers("a", COOKIE, "127.0.0.1", 0, {})
+        b = Peers("b", COOKIE, "127.0.0.1", 0, {})
+        await a.start()
+        await b.start()
+        proxy = Freezer(b.port)
+        a.set_address("b", "127.0.0.1", await proxy.start())
+        await eventually(lambda: a.connected("b") and b.connected("a"))
+        proxy.frozen = True
+        await b.close()  # a's end of the link stays open: it still thinks b is there
+        again = Peers("b", COOKIE, "127.0.0.1", 0, {"a": ("127.0.0.1", a.port)})
+        await again.start()
+        await eventually(lambda: again.connected("a"))
+        assert link_ends(a, "b") == link_ends(again, "a")[::-1]
+        await again.close()
+        await a.close()
+        await proxy.close()
+
+    run(body)

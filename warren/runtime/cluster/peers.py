@@ -7,15 +7,18 @@ Theory of operation:
    doubles from 0.1 s to 2 s; a node whose accepted link goes down dials back.
 2. One link per pair: when both nodes dial at once, the connection dialed by the node
    whose name sorts lower wins on both sides. A node keeps a newly authenticated
-   connection in place of the link it has (the old one may be half-dead: the other node
-   restarted) unless the old one wins and the new one does not; an acceptor answers such
-   a dialer "already linked", which is no failure. Both ends apply the same rule, so they
+   connection in place of the link it has (the old one may be half-dead) unless the old
+   one wins, the new one does not, and both come from the same life of the other node
+   (each side of a handshake names its process's incarnation: a node that restarted
+   always replaces the links of its previous life). An acceptor answers a dialer that
+   lost "already linked", which is no failure. Both ends apply the same rule, so they
    agree on the link, and a winning connection is never given up for a losing one.
 3. Handshake, before anything is unpickled: the dialer sends a hello (magic, its nonce,
-   its name, the address of its cluster listener); the acceptor answers with its nonce,
-   its name and an HMAC-SHA256 under the cookie over the dialer's nonce and both names;
-   the dialer checks it and answers with its own HMAC over the acceptor's nonce, both
-   names and its address; the acceptor checks it, learns the address if it had none for
+   its incarnation, its name, the address of its cluster listener); the acceptor answers
+   with its nonce, its incarnation, its name and an HMAC-SHA256 under the cookie over the
+   dialer's nonce, both names and its incarnation; the dialer checks it and answers with
+   its own HMAC over the acceptor's nonce, both names, its incarnation and its address;
+   the acceptor checks it, learns the address if it had none for
    that node (so a node that joins is reached again after the link drops, even by nodes
    that never had it in their configuration), and says OK or "already linked" (rule 2).
    Each side has then proved the cookie to the other. Anything else is refused and
@@ -58,6 +61,7 @@ log = logging.getLogger("warren.peers")
 
 MAGIC: Final = b"WARREN-PEERS/2\n"
 _NONCE_BYTES: Final = 16
+_INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32
 _LENGTH: Final = struct.Struct(">I")
 _HANDSHAKE_MAX_BYTES: Final = 4096
@@ -102,10 +106,16 @@ class _Link:
     """One authenticated connection to a node, and what waits to be written to it."""
 
     def __init__(
-        self, node: str, dialer: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        node: str,
+        incarnation: bytes,
+        dialer: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         self.node = node
-        self.dialer = dialer  # the name of the node that dialed it (rule 2)
+        self.incarnation = incarnation  # the node's process at the other end (rule 2)
+        self.dialer = dialer  # the name of the node that dialed it
         self.reader = reader
         self.writer = writer
         self.outbox: list[tuple[object, ...]] = []
@@ -130,6 +140,7 @@ class Peers:
     ) -> None:
         self.node = node
         self._cookie = cookie.encode("utf-8")
+        self._incarnation = secrets.token_bytes(_INCARNATION_BYTES)  # this process's life
         self._listen = (listen_host, listen_port)
         self._addresses = {name: addr for name, addr in addresses.items() if name != node}
         self._server: asyncio.Server | None = None
@@ -360,25 +371,29 @@ class Peers:
         nonce = secrets.token_bytes(_NONCE_BYTES)
         host, port = self.listen_address
         address = f"{host}:{port}".encode()
-        _write_handshake(writer, MAGIC + nonce + self.node.encode("utf-8") + b"\0" + address)
+        mine = self._incarnation
+        hello = MAGIC + nonce + mine + self.node.encode("utf-8") + b"\0" + address
+        _write_handshake(writer, hello)
         answer = await _read_handshake(reader)
         if not answer.startswith(MAGIC):
             raise _Refused("not a Warren node")
         body = answer[len(MAGIC) :]
-        their_nonce = body[:_NONCE_BYTES]
-        their_mac = body[_NONCE_BYTES : _NONCE_BYTES + _MAC_BYTES]
-        their_name = body[_NONCE_BYTES + _MAC_BYTES :].decode("utf-8", "replace")
+        their_nonce, body = body[:_NONCE_BYTES], body[_NONCE_BYTES:]
+        theirs, body = body[:_INCARNATION_BYTES], body[_INCARNATION_BYTES:]
+        their_mac = body[:_MAC_BYTES]
+        their_name = body[_MAC_BYTES:].decode("utf-8", "replace")
         if their_name != node:
             raise _Refused(f"expected node {node}, found {their_name!r}")
-        if not hmac.compare_digest(their_mac, self._mac(b"accept", nonce, self.node, node)):
+        expected = self._mac(b"accept", nonce, self.node, node, theirs)
+        if not hmac.compare_digest(their_mac, expected):
             raise _Refused("the node did not prove the cookie")
-        _write_handshake(writer, self._mac(b"dial", their_nonce, self.node, node, address))
+        _write_handshake(writer, self._mac(b"dial", their_nonce, self.node, node, mine, address))
         verdict = await _read_handshake(reader)
         if verdict == _LINKED:
             raise _AlreadyLinked(f"node {node} has the link that wins already")
         if verdict != _ACCEPTED:
             raise _Refused("the node refused our cookie")
-        link = _Link(node, self.node, reader, writer)
+        link = _Link(node, theirs, self.node, reader, writer)
         if not self._admit(link):
             raise _AlreadyLinked(f"node {node} accepted, but the link it dialed wins")
         return link
@@ -387,22 +402,26 @@ class Peers:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> _Link:
         hello = await _read_handshake(reader)
-        if not hello.startswith(MAGIC) or len(hello) <= len(MAGIC) + _NONCE_BYTES:
+        fixed = len(MAGIC) + _NONCE_BYTES + _INCARNATION_BYTES
+        if not hello.startswith(MAGIC) or len(hello) <= fixed:
             raise _Refused("not a Warren node")
         body = hello[len(MAGIC) :]
-        their_nonce = body[:_NONCE_BYTES]
-        name, _, address = body[_NONCE_BYTES:].partition(b"\0")
+        their_nonce, body = body[:_NONCE_BYTES], body[_NONCE_BYTES:]
+        theirs, body = body[:_INCARNATION_BYTES], body[_INCARNATION_BYTES:]
+        name, _, address = body.partition(b"\0")
         node = name.decode("utf-8", "replace")
         if node == self.node:
             raise _Refused(f"a node dialed in with this node's name {node!r}")
         nonce = secrets.token_bytes(_NONCE_BYTES)
-        mac = self._mac(b"accept", their_nonce, node, self.node)
-        _write_handshake(writer, MAGIC + nonce + mac + self.node.encode("utf-8"))
+        mine = self._incarnation
+        mac = self._mac(b"accept", their_nonce, node, self.node, mine)
+        _write_handshake(writer, MAGIC + nonce + mine + mac + self.node.encode("utf-8"))
         their_mac = await _read_handshake(reader)
-        if not hmac.compare_digest(their_mac, self._mac(b"dial", nonce, node, self.node, address)):
+        expected = self._mac(b"dial", nonce, node, self.node, theirs, address)
+        if not hmac.compare_digest(their_mac, expected):
             raise _Refused(f"node {node!r} did not prove the cookie")
         self._learn(node, address)
-        link = _Link(node, node, reader, writer)
+        link = _Link(node, theirs, node, reader, writer)
         if not self._admit(link):
             _write_handshake(writer, _LINKED)
             raise _AlreadyLinked(f"node {node} dialed, but the link this node dialed wins")
@@ -417,13 +436,19 @@ class Peers:
             self._addresses[node] = (host, int(port))
 
     def _admit(self, link: _Link) -> bool:
-        """Make `link` the node's link, in place of the one it has unless that one wins
-        and this one does not (rule 2); False if it lost."""
+        """Make `link` the node's link, in place of the one it has unless that one wins,
+        this one does not, and both reach the same life of the node (rule 2); False if it
+        lost."""
         if not self._started:
             raise _Refused("this node is stopping")
         node = link.node
         old = self._links.get(node)
-        if old is not None and self._wins(old) and not self._wins(link):
+        if (
+            old is not None
+            and old.incarnation == link.incarnation
+            and self._wins(old)
+            and not self._wins(link)
+        ):
             return False
         self._links[node] = link
         if old is not None:
