@@ -18,12 +18,12 @@ Theory of operation:
    with its nonce, its incarnation, its name and an HMAC-SHA256 under the cookie over the
    dialer's nonce, both names and its incarnation; the dialer checks it and answers with
    its own HMAC over the acceptor's nonce, both names, its incarnation and its address;
-   the acceptor checks it, learns the address if it had none for
-   that node (so a node that joins is reached again after the link drops, even by nodes
-   that never had it in their configuration), and says OK or "already linked" (rule 2).
-   Each side has then proved the cookie to the other. Anything else is refused and
-   logged, and so is a dialer that claims our name. A link is made current in the same
-   step as the decision, so no other connection can slip in between.
+   the acceptor checks it, learns the address if it had none for that node (so a node
+   that joins is reached again after the link drops, even by nodes that never had it in
+   their configuration), and says OK or "already linked" (rule 2). Each side has then
+   proved the cookie to the other. Anything else is refused and logged, and so is a
+   dialer that claims our name. A link is made current in the same step as the decision,
+   so no other connection can slip in between.
 4. Frames: a 4-byte big-endian length, then a pickle (protocol 5) of a list of items.
    `send` only buffers; one callback per loop turn per link writes the whole buffer as
    one frame (batching). Items: a message, an RPC request, its response or its error.
@@ -174,8 +174,8 @@ class Peers:
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)  # a link admitted as we
-            # stopped is closed below
+            # bounded; a link admitted as this node stopped is closed below
+            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
         for link in list(self._links.values()):
             link.close()
         if self._server is not None:
