@@ -36,7 +36,7 @@ import logging
 import pickle
 from collections.abc import Hashable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from warren.model import QueueRecord
 from warren.model.policy import Policy
@@ -219,6 +219,8 @@ class QuorumHost:
             # the leader cancelled a consumer of ours (it thought this node gone): say so
             ref = self._consumers.pop(command.consumer)
             ref.channel.queue_deleted(ref.tag)
+        elif type(command) is Get and self._stale(command.holder):
+            self._drop_stale(command.holder)  # a get of this node's life before a restart
         for effect in effects:
             if type(effect) is Deliver:
                 consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
@@ -258,7 +260,7 @@ class QuorumHost:
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         for key in self._holders():
-            if key[0] == self.cluster.name and key[1] != self.cluster.incarnation:
+            if self._stale(key):
                 self._drop_stale(key)
         if not leader:
             self._stop_leading()
@@ -283,6 +285,11 @@ class QuorumHost:
         """The consumers, and the node processes holding fetched messages, as the log has
         them."""
         return [*self.machine.consumers(), *self.machine.holders()]  # type: ignore[list-item]
+
+    def _stale(self, key: Hashable) -> TypeGuard[ConsumerKey]:
+        """A consumer or getter key of this node in an earlier life."""
+        mine = (self.cluster.name, self.cluster.incarnation)
+        return isinstance(key, tuple) and key[0] == mine[0] and key[1] != mine[1]
 
     def _drop_stale(self, consumer: ConsumerKey) -> None:
         """A consumer (or getter) of this node before it restarted: nobody receives or
