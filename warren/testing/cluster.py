@@ -11,11 +11,11 @@ Theory of operation:
    every proxy that touches the node (open connections are dropped, new ones refused)
    and `heal()` lets traffic through again: a network partition without root.
 3. `add_node(name, seeds)` starts one more node that joins the running cluster knowing
-   only `seeds` (all nodes if not given), at their own listeners: the others learn its
-   address when it joins, so no proxy is between it and them (`isolate` does not cut
-   it off). Every node keeps the `cluster_nodes` it was first given across restarts.
-   `kill(name)` is SIGKILL; `start(name)` starts the node again on the same data
-   directory. Waits are bounded and fail with the node's log file named.
+   only `seeds`, at their own listeners: the others learn its address when it joins, so
+   no proxy is between it and them (`isolate` does not cut it off). Every node keeps the
+   `cluster_nodes` it was first given across restarts. `kill(name)` is SIGKILL;
+   `start(name)` starts the node again on the same data directory. Waits are bounded and
+   fail with the node's log file named.
 """
 
 from __future__ import annotations
@@ -169,11 +169,11 @@ class LocalCluster:
             entries.append(f"{other}=127.0.0.1:{port}")
         return ",".join(entries)
 
-    def add_node(self, name: str, seeds: list[str] | None = None) -> None:
-        """Start a node that joins the running cluster, knowing only `seeds` (default:
-        every node); the others learn of it when it joins."""
+    def add_node(self, name: str, seeds: list[str]) -> None:
+        """Start a node that joins the running cluster knowing only `seeds`; the others
+        learn of it when it joins."""
         self.nodes[name] = ClusterNodeProcess(name, self.directory / name)
-        self.seeds[name] = list(self.nodes)[:-1] if seeds is None else list(seeds)
+        self.seeds[name] = list(seeds)
         self.start(name)
 
     def start_all(self) -> None:
