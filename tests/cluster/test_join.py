@@ -6,10 +6,9 @@ its address across their restarts (`LocalCluster`, real processes)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from tests.cluster.conftest import AVAILABLE_WITHIN_S, NAMES, declare, drain, publish
+from tests.cluster.conftest import NAMES, declare, drain, publish, until
 from warren.testing.cluster import LocalCluster
 
 JOINER = "warren-z"
@@ -23,24 +22,22 @@ def status(cluster: LocalCluster, node: str) -> Any:
 def wait_all_running(cluster: LocalCluster) -> None:
     """Until every node lists every node running (each linked to each), or time is up."""
 
-    def linked() -> bool:
+    def running() -> list[Any]:
         try:
-            return all(status(cluster, node)["running"] == EVERYONE for node in EVERYONE)
+            return [status(cluster, node)["running"] for node in EVERYONE]
         except OSError:  # a node still starting its management listener
-            return False
+            return []
 
-    deadline = time.monotonic() + AVAILABLE_WITHIN_S
-    while not linked() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for node in EVERYONE:
-        assert status(cluster, node)["running"] == EVERYONE, node
+    linked = [EVERYONE] * len(EVERYONE)
+    assert until(running, lambda seen: seen == linked) == linked
 
 
-def wait_messages(cluster: LocalCluster, node: str, queue: str, count: int) -> None:
-    deadline = time.monotonic() + AVAILABLE_WITHIN_S
-    while cluster.queue(node, queue)["messages"] != count and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert cluster.queue(node, queue)["messages"] == count
+def messages(cluster: LocalCluster, node: str, queue: str) -> object:
+    """The messages of the node's replica of the queue (None before it has the queue)."""
+    try:
+        return cluster.queue(node, queue)["messages"]
+    except OSError:
+        return None
 
 
 def restart(cluster: LocalCluster, node: str) -> None:
@@ -58,11 +55,12 @@ def test_a_node_that_sorts_last_joins_knowing_one_node(cluster: LocalCluster, na
         assert sorted(status(cluster, "warren-c")["metadata"]["voters"]) == EVERYONE
         members = f"/api/warren/quorum/%2F/{name}/members"
         cluster.api("warren-b", members, "POST", {"node": JOINER}, timeout_s=30)
-        wait_messages(cluster, JOINER, name, 1)  # the new replica caught up
+        assert until(lambda: messages(cluster, JOINER, name), lambda n: n == 1) == 1
         assert sorted(cluster.queue("warren-c", name)["members"]) == EVERYONE
         publish(cluster, JOINER, name, [b"from z"])
         assert drain(cluster, JOINER, name, 2) == [b"before", b"from z"]
-        wait_messages(cluster, JOINER, name, 0)  # the acks are in: no redelivery below
+        # the acks are in: nothing comes back after the restarts below
+        assert until(lambda: messages(cluster, JOINER, name), lambda n: n == 0) == 0
         # restarted, the joiner knows only warren-a again; warren-b never had it in its
         # cluster_nodes: both find every node from what they kept
         restart(cluster, JOINER)
@@ -76,8 +74,12 @@ def test_a_node_that_sorts_last_joins_knowing_one_node(cluster: LocalCluster, na
         process.wait(timeout=15)
     # once stopped, forget_cluster_node takes it out of every group on every node
     cluster.api("warren-a", f"/api/warren/cluster/nodes/{JOINER}", "DELETE", timeout_s=30)
-    for node in NAMES:
-        assert sorted(status(cluster, node)["metadata"]["voters"]) == NAMES
-        assert JOINER not in status(cluster, node)["nodes"]
+
+    def views() -> list[tuple[list[str], bool]]:
+        found = [status(cluster, node) for node in NAMES]
+        return [(sorted(each["metadata"]["voters"]), JOINER in each["nodes"]) for each in found]
+
+    forgotten = [(NAMES, False)] * len(NAMES)
+    assert until(views, lambda seen: seen == forgotten) == forgotten
     assert sorted(cluster.queue("warren-a", name)["members"]) == NAMES
     del cluster.nodes[JOINER]
