@@ -2,7 +2,7 @@
 
 The cluster is shared by the module's tests; each test uses its own queue names. A test
 that kills or isolates a node brings it back before it ends (`revived`). `declare`,
-`publish` and `drain` are the few client steps the tests share."""
+`publish` and `drain` are the few client steps the tests share, `until` their wait."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -100,3 +101,13 @@ def drain(cluster: LocalCluster, node: str, queue: str, expected: int) -> list[b
     finally:
         connection.close()
     return got
+
+
+def until(read: Callable[[], Any], done: Callable[[Any], bool]) -> Any:
+    """Read until `done` holds or the availability bound passes; the last value."""
+    deadline = time.monotonic() + AVAILABLE_WITHIN_S
+    value = read()
+    while not done(value) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = read()
+    return value

@@ -12,12 +12,19 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import AVAILABLE_WITHIN_S, NAMES, connect, declare, drain, publish
+from tests.cluster.conftest import (
+    AVAILABLE_WITHIN_S,
+    NAMES,
+    connect,
+    declare,
+    drain,
+    publish,
+    until,
+)
 from warren.testing.cluster import LocalCluster
 
 CTL = "warren.cli"
@@ -43,16 +50,6 @@ def ok(cluster: LocalCluster, node: str, module: str, *args: str) -> str:
 
 def members(cluster: LocalCluster, node: str, queue: str) -> list[dict[str, Any]]:
     return json.loads(ok(cluster, node, QUEUES, "quorum_status", queue, "--formatter", "json"))
-
-
-def until(read: Callable[[], Any], done: Callable[[Any], bool]) -> Any:
-    """Read until `done` holds or the availability bound passes; the last value."""
-    deadline = time.monotonic() + AVAILABLE_WITHIN_S
-    value = read()
-    while not done(value) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        value = read()
-    return value
 
 
 def test_cluster_status_shows_three_running_nodes(cluster: LocalCluster) -> None:

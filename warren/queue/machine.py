@@ -82,7 +82,7 @@ from typing import Any, ClassVar, Final
 from warren.errors import SoftError, access_refused, describe_queue
 from warren.model.settings import DEFAULT_SETTINGS, DeadLetterStrategy, Overflow, QueueSettings
 
-MACHINE_VERSION: Final = 2  # 2: `Sequenced` senders, `Cancel.requeue`
+MACHINE_VERSION: Final = 2  # 2: `Sequenced` senders, `Cancel.requeue`, `Get.holder`
 # Deliveries one command may hand out. A no-ack consumer has no credit limit, so without a
 # bound one command could move a whole backlog into a socket buffer at once; the runtime
 # asks for more (`Dispatch`) as the consumer's socket drains.
@@ -141,6 +141,20 @@ class Entry:
         return self.msg_id < other.msg_id
 
 
+def set_fields(value: Any, state: list[object]) -> None:
+    """Unpickle a slotted dataclass from its fields' values in order (the dataclass
+    default's state): one pickled by an older version lacks the fields added since,
+    which take their defaults (point 11)."""
+    for index, f in enumerate(fields(value)):
+        if index < len(state):
+            item = state[index]
+        elif f.default_factory is not MISSING:
+            item = f.default_factory()
+        else:
+            item = f.default
+        object.__setattr__(value, f.name, item)
+
+
 # --- commands ------------------------------------------------------------------------------
 
 
@@ -178,10 +192,13 @@ class Checkout(Command):
 class Cancel(Command):
     """Remove a consumer; its unacked messages stay unacked until settled or returned,
     unless `requeue`: then they are returned at once (the consumer's process is gone, as
-    rabbit_fifo's ``down`` does for a replicated queue's consumer on a lost node)."""
+    rabbit_fifo's ``down`` does for a replicated queue's consumer on a lost node). With
+    `requeue`, `consumer` may also name a `Get` holder: what it fetched is returned."""
 
     consumer: Hashable
     requeue: bool = False
+
+    __setstate__ = set_fields  # `requeue` came with MACHINE_VERSION 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +224,13 @@ class Discard(Command):
 
 @dataclass(frozen=True, slots=True)
 class Get(Command):
-    """basic.get: take the oldest ready message, if any."""
+    """basic.get: take the oldest ready message, if any. `holder` names who holds it until
+    it is settled (a quorum queue's node process), for `Cancel(holder, requeue=True)`."""
 
     no_ack: bool = False
+    holder: Hashable | None = None
+
+    __setstate__ = set_fields  # `holder` came with MACHINE_VERSION 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +459,7 @@ class QueueMachine:
     _dead_letters_waiting: deque[DeadLetter] = field(default_factory=deque)
     _dead_letters_out: dict[int, DeadLetter] = field(default_factory=dict)
     _senders: dict[Hashable, _Sender] = field(default_factory=dict)  # of `Sequenced`
+    _fetched_by: dict[int, Hashable] = field(default_factory=dict)  # msg_id -> Get.holder
 
     def __post_init__(self) -> None:
         self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
@@ -446,15 +468,7 @@ class QueueMachine:
         return [getattr(self, f.name) for f in fields(self)]
 
     def __setstate__(self, state: list[object]) -> None:
-        """A state pickled by an older version lacks the fields added since: defaults."""
-        for index, f in enumerate(fields(self)):
-            if index < len(state):
-                value = state[index]
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-            else:
-                value = f.default
-            object.__setattr__(self, f.name, value)
+        set_fields(self, state)
         self.version = MACHINE_VERSION
 
     # --- queries ---------------------------------------------------------------------------
@@ -472,6 +486,11 @@ class QueueMachine:
     def consumers(self) -> list[Hashable]:
         return list(self._consumers)
 
+    def holders(self) -> list[Hashable]:
+        """The `Get` holders with fetched messages not yet settled, in the order they took
+        the first of them."""
+        return list(dict.fromkeys(self._fetched_by.values()))
+
     def unacked_msg_ids(self) -> list[int]:
         """The msg_ids delivered or fetched and not yet settled (what a purge keeps)."""
         return sorted(self._unacked)
@@ -482,11 +501,15 @@ class QueueMachine:
         return list(self._dead_letters_out.values())
 
     def checked_out(self, consumer: Hashable) -> list[int]:
-        """The msg_ids delivered to `consumer` and not yet settled, in id order."""
-        return [entry.msg_id for entry in self.checked_out_entries(consumer)]
+        """The msg_ids delivered to `consumer`, or fetched by it as a `Get` holder, and not
+        yet settled, in id order."""
+        delivered = [entry.msg_id for entry in self.checked_out_entries(consumer)]
+        fetched = [msg_id for msg_id, key in self._fetched_by.items() if key == consumer]
+        return sorted(delivered + fetched)
 
     def checked_out_entries(self, consumer: Hashable) -> list[Entry]:
-        """The entries `checked_out` names (what a runtime hands a consumer again)."""
+        """The entries delivered to `consumer` and not yet settled, in id order (what a
+        runtime hands a consumer again)."""
         return sorted(entry for entry, key in self._unacked.values() if key == consumer)
 
     def ready_entries(self) -> Iterator[Entry]:
@@ -692,6 +715,7 @@ class QueueMachine:
             self.unacked_bytes -= entry.size_bytes
             if consumer_key is None:
                 self.fetched_count -= 1
+                self._fetched_by.pop(msg_id, None)
             else:
                 consumer = consumers.get(consumer_key)
                 if consumer is not None:
@@ -710,6 +734,8 @@ class QueueMachine:
             self._unacked[entry.msg_id] = (entry, None)
             self.unacked_bytes += entry.size_bytes
             self.fetched_count += 1
+            if command.holder is not None:
+                self._fetched_by[entry.msg_id] = command.holder
         return Got(entry, self.ready_count)
 
     def _purge(self, meta: Meta, command: Purge, effects: Effects) -> Reply:

@@ -5,14 +5,17 @@ Theory of operation:
    free local ports (AMQP, management, cluster), each with its own data directory and log
    file, all with the same cookie and a short Raft tick so that elections take about a
    second.
-2. Links between nodes go through `FaultProxy` instances, one per pair of nodes: each node
-   is told the address of the pair's proxy in place of its peer's listener. `isolate(name)`
-   cuts every proxy that touches the node (open connections are dropped, new ones refused)
+2. Links between the nodes started together go through `FaultProxy` instances, one per
+   node and peer (either node of a pair may dial the other): each node is told the
+   address of its proxy to a peer in place of the peer's listener. `isolate(name)` cuts
+   every proxy that touches the node (open connections are dropped, new ones refused)
    and `heal()` lets traffic through again: a network partition without root.
-3. `add_node(name)` starts one more node that joins the cluster (its name must sort
-   before the others', as only the lower-named node of a pair dials). `kill(name)` is
-   SIGKILL; `start(name)` starts the node again on the same data directory. Waits are
-   bounded and fail with the node's log file named.
+3. `add_node(name, seeds)` starts one more node that joins the running cluster knowing
+   only `seeds`, at their own listeners: the others learn its address when it joins, so
+   no proxy is between it and them (`isolate` does not cut it off). Every node keeps the
+   `cluster_nodes` it was first given across restarts. `kill(name)` is SIGKILL;
+   `start(name)` starts the node again on the same data directory. Waits are bounded and
+   fail with the node's log file named.
 """
 
 from __future__ import annotations
@@ -150,27 +153,27 @@ class LocalCluster:
         self.raft_tick_ms = raft_tick_ms
         self.extra = extra or []
         self.nodes = {name: ClusterNodeProcess(name, directory / name) for name in names}
-        # one proxy per pair; the lower name dials, so the proxy forwards to the higher one
+        self.seeds = {name: [other for other in names if other != name] for name in names}
+        # (dialer, peer): the proxy that forwards the dialer's connections to the peer
         self.proxies: dict[tuple[str, str], FaultProxy] = {}
         for a in names:
             for b in names:
-                if a < b:
+                if a != b:
                     self.proxies[a, b] = FaultProxy(self.nodes[b].cluster_port)
 
     def _peers(self, name: str) -> str:
         entries = [f"{name}=127.0.0.1:{self.nodes[name].cluster_port}"]
-        for other, node in self.nodes.items():
-            if other == name:
-                continue
-            proxy = self.proxies.get((min(name, other), max(name, other)))
-            port = proxy.port if proxy is not None and name < other else node.cluster_port
+        for other in self.seeds[name]:
+            proxy = self.proxies.get((name, other))
+            port = proxy.port if proxy is not None else self.nodes[other].cluster_port
             entries.append(f"{other}=127.0.0.1:{port}")
         return ",".join(entries)
 
-    def add_node(self, name: str) -> None:
-        """Start a node that joins the running cluster: it knows the others (no proxies
-        between it and them); they learn of it when it joins."""
+    def add_node(self, name: str, seeds: list[str]) -> None:
+        """Start a node that joins the running cluster knowing only `seeds`; the others
+        learn of it when it joins."""
         self.nodes[name] = ClusterNodeProcess(name, self.directory / name)
+        self.seeds[name] = list(seeds)
         self.start(name)
 
     def start_all(self) -> None:

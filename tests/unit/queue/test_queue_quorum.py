@@ -148,6 +148,23 @@ def test_a_consumer_gone_with_its_node_hands_its_messages_to_the_others():
     assert queue.checked_out("lost") == [] and queue.consumer_count == 1
 
 
+def test_what_a_lost_node_fetched_goes_back_to_the_queue():
+    # Cancel(holder, requeue=True) for a Get holder: what a replicated queue's leader does
+    # for basic.get on a lost node; what another holder fetched, or was settled, stays.
+    queue = machine(quorum_settings())
+    enqueue(queue, "m1", "m2", "m3")
+    lost = [queue.apply(NOW, Get(holder="lost"))[0] for _ in range(2)]
+    kept, _effects = queue.apply(NOW, Get(holder="live"))
+    assert isinstance(kept, Got) and all(isinstance(got, Got) for got in lost)
+    queue.apply(NOW, Settle([lost[1].entry.msg_id]))  # type: ignore[union-attr]
+    assert queue.holders() == ["lost", "live"] and queue.checked_out("lost") == [1]
+    queue.apply(NOW, Cancel("lost", requeue=True))
+    assert queue.holders() == ["live"] and queue.consumer_count == 1
+    again = get(queue)
+    assert again.entry.message == "m1" and again.entry.redelivered
+    assert queue.checked_out("live") == [3]
+
+
 def test_each_unsettled_fetch_counts_as_a_consumer():
     queue = machine(quorum_settings())
     enqueue(queue, "m1", "m2")
@@ -335,11 +352,15 @@ def test_every_number_is_applied_exactly_once(arrivals: list[int]):
     assert sorted(bodies_in_order(queue)) == sorted(f"a{seq}" for seq in set(arrivals))
 
 
-def test_a_state_pickled_before_senders_existed_is_completed():
+def test_what_version_1_pickled_is_completed_with_the_fields_added_since():
     queue = QueueMachine("q")
     publish(queue, "a", 1)
-    old = queue.__getstate__()[:-1]  # version 1 had no `_senders`, its last field now
+    old = queue.__getstate__()[:-2]  # version 1 ended with `_dead_letters_out`
     restored = QueueMachine.__new__(QueueMachine)
     restored.__setstate__(old)
-    assert restored._senders == {} and restored.ready_count == 1
+    assert restored._senders == {} and restored._fetched_by == {} and restored.ready_count == 1
     assert pickle.loads(pickle.dumps(queue))._senders["a"].applied_to == 1
+    get, cancel = Get.__new__(Get), Cancel.__new__(Cancel)
+    get.__setstate__([True])
+    cancel.__setstate__(["consumer"])
+    assert (get, cancel) == (Get(no_ack=True), Cancel("consumer"))

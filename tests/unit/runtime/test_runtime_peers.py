@@ -50,6 +50,11 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         for name, peers in nodes.items():
             peers.on_message(functools.partial(record, received, name))
         await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        for x in nodes:  # every node dialed every other: the lower name's connection won
+            for y in nodes:
+                if x < y:
+                    assert link_ends(nodes[x], y) == link_ends(nodes[y], x)[::-1]
+                    assert link_ends(nodes[x], y)[1] == ("127.0.0.1", nodes[y].port)
         for x in nodes:
             for y in nodes:
                 if x != y:
@@ -71,6 +76,12 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         await close_all(nodes)
 
     run(body)
+
+
+def link_ends(peers: Peers, node: str) -> tuple[object, object]:
+    """The local and remote socket addresses of the node's link (one TCP connection)."""
+    writer = peers._links[node].writer
+    return writer.get_extra_info("sockname"), writer.get_extra_info("peername")
 
 
 def record(into: list[tuple[str, str, object]], name: str, sender: str, message: object) -> None:
@@ -144,7 +155,7 @@ def test_a_node_without_the_cookie_is_refused(caplog: pytest.LogCaptureFixture) 
         bad.send("b", "let me in")
         # Something that does not check the acceptor's proof and sends a wrong one of its own.
         reader, writer = await asyncio.open_connection("127.0.0.1", good["b"].port)
-        hello = MAGIC + b"n" * 16 + b"a"
+        hello = MAGIC + b"n" * 16 + b"i" * 8 + b"a"
         writer.write(struct.pack(">I", len(hello)) + hello)
         await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
         writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([(0, "let me in")]))
@@ -227,5 +238,116 @@ def test_a_partition_drops_traffic_until_it_heals() -> None:
         await eventually(lambda: got == ["after"])
         assert changes == [("b", True), ("b", False), ("b", True)]
         await close_all(nodes)
+
+    run(body)
+
+
+def test_a_node_nobody_knows_dials_in_and_is_dialed_back_after_a_restart() -> None:
+    # z sorts last and knows only a; a has no address for it. The hello carries z's
+    # address, so once z restarts (knowing nobody now) a dials it back.
+    async def body() -> None:
+        a = Peers("a", COOKIE, "127.0.0.1", 0, {})
+        await a.start()
+        z = Peers("z", COOKIE, "127.0.0.1", 0, {"a": ("127.0.0.1", a.port)})
+        await z.start()
+        changes: list[tuple[str, bool]] = []
+        a.on_link(lambda node, up: changes.append((node, up)))
+        await eventually(lambda: a.connected("z") and z.connected("a"))
+        assert a.address("z") == z.listen_address and a.nodes == ["z"]
+        port = z.port
+        await z.close()
+        await eventually(lambda: not a.connected("z"))
+        again = Peers("z", COOKIE, "127.0.0.1", port, {})
+        got: list[object] = []
+        again.on_message(lambda sender, message: got.append(message))
+        await again.start()
+        await eventually(lambda: again.connected("a"))
+        assert again.address("a") == a.listen_address
+        a.send("z", "found you")
+        await eventually(lambda: got == ["found you"])
+        assert changes == [("z", True), ("z", False), ("z", True)]
+        await again.close()
+        await a.close()
+
+    run(body)
+
+
+def test_nodes_that_dial_each_other_at_once_agree_on_one_link() -> None:
+    async def one_pair() -> None:
+        nodes = await start_nodes("a", "b")  # both dial, in the same loop turn
+        changes: list[tuple[str, str, bool]] = []
+        for name, peers in nodes.items():
+            peers.on_link(functools.partial(note_link, changes, name))
+        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        await asyncio.sleep(0.05)  # whatever lost the race is gone by now
+        assert link_ends(nodes["a"], "b") == link_ends(nodes["b"], "a")[::-1]
+        assert link_ends(nodes["a"], "b")[1] == ("127.0.0.1", nodes["b"].port)
+        assert sorted(changes) == [("a", "b", True), ("b", "a", True)]  # no "down" on the way
+        await close_all(nodes)
+
+    async def body() -> None:
+        for _ in range(10):
+            await one_pair()
+
+    run(body)
+
+
+def note_link(into: list[tuple[str, str, bool]], name: str, node: str, up: bool) -> None:
+    into.append((name, node, up))
+
+
+class Freezer:
+    """A TCP forwarder that can go silent without closing anything: what a node sees of
+    a peer whose host crashed (its end of the link stays open)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = False
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        target_reader, target_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers += [writer, target_writer]
+        await asyncio.gather(self._pipe(reader, target_writer), self._pipe(target_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not self.frozen:
+            data = await reader.read(65536)
+            if not data or self.frozen:
+                return  # nothing is closed
+            writer.write(data)
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def test_a_node_back_from_a_crash_replaces_the_half_open_link_of_its_previous_life() -> None:
+    # a's link to b was dialed by a, so it wins against b's dial of the same life of b;
+    # b's next life dials in while a still holds the old link open, and takes its place.
+    async def body() -> None:
+        a = Peers("a", COOKIE, "127.0.0.1", 0, {})
+        b = Peers("b", COOKIE, "127.0.0.1", 0, {})
+        await a.start()
+        await b.start()
+        proxy = Freezer(b.port)
+        a.set_address("b", "127.0.0.1", await proxy.start())
+        await eventually(lambda: a.connected("b") and b.connected("a"))
+        proxy.frozen = True
+        await b.close()  # a's end of the link stays open: it still thinks b is there
+        again = Peers("b", COOKIE, "127.0.0.1", 0, {"a": ("127.0.0.1", a.port)})
+        await again.start()
+        await eventually(lambda: again.connected("a"))
+        assert link_ends(a, "b") == link_ends(again, "a")[::-1]
+        await again.close()
+        await a.close()
+        await proxy.close()
 
     run(body)

@@ -3,10 +3,13 @@
 Theory of operation:
 1. A node is in a cluster when ``cluster_nodes`` names other nodes (``name=host:port``,
    their cluster listeners). `Peers` keeps one connection to each, `RaftHost` runs every
-   Raft group of the node on one write-ahead log (``<data_dir>/raft``).
+   Raft group of the node on one write-ahead log (``<data_dir>/raft``). The nodes it
+   knows are those of ``cluster_nodes``, those whose address the metadata group carries
+   (nodes that joined later) and any node that proved the cookie by dialing this one.
 2. The metadata group has every node of ``cluster_nodes`` as a voter: nodes started with
-   the same list bootstrap it together; a node joining later (`join`) is added by the
-   leader as a learner and promoted when it has caught up.
+   the same list bootstrap it together; a node joining later (`join`, through the first
+   running node it reaches) is added by the leader as a learner and promoted when it has
+   caught up.
 3. A quorum queue is one Raft group named after the queue and a token chosen by the node
    that declared it (a queue deleted and declared again is a new group). Its replicas are
    the declaring node and ``x-quorum-initial-group-size - 1`` others chosen at random
@@ -132,20 +135,22 @@ class ClusterNode:
         self.peers.serve(self._serve)
         self.peers.on_link(self._link)
         await self.peers.start()
+        seed: str | None = None
         existing: list[str] = []
         members: list[str] | None = None
         if METADATA_GROUP not in self.raft.recovered_groups():
-            existing = await self._existing_members()
+            seed, existing = await self._existing_members()
             if not existing or self.name in existing:
                 members = existing or sorted({*self.nodes, self.name})
         self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members)
-        if existing and self.name not in existing:
-            await operations.join(self, existing[0])  # a new node in a running cluster
+        if seed is not None and self.name not in existing:
+            await operations.join(self, seed)  # a new node in a running cluster
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
 
-    async def _existing_members(self) -> list[str]:
-        """The metadata group's members as a running peer knows them ([] if none answers
-        within a moment: the nodes are starting together and bootstrap it)."""
+    async def _existing_members(self) -> tuple[str | None, list[str]]:
+        """A running peer and the metadata group's members as it knows them ((None, [])
+        if none answers within a moment: the nodes are starting together and bootstrap
+        it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + JOIN_PROBE_S
         while loop.time() < deadline:
@@ -158,9 +163,9 @@ class ClusterNode:
                     continue
                 members = status["metadata"].get("members") if status["metadata"] else None
                 if members:
-                    return list(members)
+                    return node, list(members)
             await asyncio.sleep(RETRY_S)
-        return []
+        return None, []
 
     async def close(self) -> None:
         await self.raft.close()
@@ -298,10 +303,6 @@ class ClusterNode:
             host.group = None
             host.drop_replica()
 
-    def listen_address(self) -> tuple[str, int]:
-        host = self.nodes.get(self.name, (self.config.bind[0], 0))[0]
-        return host, self.peers.port
-
     def node_known(self, node: str, host: str, port: int) -> None:
         self.nodes[node] = (host, port)
         self.raft.names.add(node)  # so that Raft's ids of it read as its name
@@ -349,6 +350,10 @@ class ClusterNode:
         if not up:
             self.reap_soon()
             return
+        if node not in self.nodes:  # it joined, and dialed this node first
+            address = self.peers.address(node)
+            if address is not None:
+                self.node_known(node, *address)
         for host in list(self.queues.values()):
             if host.group is None:  # consumers the leader serves from afar: still there?
                 task = asyncio.ensure_future(host.recheck_consumers())

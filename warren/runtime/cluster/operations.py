@@ -165,7 +165,7 @@ async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[di
 
 async def join(cluster: ClusterNode, seed: str) -> list[str]:
     """This node joins `seed`'s cluster: the metadata group's leader adds it as a member."""
-    host, port = cluster.listen_address()
+    host, port = cluster.peers.listen_address
     request = ("add_member", METADATA_GROUP, cluster.name, host, port)
     try:
         members: list[str] = await cluster.peers.call(seed, ("forward", request), 30.0)  # type: ignore[assignment]

@@ -1,28 +1,41 @@
 """The transport between the nodes of a cluster: one TCP connection per node pair.
 
 Theory of operation:
-1. Links: for each pair of nodes, the node whose name sorts lower dials the other (at the
-   address `set_address` gave), the other accepts; both directions share that one
-   connection. A dialer that fails or loses its link tries again after a backoff that
-   doubles from 0.1 s to 2 s. An acceptor takes a newer connection from the same node in
-   place of the old one (the old one may be half-dead).
-2. Handshake, before anything is unpickled: the dialer sends a hello (magic, its nonce,
-   its name); the acceptor answers with its nonce, its name and an HMAC-SHA256 under the
-   cookie over the dialer's nonce and both names; the dialer checks it and answers with
-   its own HMAC over the acceptor's nonce; the acceptor checks it and says OK. Each side
-   has then proved the cookie to the other. Anything else is refused and logged, and so is
-   a dialer that should have been dialed (its name sorts higher) or that claims our name.
-3. Frames: a 4-byte big-endian length, then a pickle (protocol 5) of a list of items.
+1. Links: a node dials every node it has an address for (`set_address`, or learned from
+   a hello, rule 3) and has no link with; the other accepts. Both directions share that
+   one connection. A dialer that fails or loses its link tries again after a backoff that
+   doubles from 0.1 s to 2 s; a node whose accepted link goes down dials back.
+2. One link per pair: when both nodes dial at once, the connection dialed by the node
+   whose name sorts lower wins on both sides. A node keeps a newly authenticated
+   connection in place of the link it has (the old one may be half-dead) unless the old
+   one wins, the new one does not, and both come from the same life of the other node
+   (each side of a handshake names its process's incarnation: a node that restarted
+   always replaces the links of its previous life). An acceptor answers a dialer that
+   lost "already linked", which is no failure. Both ends apply the same rule, so they
+   agree on the link, and a winning connection is never given up for a losing one.
+3. Handshake, before anything is unpickled: the dialer sends a hello (magic, its nonce,
+   its incarnation, its name, the address of its cluster listener); the acceptor answers
+   with its nonce, its incarnation, its name and an HMAC-SHA256 under the cookie over the
+   dialer's nonce, both names and its incarnation; the dialer checks it and answers with
+   its own HMAC over the acceptor's nonce, both names, its incarnation and its address;
+   the acceptor checks it, learns the address if it had none for that node (so a node
+   that joins is reached again after the link drops, even by nodes that never had it in
+   their configuration), and says OK or "already linked" (rule 2). Each side has then
+   proved the cookie to the other. Anything else is refused and logged, and so is a
+   dialer that claims our name. A link is made current in the same step as the decision,
+   so no other connection can slip in between.
+4. Frames: a 4-byte big-endian length, then a pickle (protocol 5) of a list of items.
    `send` only buffers; one callback per loop turn per link writes the whole buffer as
    one frame (batching). Items: a message, an RPC request, its response or its error.
    Delivery is best effort: a message for a node with no link is dropped.
-4. RPC (`call`/`serve`) rides on the same link. A remote `AmqpError` comes back as the
+5. RPC (`call`/`serve`) rides on the same link. A remote `AmqpError` comes back as the
    same class with the same code and text; any other remote failure as `RemoteError`. A
-   call fails with `PeerUnavailable` if there is no link, the link goes down or the
-   answer does not come in time.
-5. `partition(nodes)` is a fault hook for tests: traffic to and from those nodes is
+   call fails with `PeerUnavailable` if there is no link, the link goes down or is
+   replaced, or the answer does not come in time.
+6. `partition(nodes)` is a fault hook for tests: traffic to and from those nodes is
    dropped (links stay open), they report not connected and link handlers hear "down";
-   `partition(set())` heals.
+   `partition(set())` heals. Link handlers hear "up" when a node gets a link and "down"
+   when it has none any more, not when one link replaces another.
 The peers are trusted once the cookie is proved: a frame is unpickled as it comes.
 """
 
@@ -46,8 +59,9 @@ from warren.errors import AmqpError, ReplyCode
 CLOSE_TIMEOUT_S: Final = 2.0
 log = logging.getLogger("warren.peers")
 
-MAGIC: Final = b"WARREN-PEERS/1\n"
+MAGIC: Final = b"WARREN-PEERS/2\n"
 _NONCE_BYTES: Final = 16
+_INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32
 _LENGTH: Final = struct.Struct(">I")
 _HANDSHAKE_MAX_BYTES: Final = 4096
@@ -55,6 +69,7 @@ HANDSHAKE_TIMEOUT_S: Final = 5.0
 BACKOFF_MIN_S: Final = 0.1
 BACKOFF_MAX_S: Final = 2.0
 _ACCEPTED: Final = b"OK"
+_LINKED: Final = b"LINKED"  # rule 2: the link the acceptor has wins
 
 # item tags in a frame's list
 _MESSAGE: Final = 0
@@ -83,13 +98,24 @@ class _Refused(Exception):
     """A handshake that did not prove the cookie, or broke the rules."""
 
 
+class _AlreadyLinked(Exception):
+    """A connection that lost to the link the two nodes have (rule 2): no failure."""
+
+
 class _Link:
     """One authenticated connection to a node, and what waits to be written to it."""
 
     def __init__(
-        self, node: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        node: str,
+        incarnation: bytes,
+        dialer: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         self.node = node
+        self.incarnation = incarnation  # the node's process at the other end (rule 2)
+        self.dialer = dialer  # the name of the node that dialed it
         self.reader = reader
         self.writer = writer
         self.outbox: list[tuple[object, ...]] = []
@@ -114,6 +140,7 @@ class Peers:
     ) -> None:
         self.node = node
         self._cookie = cookie.encode("utf-8")
+        self._incarnation = secrets.token_bytes(_INCARNATION_BYTES)  # this process's life
         self._listen = (listen_host, listen_port)
         self._addresses = {name: addr for name, addr in addresses.items() if name != node}
         self._server: asyncio.Server | None = None
@@ -147,8 +174,7 @@ class Peers:
         for task in tasks:
             task.cancel()
         if tasks:
-            # bounded: a task whose handshake finished as it was cancelled may go on
-            # (asyncio.wait_for can swallow the cancellation); `_run_link` stops it
+            # bounded; a link admitted as this node stopped is closed below
             await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
         for link in list(self._links.values()):
             link.close()
@@ -163,6 +189,15 @@ class Peers:
             return self._listen[1]
         port: int = self._server.sockets[0].getsockname()[1]
         return port
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """Where the other nodes reach this one: what its hello tells them."""
+        return self._listen[0], self.port
+
+    def address(self, node: str) -> tuple[str, int] | None:
+        """The address this node dials `node` at: given, or learned from its hello."""
+        return self._addresses.get(node)
 
     @property
     def nodes(self) -> list[str]:
@@ -255,39 +290,53 @@ class Peers:
     # --- links -----------------------------------------------------------------------------
 
     def _maybe_dial(self, node: str) -> None:
-        if self._started and self.node < node and node not in self._dialers:
+        if (
+            self._started
+            and node in self._addresses
+            and node not in self._links
+            and node not in self._dialers
+        ):
             self._dialers[node] = asyncio.get_running_loop().create_task(self._dial_loop(node))
 
     async def _dial_loop(self, node: str) -> None:
+        """Dial until the node has a link (this one's or one it accepted), then run ours."""
         backoff = BACKOFF_MIN_S
-        while node in self._addresses:
-            link = await self._dial(node, *self._addresses[node])
-            if link is None:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-                continue
-            backoff = BACKOFF_MIN_S
-            await self._run_link(link)
-            await asyncio.sleep(BACKOFF_MIN_S)
+        try:
+            while node in self._addresses and node not in self._links:
+                link = await self._dial(node, *self._addresses[node])
+                if link is None:
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                backoff = BACKOFF_MIN_S
+                await self._run_link(link)
+                await asyncio.sleep(BACKOFF_MIN_S)
+        finally:
+            if self._dialers.get(node) is asyncio.current_task():
+                del self._dialers[node]
 
     async def _dial(self, node: str, host: str, port: int) -> _Link | None:
+        """A link to `node`, already current; None if it failed or lost (rule 2)."""
+        # asyncio.timeout, not wait_for: a connection made as the dialer is cancelled
+        # must not be dropped unclosed
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), HANDSHAKE_TIMEOUT_S
-            )
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                reader, writer = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as error:
             log.debug("dialing node %s at %s:%s failed: %r", node, host, port, error)
             return None
         try:
-            await asyncio.wait_for(self._handshake_dial(node, reader, writer), HANDSHAKE_TIMEOUT_S)
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                return await self._handshake_dial(node, reader, writer)
+        except _AlreadyLinked as already:
+            log.debug("%s", already)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, _Refused) as error:
             log.warning("handshake with node %s at %s:%s failed: %r", node, host, port, error)
-            writer.transport.abort()
-            return None
         except asyncio.CancelledError:
             writer.transport.abort()
             raise
-        return _Link(node, reader, writer)
+        writer.transport.abort()
+        return None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self._started:  # accepted just before `close` stopped the server
@@ -298,19 +347,18 @@ class Peers:
         self._tasks.add(task)
         try:
             try:
-                node = await asyncio.wait_for(
-                    self._handshake_accept(reader, writer), HANDSHAKE_TIMEOUT_S
-                )
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    link = await self._handshake_accept(reader, writer)
+            except _AlreadyLinked as already:
+                log.debug("%s", already)
+                writer.close()  # after the answer that says so
+                return
             except (OSError, TimeoutError, asyncio.IncompleteReadError, _Refused) as error:
                 peer = writer.get_extra_info("peername")
                 log.warning("refused a node connection from %s: %r", peer, error)
                 writer.transport.abort()
                 return
-            old = self._links.get(node)
-            if old is not None:
-                old.close()
-                self._fail_calls(node, "link replaced")
-            await self._run_link(_Link(node, reader, writer))
+            await self._run_link(link)
         except asyncio.CancelledError:
             # `close` cancels; asyncio's server callback would report a cancelled task
             writer.transport.abort()
@@ -319,57 +367,110 @@ class Peers:
 
     async def _handshake_dial(
         self, node: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    ) -> _Link:
         nonce = secrets.token_bytes(_NONCE_BYTES)
-        _write_handshake(writer, MAGIC + nonce + self.node.encode("utf-8"))
+        host, port = self.listen_address
+        address = f"{host}:{port}".encode()
+        mine = self._incarnation
+        hello = MAGIC + nonce + mine + self.node.encode("utf-8") + b"\0" + address
+        _write_handshake(writer, hello)
         answer = await _read_handshake(reader)
         if not answer.startswith(MAGIC):
             raise _Refused("not a Warren node")
         body = answer[len(MAGIC) :]
-        their_nonce = body[:_NONCE_BYTES]
-        their_mac = body[_NONCE_BYTES : _NONCE_BYTES + _MAC_BYTES]
-        their_name = body[_NONCE_BYTES + _MAC_BYTES :].decode("utf-8", "replace")
+        their_nonce, body = body[:_NONCE_BYTES], body[_NONCE_BYTES:]
+        theirs, body = body[:_INCARNATION_BYTES], body[_INCARNATION_BYTES:]
+        their_mac = body[:_MAC_BYTES]
+        their_name = body[_MAC_BYTES:].decode("utf-8", "replace")
         if their_name != node:
             raise _Refused(f"expected node {node}, found {their_name!r}")
-        if not hmac.compare_digest(their_mac, self._mac(b"accept", nonce, self.node, node)):
+        expected = self._mac(b"accept", nonce, self.node, node, theirs)
+        if not hmac.compare_digest(their_mac, expected):
             raise _Refused("the node did not prove the cookie")
-        _write_handshake(writer, self._mac(b"dial", their_nonce, self.node, node))
-        if await _read_handshake(reader) != _ACCEPTED:
+        _write_handshake(writer, self._mac(b"dial", their_nonce, self.node, node, mine, address))
+        verdict = await _read_handshake(reader)
+        if verdict == _LINKED:
+            raise _AlreadyLinked(f"node {node} has the link that wins already")
+        if verdict != _ACCEPTED:
             raise _Refused("the node refused our cookie")
+        link = _Link(node, theirs, self.node, reader, writer)
+        if not self._admit(link):
+            raise _AlreadyLinked(f"node {node} accepted, but the link it dialed wins")
+        return link
 
     async def _handshake_accept(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> str:
+    ) -> _Link:
         hello = await _read_handshake(reader)
-        if not hello.startswith(MAGIC) or len(hello) <= len(MAGIC) + _NONCE_BYTES:
+        fixed = len(MAGIC) + _NONCE_BYTES + _INCARNATION_BYTES
+        if not hello.startswith(MAGIC) or len(hello) <= fixed:
             raise _Refused("not a Warren node")
         body = hello[len(MAGIC) :]
-        their_nonce = body[:_NONCE_BYTES]
-        node = body[_NONCE_BYTES:].decode("utf-8", "replace")
-        if not node < self.node:
-            raise _Refused(f"node {node!r} must be dialed by {self.node}, not dial it")
+        their_nonce, body = body[:_NONCE_BYTES], body[_NONCE_BYTES:]
+        theirs, body = body[:_INCARNATION_BYTES], body[_INCARNATION_BYTES:]
+        name, _, address = body.partition(b"\0")
+        node = name.decode("utf-8", "replace")
+        if node == self.node:
+            raise _Refused(f"a node dialed in with this node's name {node!r}")
         nonce = secrets.token_bytes(_NONCE_BYTES)
-        mac = self._mac(b"accept", their_nonce, node, self.node)
-        _write_handshake(writer, MAGIC + nonce + mac + self.node.encode("utf-8"))
+        mine = self._incarnation
+        mac = self._mac(b"accept", their_nonce, node, self.node, mine)
+        _write_handshake(writer, MAGIC + nonce + mine + mac + self.node.encode("utf-8"))
         their_mac = await _read_handshake(reader)
-        if not hmac.compare_digest(their_mac, self._mac(b"dial", nonce, node, self.node)):
+        expected = self._mac(b"dial", nonce, node, self.node, theirs, address)
+        if not hmac.compare_digest(their_mac, expected):
             raise _Refused(f"node {node!r} did not prove the cookie")
+        self._learn(node, address)
+        link = _Link(node, theirs, node, reader, writer)
+        if not self._admit(link):
+            _write_handshake(writer, _LINKED)
+            raise _AlreadyLinked(f"node {node} dialed, but the link this node dialed wins")
         _write_handshake(writer, _ACCEPTED)
-        return node
+        return link
 
-    def _mac(self, role: bytes, nonce: bytes, dialer: str, acceptor: str) -> bytes:
-        text = b"\0".join((role, nonce, dialer.encode("utf-8"), acceptor.encode("utf-8")))
-        return hmac.new(self._cookie, text, hashlib.sha256).digest()
+    def _learn(self, node: str, address: bytes) -> None:
+        """The address of a node that dialed in, unless this node was given one (it may
+        reach the node another way, e.g. through a proxy)."""
+        host, colon, port = address.decode("utf-8", "replace").rpartition(":")
+        if node not in self._addresses and colon and port.isdigit():
+            self._addresses[node] = (host, int(port))
 
-    async def _run_link(self, link: _Link) -> None:
+    def _admit(self, link: _Link) -> bool:
+        """Make `link` the node's link, in place of the one it has unless that one wins,
+        this one does not, and both reach the same life of the node (rule 2); False if it
+        lost."""
+        if not self._started:
+            raise _Refused("this node is stopping")
         node = link.node
-        if not self._started:  # the handshake finished while `close` ran
-            link.close()
-            return
+        old = self._links.get(node)
+        if (
+            old is not None
+            and old.incarnation == link.incarnation
+            and self._wins(old)
+            and not self._wins(link)
+        ):
+            return False
         self._links[node] = link
+        if old is not None:
+            old.close()
+            self._fail_calls(node, "link replaced")
+            return True
         log.info("link to node %s up", node)
         if node not in self._partitioned:
             self._notify_link(node, True)
+        return True
+
+    def _wins(self, link: _Link) -> bool:
+        return link.dialer == min(self.node, link.node)
+
+    def _mac(self, role: bytes, nonce: bytes, dialer: str, acceptor: str, *more: bytes) -> bytes:
+        fields = (role, nonce, dialer.encode("utf-8"), acceptor.encode("utf-8"), *more)
+        return hmac.new(self._cookie, b"\0".join(fields), hashlib.sha256).digest()
+
+    async def _run_link(self, link: _Link) -> None:
+        """Read the link's frames until it goes; then, if it was current, the node has
+        no link: calls fail, handlers hear "down", and this node dials it again."""
+        node = link.node
         try:
             await self._read_frames(link)
         except (OSError, asyncio.IncompleteReadError) as error:
@@ -384,6 +485,7 @@ class Peers:
                 self._fail_calls(node, "link down")
                 if node not in self._partitioned:
                     self._notify_link(node, False)
+                self._maybe_dial(node)
 
     async def _read_frames(self, link: _Link) -> None:
         reader = link.reader

@@ -33,6 +33,8 @@ Theory of operation:
    A consumer key names the node process's incarnation, so a node that restarted cancels
    the consumers of its previous life as soon as it sees them. A delivery to a consumer
    this node no longer has (its channel closed meanwhile) is returned at once.
+   Messages taken with basic.get and not yet settled are held the same way, by the node
+   process (`Get.holder`, a key numbered 0), and returned by the same rules.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
 5. Snapshots are the pickled machine.
@@ -46,7 +48,7 @@ import logging
 import pickle
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from warren.model import QueueRecord
 from warren.model.policy import Policy
@@ -60,6 +62,7 @@ from warren.queue import (
     Discard,
     Dispatch,
     Entry,
+    Get,
     Meta,
     QueueExpired,
     QueueMachine,
@@ -108,6 +111,8 @@ class QuorumHost:
         self._seq = itertools.count(1)
         self._delivered_through = 0  # the last index whose deliveries this node made,
         self._replica_delivered = False  # from its replica or (one entry, many) the leader's
+        # holds what this node process takes with basic.get (consumers count from 1)
+        self._getter: ConsumerKey = (cluster.name, cluster.incarnation, 0)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self.handed = Handed()  # deliveries the leader sent here (no replica here)
         self._timer: asyncio.TimerHandle | None = None
@@ -137,6 +142,8 @@ class QuorumHost:
         kind = type(command)
         if kind is Dispatch:
             return None  # consumers' credit is the machine's own: nothing to retry
+        if type(command) is Get and not command.no_ack:
+            command = replace(command, holder=self._getter)
         if kind is Return:  # it may come back to the same consumer at once
             self.handed.settled(command.msg_ids)  # type: ignore[attr-defined]
         outcome = self.submit(command)
@@ -295,6 +302,8 @@ class QuorumHost:
                 ref.channel.queue_deleted(ref.tag)
             elif leader and self._elsewhere(command.consumer):  # type: ignore[arg-type]
                 self.cluster.remote.cancel(command.consumer[0], self.record, command.consumer)  # type: ignore[index]
+        elif type(command) is Get and self._stale(command.holder):
+            self._drop_stale(command.holder)  # a get of this node's life before a restart
         for effect in effects:
             if type(effect) is Deliver:
                 consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
@@ -336,9 +345,8 @@ class QuorumHost:
         return self.dead_letter_worker
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
-        for consumer in self.machine.consumers():
-            key: ConsumerKey = consumer  # type: ignore[assignment]
-            if key[0] == self.cluster.name and key[1] != self.cluster.incarnation:
+        for key in self._holders():
+            if self._stale(key):
                 self._drop_stale(key)
         if not leader:
             self._stop_leading()
@@ -365,16 +373,27 @@ class QuorumHost:
         return consumer[0] != self.cluster.name and consumer[0] not in self.members
 
     def reap(self, nodes: set[str]) -> None:
-        """On the leader: cancel the consumers of `nodes` (gone) and requeue what they held."""
+        """On the leader: cancel the consumers of `nodes` (gone) and requeue what they, and
+        basic.get on those nodes, held."""
         if not nodes or not self.leader:
             return
-        for consumer in self.machine.consumers():
-            if consumer[0] in nodes:  # type: ignore[index]
-                self._cancel_with_messages(consumer)  # type: ignore[arg-type]
+        for key in self._holders():
+            if key[0] in nodes:
+                self._cancel_with_messages(key)
+
+    def _holders(self) -> list[ConsumerKey]:
+        """The consumers, and the node processes holding fetched messages, as the log has
+        them."""
+        return [*self.machine.consumers(), *self.machine.holders()]  # type: ignore[list-item]
+
+    def _stale(self, key: Hashable) -> TypeGuard[ConsumerKey]:
+        """A consumer or getter key of this node in an earlier life."""
+        mine = (self.cluster.name, self.cluster.incarnation)
+        return isinstance(key, tuple) and key[0] == mine[0] and key[1] != mine[1]
 
     def _drop_stale(self, consumer: ConsumerKey) -> None:
-        """A consumer of this node that no channel has (added before the node restarted,
-        or its channel closed): nobody receives for it."""
+        """A consumer (or getter) of this node that no channel has (from before the node
+        restarted, or its channel closed): nobody receives or settles for it."""
         if consumer not in self._dropping:
             self._dropping.add(consumer)
             self._cancel_with_messages(consumer)
