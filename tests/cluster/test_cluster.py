@@ -27,6 +27,7 @@ from tests.cluster.conftest import (
     drain,
     publish,
     revived,
+    until,
 )
 from warren.testing.cluster import LocalCluster
 
@@ -53,6 +54,31 @@ def test_definitions_reach_every_node(cluster: LocalCluster, name: str) -> None:
         assert info["type"] == "quorum"
         assert sorted(info["members"]) == NAMES
         assert any(b["source"] == f"{name}.x" and b["routing_key"] == "orders.#" for b in bindings)
+
+
+def test_one_definition_changed_on_two_nodes_at_once_ends_the_same_everywhere(
+    cluster: LocalCluster, name: str
+) -> None:
+    # Each node applies its own change at once and the other's from the log; whatever the
+    # interleaving, every node must end with the change that is last in the log.
+    path = f"/api/policies/%2F/{name}"
+
+    def change(node: str) -> None:
+        for priority in range(40):
+            body = {"pattern": f"^{node}-{priority}$", "definition": {"max-length": priority}}
+            cluster.api(node, path, "PUT", body)
+
+    writers = [threading.Thread(target=change, args=(node,)) for node in NAMES[:2]]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+
+    def patterns() -> set[str]:
+        return {cluster.api(node, path)["pattern"] for node in NAMES}
+
+    assert len(until(patterns, lambda found: len(found) == 1)) == 1
+    cluster.api("warren-a", path, "DELETE")
 
 
 def test_publish_on_one_node_consume_on_another(cluster: LocalCluster, name: str) -> None:

@@ -22,10 +22,13 @@ Theory of operation:
    `warren.runtime.cluster.remote`), non-durable exchanges, and every binding. A node
    stores a binding between durable ends unless its queue's home is another node.
 5. Conflicts (other definitions): two nodes changing the same definition at the same
-   moment each apply their own change first; every node then applies the other's in log
-   order, so the two nodes may end with different versions of that one definition until
-   it is changed again. Two nodes declaring one classic queue name at once each keep
-   their own queue (each ignores the other's declare).
+   moment each apply their own change first and the other's when the log brings it. A
+   node therefore counts its changes the log has not brought back yet, per definition
+   (`LocalChanges`): when another node's change to one of them is applied meanwhile, it
+   came earlier in the log, and the node applies its own change again when the log
+   brings it back, so every node ends with the change that is last in the log. Two nodes
+   declaring one classic queue name at once each keep their own queue (each ignores the
+   other's declare).
 6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`); a node
    that restores one puts every definition it holds.
 """
@@ -35,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
 from warren.model import DestinationKind, Exchange, QueueType, VHost
@@ -72,6 +76,7 @@ class ReplicatedDefinitions:
         self.store = store
         self.cluster = cluster
         self.applying = False  # applying another node's operation: do not replicate it
+        self.changes = LocalChanges()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -79,6 +84,7 @@ class ReplicatedDefinitions:
     def replicate(self, method: str, *arguments: Any) -> None:
         """Propose a change made here (not one being applied from the log)."""
         if not self.applying:
+            self.changes.made(method, arguments)
             outcome = self.cluster.replicate((self.cluster.name, method, arguments))
             outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
 
@@ -143,6 +149,63 @@ class ReplicatedDefinitions:
     def delete_operator_policy(self, vhost: str, name: str) -> None:
         self.store.delete_operator_policy(vhost, name)
         self.replicate("delete_operator_policy", vhost, name)
+
+
+class LocalChanges:
+    """This node's definition changes that the log has not brought back yet (module doc,
+    point 5), by the definition they change."""
+
+    def __init__(self) -> None:
+        self._waiting: Counter[tuple[Any, ...]] = Counter()
+        self._overtaken: set[tuple[Any, ...]] = set()
+
+    def made(self, method: str, arguments: tuple[Any, ...]) -> None:
+        changed = _changed(method, arguments)
+        if changed is not None:
+            self._waiting[changed] += 1
+
+    def other(self, method: str, arguments: tuple[Any, ...]) -> None:
+        """Another node's change, applied now: earlier in the log than those waiting."""
+        changed = _changed(method, arguments)
+        if changed is not None and self._waiting[changed] > 0:
+            self._overtaken.add(changed)
+
+    def back(self, method: str, arguments: tuple[Any, ...]) -> bool:
+        """One of this node's changes, back from the log: whether to apply it again."""
+        changed = _changed(method, arguments)
+        if changed is None:
+            return False
+        again = changed in self._overtaken
+        self._waiting[changed] -= 1
+        if self._waiting[changed] <= 0:
+            del self._waiting[changed]
+            self._overtaken.discard(changed)
+        return again
+
+
+def _changed(method: str, arguments: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The definition an operation changes, as (kind, identity...), for the operations a
+    node applies before the log has them (not quorum queues, not cluster changes, not
+    classic queues, each of which has one home)."""
+    kind, _, what = method.partition("_")
+    if what == "binding":
+        return (what, arguments[0])
+    if what not in _IDENTITY:
+        return None
+    if kind == "put":
+        return (what, *(getattr(arguments[0], field) for field in _IDENTITY[what]))
+    return (what, *arguments[: len(_IDENTITY[what])])  # delete_*, transient_exchange
+
+
+# what names a definition: the fields of the put_* argument, the arguments of delete_*
+_IDENTITY: Final = {
+    "vhost": ("name",),
+    "user": ("name",),
+    "permission": ("user", "vhost"),
+    "exchange": ("vhost", "name"),
+    "policy": ("vhost", "name"),
+    "operator_policy": ("vhost", "name"),
+}
 
 
 class TransientDefinitions:
@@ -275,8 +338,12 @@ class MetadataMachine:
             return None  # applied before this node restarted
         origin, method, arguments = pickle.loads(data)
         result: object = None
-        if origin != self.cluster.name:  # else: applied when this node made the change
+        changes = self.cluster.definitions.changes
+        if origin != self.cluster.name:
+            changes.other(method, arguments)
             result = self.replay([(method, arguments)])
+        elif changes.back(method, arguments):  # applied when this node made it, and since
+            result = self.replay([(method, arguments)])  # overtaken by one before it in the log
         store.set_applied_index(index)
         return result
 
