@@ -2,12 +2,17 @@
 
 Theory of operation:
 1. `spark` is session-scoped: starting the JVM costs seconds, so every test shares one
-   `local[2]` session with two shuffle partitions and no UI, built by `warren.spark`'s own
+   `local[2]` session with one shuffle partition and no UI, built by `warren.spark`'s own
    `build_session` (so the tests go through the Java check, `PYSPARK_PYTHON` and the
    127.0.0.1 binding that users get). The test JVMs (this one and the process the SIGKILL
    test starts, which inherits the environment) run with `TEST_JAVA_OPTIONS`: a JVM that
    lives a minute spends much of it in the C2 JIT compiler and parallel GC threads, which
    only pay off in the long-running jobs users start with the JVM's defaults.
+   They also run with `SPARK_HOME` set to a copy of pyspark's own (symbolic links) without
+   `python/lib`: Spark puts `$SPARK_HOME/python/lib/pyspark.zip` first on every Python
+   worker's `PYTHONPATH`, and Python compiles modules imported from a zip on every start
+   (it caches no bytecode there), which cost each of the suite's twenty-odd worker processes
+   over a second of CPU. Without the zip they import the same pyspark from site-packages.
 2. Tests talk to the broker with pika, never through Warren's internals, so the same tests run
    against a real RabbitMQ when `WARREN_TEST_URL` is set (see tests/conftest.py).
 3. Every name starts with `unique`; `declare` remembers the queues and exchanges a test made and
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pyspark
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pyspark.sql import SparkSession
@@ -43,18 +49,30 @@ BODY_BYTES = 128
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+def spark_home_without_zips(directory: Path) -> Path:
+    """Rule 1: pyspark's SPARK_HOME, linked entry by entry, without `python/lib`."""
+    installed = Path(pyspark.__file__).parent
+    for entry in installed.iterdir():
+        if entry.name != "python":
+            (directory / entry.name).symlink_to(entry)
+    return directory
+
+
 @pytest.fixture(scope="session")
-def java_options() -> Iterator[None]:
-    """Rule 1: `TEST_JAVA_OPTIONS` for every JVM started while the Spark tests run."""
+def spark_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Rule 1: the environment of every JVM started while the Spark tests run."""
     with pytest.MonkeyPatch.context() as patch:
         java_options = os.environ.get("JDK_JAVA_OPTIONS")
         patch.setenv("JDK_JAVA_OPTIONS", f"{java_options or ''} {TEST_JAVA_OPTIONS}".strip())
+        if "SPARK_HOME" not in os.environ:
+            home = spark_home_without_zips(tmp_path_factory.mktemp("spark-home"))
+            patch.setenv("SPARK_HOME", str(home))
         yield
 
 
 @pytest.fixture(scope="session")
-def spark(java_options: None) -> Iterator[SparkSession]:
-    session = build_session("local[2]", app_name="warren-tests", shuffle_partitions=2)
+def spark(spark_environment: None) -> Iterator[SparkSession]:
+    session = build_session("local[2]", app_name="warren-tests", shuffle_partitions=1)
     yield session
     session.stop()
 
@@ -148,7 +166,7 @@ class KillableLander:
 
 @pytest.fixture(scope="module")
 def killable_lander(
-    broker: Any, java_options: None, tmp_path_factory: pytest.TempPathFactory
+    broker: Any, spark_environment: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KillableLander]:
     """Rule 4."""
     amqp = Amqp(broker.url, f"t.killable-lander.{secrets.token_hex(4)}")

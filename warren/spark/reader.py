@@ -15,22 +15,25 @@ Theory of operation (streaming, `QueueStreamReader`):
    most `maxWaitMs`) and keeps them, as one Arrow record batch, with their highest delivery
    tag under the new seq. `partitions` puts those record batches into the partition itself,
    so a task reads exactly what the driver took from the queue, in any Python worker, and
-   hands them to Spark without touching a row. `commit` acknowledges, with `multiple`,
-   up to the tag of the committed seq. Spark commits a batch's offsets only after its sink
-   committed, so a message is acknowledged only once the batch holding it is safely written
-   (at-least-once).
-4. Spark commits a batch only while it plans the next one. When the queue is idle and a
-   handed-out batch is still unacknowledged, `latestOffset` returns a "tick" (seq + 1, no
-   rows) so Spark plans an empty batch and commits the last real one.
+   hands them to Spark without touching a row.
+4. A message is acknowledged only once the batch holding it is safely written
+   (at-least-once). Spark runs one micro-batch at a time: it asks `latestOffset(start)` for
+   the next batch only after the batch ending at `start` ran and its sink committed. So
+   `latestOffset` first acknowledges, with `multiple`, up to the tag of `start`'s seq; `commit`
+   (which Spark calls later, after writing the next batch's offsets) acknowledges the same
+   way and finds nothing left. An idle queue therefore costs no micro-batch: Spark's next
+   `latestOffset` call acknowledges the last batch and gets `start` back (no new data).
 5. After a crash or restart, Spark plans again the batches it wrote to its offset log but did
    not commit. Offsets of another session name messages that were never acknowledged: the
    broker requeued them when the old connection died and they arrive again, `redelivered`,
    in a later batch. So another session's range is planned with no rows, and nothing is
    lost.
 6. `Trigger.AvailableNow`: `prepareForTriggerAvailableNow` notes the queue's ready-message count
-   as the target; once that many messages were handed out (or the queue stayed empty for
-   `maxWaitMs`), `latestOffset` ticks once to get the last batch committed and then reports no
-   new data, so the query stops.
+   as the target. A batch then waits for `batchSize` messages (or what is left of the target)
+   for as long as they keep arriving, closing only when the queue has been quiet for
+   `maxWaitMs`: the batches are full and few. Once the target was handed out (or the queue
+   stayed quiet), `latestOffset` acknowledges the last batch (rule 4) and reports no new
+   data, so the query stops.
 
 Batch reads (`QueuePeekReader`) run in a Spark task: they consume what is in the queue
 without acknowledging, yield it as one record batch and close the channel, so the broker
@@ -44,6 +47,7 @@ import collections
 import contextlib
 import dataclasses
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -60,6 +64,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from warren.spark.message import record_batch, row_of
 from warren.spark.options import ReadOptions, connection_parameters
 
+NOBODY_WAITS = sys.maxsize
 IO_SLICE_S = 0.05  # the consumer thread's longest wait for the socket before it checks for stop
 CONNECT_TIMEOUT_S = 30.0
 
@@ -73,6 +78,7 @@ class Consumer:
         self._options = options
         self._buffer: collections.deque[Delivery] = collections.deque()
         self._arrived = threading.Condition()
+        self._wanted = NOBODY_WAITS  # buffered deliveries that wake the taker
         self._stopping = threading.Event()
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -122,7 +128,7 @@ class Consumer:
         body: bytes,
     ) -> None:
         self._buffer.append((deliver.delivery_tag, row_of(deliver, properties, body)))
-        if len(self._buffer) == 1 or len(self._buffer) >= self._options.batch_size:
+        if len(self._buffer) >= self._wanted:
             with self._arrived:
                 self._arrived.notify_all()
 
@@ -132,15 +138,22 @@ class Consumer:
                 f"AMQP consumer on {self._options.queue!r} failed: {self._failure!r}"
             ) from self._failure
 
-    def take(self, count_max: int, wait_s: float) -> list[Delivery]:
-        """Up to `count_max` deliveries, waiting until that many arrived or `wait_s` passed."""
+    def take(self, count_max: int, wait_s: float, while_arriving: bool = False) -> list[Delivery]:
+        """Up to `count_max` deliveries, waiting until that many arrived or `wait_s` passed;
+        `while_arriving`: or until `wait_s` passed without a new delivery (rule 6)."""
         deadline = time.monotonic() + wait_s
         with self._arrived:
+            self._wanted = count_max
+            buffered = len(self._buffer)
             while len(self._buffer) < count_max and self._failure is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    break
+                    if not while_arriving or len(self._buffer) == buffered:
+                        break
+                    buffered, deadline = len(self._buffer), time.monotonic() + wait_s
+                    continue
                 self._arrived.wait(remaining)
+            self._wanted = NOBODY_WAITS
         self._raise_failure()
         taken: list[Delivery] = []
         while self._buffer and len(taken) < count_max:
@@ -165,11 +178,11 @@ class Consumer:
 
 @dataclasses.dataclass
 class HandedOut:
-    """A micro-batch that Spark has not committed yet."""
+    """A micro-batch whose messages are not acknowledged yet."""
 
     seq: int
-    last_delivery_tag: int | None  # None for a tick
-    messages: pa.RecordBatch | None  # None for a tick
+    last_delivery_tag: int
+    messages: pa.RecordBatch
 
 
 class Messages(InputPartition):
@@ -211,6 +224,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._remaining = self._connected().ready_at_start
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._acknowledge_through(start)  # rule 4: the batch ending at `start` is written
         count_max = self._options.batch_size
         if isinstance(limit, ReadMaxRows):
             count_max = min(count_max, limit.max_rows)
@@ -218,32 +232,24 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             count_max = min(count_max, self._remaining)
         deliveries = []
         if count_max > 0:
-            deliveries = self._connected().take(count_max, self._options.max_wait_ms / 1000)
+            available_now = self._remaining is not None
+            wait_s = self._options.max_wait_ms / 1000
+            deliveries = self._connected().take(count_max, wait_s, while_arriving=available_now)
         if self._remaining is not None:
             # Under AvailableNow a quiet queue ends the run: what was there has been read.
             self._remaining = self._remaining - len(deliveries) if deliveries else 0
-        if deliveries:
-            rows = [row for _tag, row in deliveries]
-            self._hand_out(deliveries[-1][0], record_batch(rows, self._schema))
-        elif any(entry.last_delivery_tag is not None for entry in self._handed_out):
-            self._hand_out(None, None)  # a tick: rule 4
-        else:
+        if not deliveries:
             return start
-        return self._offset()
-
-    def _hand_out(self, last_delivery_tag: int | None, messages: pa.RecordBatch | None) -> None:
         self._seq += 1
-        self._handed_out.append(HandedOut(self._seq, last_delivery_tag, messages))
+        rows = record_batch([row for _tag, row in deliveries], self._schema)
+        self._handed_out.append(HandedOut(self._seq, deliveries[-1][0], rows))
+        return self._offset()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if end.get("session") != self._session:
             return []  # rule 5: the broker redelivers these
         first = start["seq"] if start.get("session") == self._session else 0
-        batches = [
-            entry.messages
-            for entry in self._handed_out
-            if first < entry.seq <= end["seq"] and entry.messages is not None
-        ]
+        batches = [entry.messages for entry in self._handed_out if first < entry.seq <= end["seq"]]
         return [Messages(batches)] if batches else []
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -251,13 +257,16 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return iter(partition.batches)
 
     def commit(self, end: dict[str, Any]) -> None:
-        if end.get("session") != self._session:
+        self._acknowledge_through(end)  # rule 4: mostly done by latestOffset already
+
+    def _acknowledge_through(self, offset: dict[str, Any]) -> None:
+        """Acknowledge the messages of every batch of this session up to `offset`'s seq."""
+        if offset.get("session") != self._session:
             return
-        committed = [entry for entry in self._handed_out if entry.seq <= end["seq"]]
-        self._handed_out = self._handed_out[len(committed) :]
-        tags = [entry.last_delivery_tag for entry in committed if entry.last_delivery_tag]
-        if tags:
-            self._connected().ack_up_to(max(tags))
+        written = [entry for entry in self._handed_out if entry.seq <= offset["seq"]]
+        if written:
+            self._handed_out = self._handed_out[len(written) :]
+            self._connected().ack_up_to(written[-1].last_delivery_tag)
 
     def stop(self) -> None:
         if self._consumer is not None:

@@ -3,7 +3,8 @@
 Theory of operation:
 1. PySpark runs the JVM side of Spark with `java` (from `JAVA_HOME`, else `PATH`); Spark 4
    needs Java 17 or newer. Without it PySpark fails with an obscure gateway error, so
-   `require_java` checks first and names the fix.
+   `require_java` checks first and names the fix. `java -version` starts a JVM, so a `java`
+   that passed is not asked again in the same process.
 2. The JVM starts Python workers with `PYSPARK_PYTHON`; it is set to this interpreter so the
    workers see the same packages (pika, warren) as the driver.
 3. In local mode the driver binds to 127.0.0.1, so a machine whose host name does not resolve
@@ -12,6 +13,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -49,6 +51,11 @@ def require_java() -> None:
         raise JavaMissingError(
             f"Spark needs Java {JAVA_VERSION_MIN}+ and none was found: {JAVA_FIX}"
         )
+    _check_version(java)
+
+
+@functools.cache  # a JVM start per check; a failed check raises and is not remembered
+def _check_version(java: str) -> None:
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', version.stderr)
     if match is None:

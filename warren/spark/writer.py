@@ -11,9 +11,12 @@ Theory of operation:
    the write as failed. Spark may retry the task, which publishes its rows again: the writer is
    at-least-once, never at-most-once.
 3. pika's `SelectConnection` runs the I/O loop in the task's thread; its heartbeats are
-   serviced while rows are pulled from Spark. Spark hands the task Arrow record batches
-   (`DataSourceArrowWriter`): a batch becomes Python values column by column, without a
-   `Row` object per row. An exception raised while pulling a row closes
+   serviced while rows are pulled from Spark. pika hands the socket each frame on its own
+   (three per message: method, header, body) and sends each with its own `send()`;
+   `CoalescingConnection` joins the frames of all the publishes one refill of the window
+   makes into one buffer, so the socket sees one write per refill. Spark hands the task
+   Arrow record batches (`DataSourceArrowWriter`): a batch becomes Python values column by
+   column, without a `Row` object per row. An exception raised while pulling a row closes
    the connection and is raised from `publish_all`.
 4. Nothing can be taken back after a confirm, so `commit` and `abort` have nothing to undo.
 """
@@ -21,6 +24,7 @@ Theory of operation:
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -71,6 +75,34 @@ class UndeliveredError(RuntimeError):
         )
 
 
+class CoalescingConnection(pika.SelectConnection):  # type: ignore[misc]  # pika is untyped
+    """A `SelectConnection` that can hold back frames and write them as one buffer (rule 3).
+
+    `_adapter_emit_data` is the hook pika's adapters implement to hand frames to the socket.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._held: list[bytes] | None = None
+        super().__init__(*args, **kwargs)
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if self._held is None:
+            super()._adapter_emit_data(data)
+        else:
+            self._held.append(data)
+
+    @contextlib.contextmanager
+    def coalesced(self) -> Iterator[None]:
+        """Frames written inside go to the socket together when the block ends."""
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held and self.is_open:
+                super()._adapter_emit_data(b"".join(held))
+
+
 class ConfirmedPublisher:
     """Publishes messages with a window of unconfirmed ones; see the module's rules 1-3."""
 
@@ -85,7 +117,7 @@ class ConfirmedPublisher:
         self._failure: BaseException | None = None
         self._channel: pika.channel.Channel | None = None
         parameters = connection_parameters(options.uri, options.heartbeat_s)
-        self._connection = pika.SelectConnection(
+        self._connection = CoalescingConnection(
             parameters,
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_failure,
@@ -113,25 +145,29 @@ class ConfirmedPublisher:
     def _fill(self) -> None:
         assert self._channel is not None
         try:
-            while not self._exhausted and len(self._unconfirmed) < self._options.confirm_window:
-                message = next(self._messages, None)
-                if message is None:
-                    self._exhausted = True
-                    break
-                self._channel.basic_publish(
-                    message.exchange,
-                    message.routing_key,
-                    message.body,
-                    message.properties,
-                    mandatory=self._options.mandatory,
-                )
-                self._delivery_tag += 1
-                self._unconfirmed[self._delivery_tag] = message
+            with self._connection.coalesced():
+                self._publish_while_room(self._channel)
         except BaseException as error:
             self._fail(error)
             return
         if self._exhausted and not self._unconfirmed:
             self._close()
+
+    def _publish_while_room(self, channel: pika.channel.Channel) -> None:
+        while not self._exhausted and len(self._unconfirmed) < self._options.confirm_window:
+            message = next(self._messages, None)
+            if message is None:
+                self._exhausted = True
+                return
+            channel.basic_publish(
+                message.exchange,
+                message.routing_key,
+                message.body,
+                message.properties,
+                mandatory=self._options.mandatory,
+            )
+            self._delivery_tag += 1
+            self._unconfirmed[self._delivery_tag] = message
 
     def _on_confirm(self, frame: pika.frame.Method[Any]) -> None:
         method = frame.method
