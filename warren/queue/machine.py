@@ -73,7 +73,8 @@ from typing import Any, ClassVar, Final
 from warren.errors import SoftError, access_refused, describe_queue
 from warren.model.settings import DEFAULT_SETTINGS, DeadLetterStrategy, Overflow, QueueSettings
 
-MACHINE_VERSION: Final = 1
+# 2: a quorum queue's entries hold the Raft index of their message (`Entry.message`)
+MACHINE_VERSION: Final = 2
 # Deliveries one command may hand out. A no-ack consumer has no credit limit, so without a
 # bound one command could move a whole backlog into a socket buffer at once; the runtime
 # asks for more (`Dispatch`) as the consumer's socket drains.
@@ -417,6 +418,14 @@ class QueueMachine:
             for entry in (*level.returned, *level.ready):
                 if entry.live:
                     yield entry
+
+    def held_entries(self) -> Iterator[Entry]:
+        """Every message the queue holds: ready, unacked, and held for dead-lettering."""
+        yield from self.ready_entries()
+        for entry, _consumer in self._unacked.values():
+            yield entry
+        for dead in (*self._dead_letters_out.values(), *self._dead_letters_waiting):
+            yield dead.entry
 
     def message_deadline(self, now_ms: int, ttl_ms: int | None) -> int | None:
         """The absolute deadline `Enqueue` gives a message with expiration `ttl_ms` now."""

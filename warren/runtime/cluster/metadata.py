@@ -186,6 +186,9 @@ class MetadataMachine:
     def retained(self) -> int:
         return 0  # definitions: small next to the log of their changes
 
+    def held(self) -> list[int]:
+        return []  # reads no entry back
+
     def snapshot(self) -> bytes:
         state = (self.cluster.definitions.store.load(), self.cluster.placements())
         return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
