@@ -132,6 +132,27 @@ class Entry:
     def __lt__(self, other: Entry) -> bool:
         return self.msg_id < other.msg_id
 
+    def __reduce__(self) -> tuple[Callable[..., Entry], tuple[object, ...]]:
+        # a replicated queue's snapshot pickles every entry: a plain tuple of the fields
+        # takes half the time and half the bytes of the default for slotted objects
+        fields = (self.msg_id, self.message, self.size_bytes, self.expires_at_ms, self.level)
+        return _entry, (*fields, self.delivery_count, self.live)
+
+
+def _entry(
+    msg_id: int,
+    message: object,
+    size_bytes: int,
+    expires_at_ms: int | None,
+    level: int,
+    delivery_count: int,
+    live: bool,
+) -> Entry:
+    entry = Entry(msg_id, message, size_bytes, expires_at_ms, level)
+    entry.delivery_count = delivery_count
+    entry.live = live
+    return entry
+
 
 # --- commands ------------------------------------------------------------------------------
 

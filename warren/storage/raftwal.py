@@ -43,6 +43,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import array
 import bisect
 import enum
 import struct
@@ -105,6 +106,50 @@ class GroupState:
     entries: list[StoredEntry] = field(default_factory=list)
 
 
+class _Readable:
+    """Where the live readable records (ENTRIES and BODIES) of one group lie, in index
+    order, as columns: a long queue keeps tens of thousands of records alive, and a list
+    per record would cost more than the queue's own record per message."""
+
+    __slots__ = ("first", "last", "offset", "segment", "sequence")
+
+    def __init__(self) -> None:
+        self.first = array.array("q")  # the index of the record's first entry
+        self.last = array.array("q")  # ... and of its last one
+        self.segment = array.array("q")  # the segment id, offset and sequence of the record
+        self.offset = array.array("q")
+        self.sequence = array.array("q")
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def columns(self) -> tuple[array.array[int], ...]:
+        return (self.first, self.last, self.segment, self.offset, self.sequence)
+
+    def find(self, index: int) -> int | None:
+        """The position of the record holding `index`, if any."""
+        position = bisect.bisect_right(self.first, index) - 1
+        return position if position >= 0 and self.last[position] >= index else None
+
+    def append(self, *record: int) -> None:
+        for column, value in zip(self.columns(), record, strict=True):
+            column.append(value)
+
+    def pop(self) -> int:
+        """Remove the last record; its segment id."""
+        segment_id = self.segment[-1]
+        for column in self.columns():
+            column.pop()
+        return segment_id
+
+    def drop_front(self, count: int) -> list[int]:
+        """Remove the first `count` records; their segment ids."""
+        segments = self.segment[:count].tolist()
+        for column in self.columns():
+            del column[:count]
+        return segments
+
+
 @dataclass(slots=True)
 class _Ledger:
     """Which records of one group are live, and the terms of its stored entries."""
@@ -117,9 +162,7 @@ class _Ledger:
     snapshot_segment: int = 0
     snapshot_index: int = 0
     snapshot_term: int = 0
-    # [first index, last index, segment id, offset, sequence] of live readable records
-    # (ENTRIES and BODIES), in index order
-    readable: deque[list[int]] = field(default_factory=deque)
+    readable: _Readable = field(default_factory=_Readable)
 
     def term_at(self, index: int) -> int | None:
         if index == self.snapshot_index and self.snapshot_segment:
@@ -214,11 +257,12 @@ class RaftWal:
         if ledger is None:
             return None
         readable = ledger.readable
-        position = bisect.bisect_right(readable, index, key=_first_index) - 1
-        if position < 0 or readable[position][1] < index:
+        position = readable.find(index)
+        if position is None:
             return None
-        first, _last, segment_id, record_offset, sequence = readable[position]
+        first, sequence = readable.first[position], readable.sequence[position]
         if self._last_read[0] != sequence:
+            segment_id, record_offset = readable.segment[position], readable.offset[position]
             payload = self.log.read_record(segment_id, record_offset, sequence)
             self._last_read = (sequence, _decode_entries(payload, _decode_head(payload)[2]))
         entries = self._last_read[1]
@@ -322,11 +366,11 @@ class RaftWal:
     ) -> None:
         first = entries[0].index
         readable = ledger.readable
-        while readable and readable[-1][0] >= first:
-            self._kill(sequence, readable.pop()[2])
-        if readable and readable[-1][1] >= first:
-            readable[-1][1] = first - 1
-        readable.append([first, entries[-1].index, segment_id, offset, sequence])
+        while readable and readable.first[-1] >= first:
+            self._kill(sequence, readable.pop())
+        if readable and readable.last[-1] >= first:
+            readable.last[-1] = first - 1
+        readable.append(first, entries[-1].index, segment_id, offset, sequence)
         self._add_live(segment_id)
 
     def _track_installed_bodies(
@@ -341,27 +385,25 @@ class RaftWal:
         """The bodies of a snapshot at `index` installed from the leader: every readable
         record holding entries up to `index` dies (the log it came from has diverged, or
         the leader would not have sent a snapshot)."""
-        kept: deque[list[int]] = deque()
-        for record in ledger.readable:
-            if record[0] > index:
-                kept.append(record)
-            else:
-                self._kill(sequence, record[2])
-        kept.appendleft([bodies[0].index, bodies[-1].index, segment_id, offset, sequence])
-        ledger.readable = kept
+        readable = ledger.readable
+        for victim in readable.drop_front(bisect.bisect_right(readable.first, index)):
+            self._kill(sequence, victim)
+        record = (bodies[0].index, bodies[-1].index, segment_id, offset, sequence)
+        for column, value in zip(readable.columns(), record, strict=True):
+            column.insert(0, value)
         self._add_live(segment_id)
 
     def _track_keep_from(
         self, ledger: _Ledger, index: int, keeps: bool, keep_from: int, sequence: int
     ) -> None:
         readable = ledger.readable
-        while readable and readable[0][1] < keep_from:
-            self._kill(sequence, readable.popleft()[2])
+        for victim in readable.drop_front(bisect.bisect_left(readable.last, keep_from)):
+            self._kill(sequence, victim)
         if not keeps:  # a diverged log goes whole after `index`: so does what it held
-            while readable and readable[-1][0] > index:
-                self._kill(sequence, readable.pop()[2])
-            if readable and readable[-1][1] > index:
-                readable[-1][1] = index
+            while readable and readable.first[-1] > index:
+                self._kill(sequence, readable.pop())
+            if readable and readable.last[-1] > index:
+                readable.last[-1] = index
 
     def _track_hard_state(self, ledger: _Ledger, sequence: int, segment_id: int) -> None:
         if ledger.hard_state_segment:
@@ -396,8 +438,10 @@ class RaftWal:
         for segment_id in (ledger.hard_state_segment, ledger.snapshot_segment):
             if segment_id:
                 self._kill(sequence, segment_id)
-        for record in (*ledger.entry_records, *ledger.readable):
+        for record in ledger.entry_records:
             self._kill(sequence, record[2])
+        for segment_id in ledger.readable.segment:
+            self._kill(sequence, segment_id)
 
     # --- replay ----------------------------------------------------------------------------
 
@@ -452,10 +496,6 @@ def _encode_entries(kind: _Kind, group: str, entries: Sequence[StoredEntry]) -> 
         parts.append(entry_kind)
         parts.append(entry.data)
     return b"".join(parts)
-
-
-def _first_index(record: list[int]) -> int:
-    return record[0]
 
 
 def _entry_index(entry: StoredEntry) -> int:
