@@ -31,7 +31,8 @@ Theory of operation:
    (`RaftGroup.entry_data`); the last `RECENT_BODIES_MAX` bodies applied are kept at
    hand, so that a consumer that keeps up never waits for a read. What is handed out is a
    copy of the entry with the message in it: the machine's entry keeps its index.
-6. Snapshots are the pickled machine (`MACHINE_VERSION` 2: small records only). The
+6. Snapshots are the machine with its entries as columns (`warren.queue.snapshot`,
+   `MACHINE_VERSION` 2: small records only). The
    indexes it holds are `held`: the Raft host keeps the WAL from the lowest of them on,
    and sends a follower that needs the snapshot the entries with it, so every replica can
    read every body it holds after a crash or a restart. A snapshot of version 1 (whole
@@ -76,6 +77,7 @@ from warren.queue import (
     SetTimer,
     Tick,
 )
+from warren.queue import snapshot as queue_snapshot
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
@@ -297,10 +299,10 @@ class QuorumHost:
         return [e.message for e in self.machine.held_entries() if type(e.message) is int]
 
     def snapshot(self) -> bytes:
-        return pickle.dumps(self.machine, pickle.HIGHEST_PROTOCOL)
+        return queue_snapshot.dumps(self.machine)
 
     def restore(self, data: bytes) -> None:
-        self.machine = pickle.loads(data)
+        self.machine = queue_snapshot.loads(data)
         self._recent.clear()
 
     def _worker(self) -> DeadLetterWorker:
