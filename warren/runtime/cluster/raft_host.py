@@ -149,7 +149,6 @@ class RaftGroup:
         self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
         self.removed = False
         self._snapshot_held = held  # `machine.held()` as of the snapshot
-        self._install: tuple[int, bytes] | None = None  # (snapshot index, encoded) as sent
 
     def entry_data(self, index: int) -> bytes:
         """The data of the applied entry at `index` that the machine holds (`held`), from
@@ -163,12 +162,10 @@ class RaftGroup:
         return data
 
     def install_data(self, snapshot: Snapshot) -> bytes:
-        """What a follower gets for `snapshot`: its data and the entries it holds."""
-        if self._install is None or self._install[0] != snapshot.index:
-            held = sorted(index for index in self._snapshot_held if index <= snapshot.index)
-            bodies = [(index, self.entry_data(index)) for index in held]
-            self._install = (snapshot.index, encode_install(snapshot.data, bodies))
-        return self._install[1]
+        """What a follower gets for `snapshot`: its data and the entries it holds (built
+        for every send, rare enough: a long queue's copy is as large as its bodies)."""
+        held = sorted(index for index in self._snapshot_held if index <= snapshot.index)
+        return encode_install(snapshot.data, [(index, self.entry_data(index)) for index in held])
 
     # --- the application's side ------------------------------------------------------------
 
@@ -322,6 +319,8 @@ class RaftGroup:
         if installed is not None:
             data, bodies = decode_install(installed.data)
             machine.restore(data)
+            held = [index for index, _body in bodies]
+            del bodies  # views into the snapshot, which goes below
         proposals = self._proposals
         for entry in ready.committed:
             result = (
@@ -336,7 +335,7 @@ class RaftGroup:
         self.node.advance(ready)
         if installed is not None:  # keep only the machine's part in memory
             self.node.compact(installed.index, data)
-            self._snapshot_held = [index for index, _data in bodies]
+            self._snapshot_held = held
         self._in_flight = None
         inbox = self._inbox
         for _ in range(len(inbox)):
@@ -356,7 +355,6 @@ class RaftGroup:
         machine = self.machine
         snapshot = self.node.compact(applied, machine.snapshot())
         self._snapshot_held = held = machine.held()
-        self._install = None
         self._host.save_snapshot(self.group_id, snapshot, min(held, default=applied + 1))
 
     def _check_role(self) -> None:
@@ -662,8 +660,8 @@ def encode_install(data: bytes, bodies: list[tuple[int, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-def decode_install(encoded: bytes) -> tuple[bytes, list[tuple[int, bytes]]]:
-    """`encode_install`'s (data, bodies)."""
+def decode_install(encoded: bytes) -> tuple[bytes, list[tuple[int, memoryview]]]:
+    """`encode_install`'s (data, bodies); the bodies are views into `encoded`."""
     view = memoryview(encoded)
     (count,) = _INSTALL_COUNT.unpack_from(view, 0)
     position = _INSTALL_COUNT.size
@@ -671,7 +669,7 @@ def decode_install(encoded: bytes) -> tuple[bytes, list[tuple[int, bytes]]]:
     for _ in range(count):
         index, length = _INSTALL_ENTRY.unpack_from(view, position)
         position += _INSTALL_ENTRY.size
-        bodies.append((index, bytes(view[position : position + length])))
+        bodies.append((index, view[position : position + length]))
         position += length
     return bytes(view[position:]), bodies
 
@@ -687,7 +685,7 @@ def _persist(wal: RaftWal, group_id: str, ready: Ready) -> None:
             snapshot.membership.encode(),
             data,
             min((index for index, _body in bodies), default=snapshot.index + 1),
-            [StoredEntry(index, 0, EntryKind.NORMAL.value, body) for index, body in bodies],
+            [StoredEntry(index, 0, EntryKind.NORMAL.value, bytes(body)) for index, body in bodies],
         )
     if ready.entries:
         wal.append_entries(
