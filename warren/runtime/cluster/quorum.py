@@ -32,11 +32,11 @@ Theory of operation:
    hand, so that a consumer that keeps up never waits for a read. What is handed out is a
    copy of the entry with the message in it: the machine's entry keeps its index.
 6. Snapshots are the machine with its entries as columns (`warren.queue.snapshot`,
-   `MACHINE_VERSION` 2: small records only). The
-   indexes it holds are `held`: the Raft host keeps the WAL from the lowest of them on,
-   and sends a follower that needs the snapshot the entries with it, so every replica can
-   read every body it holds after a crash or a restart. A snapshot of version 1 (whole
-   messages in the machine) is still restored: those messages are handed out as they are.
+   `MACHINE_VERSION` 2: small records only). The indexes it holds are `held`: the Raft
+   host keeps the WAL from the lowest of them on, and sends a follower that needs the
+   snapshot the entries with it, so every replica can read every body it holds after a
+   crash or a restart. A snapshot of version 1 (whole messages in the machine) is still
+   restored: those messages are handed out as they are.
 
 Why bodies are read from the Raft log rather than copied into a store of their own when
 applied: measured on 1,000,000 queued 128-byte messages, the bytes went to the messages
@@ -281,7 +281,9 @@ class QuorumHost:
         held = entry.message
         if type(held) is not int:
             return entry  # restored from a snapshot of MACHINE_VERSION 1
-        message = self._recent.pop(held, None) or self.read_body(held)
+        message = self._recent.pop(held, None)
+        if message is None:
+            message = self.read_body(held)
         copy = Entry(entry.msg_id, message, entry.size_bytes, entry.expires_at_ms, entry.level)
         copy.delivery_count = entry.delivery_count
         return copy
