@@ -111,7 +111,7 @@ class _Readable:
     order, as columns: a long queue keeps tens of thousands of records alive, and a list
     per record would cost more than the queue's own record per message."""
 
-    __slots__ = ("first", "last", "offset", "segment", "sequence")
+    __slots__ = ("first", "in_log", "last", "offset", "segment", "sequence")
 
     def __init__(self) -> None:
         self.first = array.array("q")  # the index of the record's first entry
@@ -119,12 +119,13 @@ class _Readable:
         self.segment = array.array("q")  # the segment id, offset and sequence of the record
         self.offset = array.array("q")
         self.sequence = array.array("q")
+        self.in_log = array.array("B")  # 1: an ENTRIES record, 0: BODIES (no terms)
 
     def __len__(self) -> int:
         return len(self.first)
 
     def columns(self) -> tuple[array.array[int], ...]:
-        return (self.first, self.last, self.segment, self.offset, self.sequence)
+        return (self.first, self.last, self.segment, self.offset, self.sequence, self.in_log)
 
     def find(self, index: int) -> int | None:
         """The position of the record holding `index`, if any."""
@@ -253,12 +254,18 @@ class RaftWal:
 
     def read_entry(self, group: str, index: int) -> bytes | None:
         """The data of the entry at `index` if it is readable (module docstring, 6)."""
+        found = self.read_stored(group, index, from_log=False)
+        return found.data if found is not None else None
+
+    def read_stored(self, group: str, index: int, from_log: bool = True) -> StoredEntry | None:
+        """The entry at `index` if it is readable; `from_log`: only as an ENTRIES record
+        wrote it (a BODIES record keeps no term)."""
         ledger = self._ledgers.get(group)
         if ledger is None:
             return None
         readable = ledger.readable
         position = readable.find(index)
-        if position is None:
+        if position is None or (from_log and not readable.in_log[position]):
             return None
         first, sequence = readable.first[position], readable.sequence[position]
         if self._last_read[0] != sequence:
@@ -271,7 +278,7 @@ class RaftWal:
             offset = bisect.bisect_left(entries, index, key=_entry_index)
             if offset >= len(entries) or entries[offset].index != index:
                 return None
-        return entries[offset].data
+        return entries[offset]
 
     def drop_group(self, group: str) -> None:
         """Forget the group: its records are dead once this record is durable."""
@@ -370,7 +377,7 @@ class RaftWal:
             self._kill(sequence, readable.pop())
         if readable and readable.last[-1] >= first:
             readable.last[-1] = first - 1
-        readable.append(first, entries[-1].index, segment_id, offset, sequence)
+        readable.append(first, entries[-1].index, segment_id, offset, sequence, 1)
         self._add_live(segment_id)
 
     def _track_installed_bodies(
@@ -388,7 +395,7 @@ class RaftWal:
         readable = ledger.readable
         for victim in readable.drop_front(bisect.bisect_right(readable.first, index)):
             self._kill(sequence, victim)
-        record = (bodies[0].index, bodies[-1].index, segment_id, offset, sequence)
+        record = (bodies[0].index, bodies[-1].index, segment_id, offset, sequence, 0)
         for column, value in zip(readable.columns(), record, strict=True):
             column.insert(0, value)
         self._add_live(segment_id)

@@ -29,9 +29,11 @@ Theory of operation:
    quorum queue reads a message's body from the entry that enqueued it) stay on disk: the
    snapshot record names the lowest of them (``keep_from``), and `RaftGroup.entry_data`
    reads an entry from memory while the log holds it, else from the WAL. A follower that
-   needs a snapshot gets it with those entries (`encode_install`), since its own WAL may
-   lack them; it writes them as BODIES with the snapshot (`warren.storage.raftwal`, point
-   6), restores the machine, and keeps only the machine's data in memory.
+   misses entries the WAL still keeps gets them from there as appends (the Raft log's
+   `source`, `_WalEntries`); one that misses more needs a snapshot, and gets it with the
+   entries the machine holds (`encode_install`), since its own WAL may lack them; it
+   writes them as BODIES with the snapshot (`warren.storage.raftwal`, point 6), restores
+   the machine, and keeps only the machine's data in memory.
 7. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
    membership survives a restart before anything is compacted. A recovered group waits in
    memory until `add_group` claims it (or `remove_group` drops it).
@@ -355,7 +357,8 @@ class RaftGroup:
         machine = self.machine
         snapshot = self.node.compact(applied, machine.snapshot())
         self._snapshot_held = held = machine.held()
-        self._host.save_snapshot(self.group_id, snapshot, min(held, default=applied + 1))
+        # from the entry before the oldest held one: a follower's append needs its term
+        self._host.save_snapshot(self.group_id, snapshot, min(held, default=applied + 2) - 1)
 
     def _check_role(self) -> None:
         role = (self.node.role is Role.LEADER, self.node.leader_id)
@@ -469,6 +472,7 @@ class RaftHost:
         config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
         state = self._recovered.pop(group_id, None)
         held: list[int] = []
+        source = _WalEntries(self.wal, group_id)
         if state is not None:
             node = _recovered_node(config, self._rng, state)
             if node.snapshot is not None and node.snapshot.index > 0:
@@ -481,6 +485,7 @@ class RaftHost:
             self.save_snapshot(group_id, snapshot)
         else:
             node = RaftNode(config, self._rng)
+        node.log.source = source
         group = RaftGroup(self, group_id, machine, node, held)
         self._groups[group_id] = group
         self.touch(group)
@@ -647,6 +652,23 @@ class RaftHost:
             group.fail_proposals(stopped)
         if self._on_failure is not None:
             self._on_failure(error)
+
+
+class _WalEntries:
+    """A group's compacted entries that the WAL still keeps, for its Raft log's `source`
+    (a follower a little behind gets them instead of a snapshot)."""
+
+    __slots__ = ("group_id", "wal")
+
+    def __init__(self, wal: RaftWal, group_id: str) -> None:
+        self.wal = wal
+        self.group_id = group_id
+
+    def entry(self, index: int) -> Entry | None:
+        stored = self.wal.read_stored(self.group_id, index)
+        if stored is None:
+            return None
+        return Entry(stored.term, stored.index, EntryKind(stored.kind), stored.data)
 
 
 def encode_install(data: bytes, bodies: list[tuple[int, bytes]]) -> bytes:
