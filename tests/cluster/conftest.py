@@ -21,6 +21,8 @@ from warren.testing.cluster import LocalCluster
 
 NAMES = ["warren-a", "warren-b", "warren-c"]
 SOFT_LIMIT = 8
+# so that logs are compacted within a test, and bodies are read back from the WAL
+SNAPSHOT_ENTRIES = 64
 QUORUM = {"x-queue-type": "quorum"}
 AVAILABLE_WITHIN_S = 15.0
 
@@ -33,7 +35,10 @@ collect_ignore_glob = ["test_*.py"] if os.environ.get("WARREN_TEST_URL") else []
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     directory: Path = tmp_path_factory.mktemp("cluster")
     # a low soft limit, so that flow control (connections not read) runs in every test
-    local = LocalCluster(directory, NAMES, extra=["--quorum-commands-soft-limit", str(SOFT_LIMIT)])
+    extra = ["--quorum-commands-soft-limit", str(SOFT_LIMIT)]
+    local = LocalCluster(
+        directory, NAMES, extra=[*extra, "--raft-snapshot-entries", str(SNAPSHOT_ENTRIES)]
+    )
     try:
         local.start_all()
         yield local

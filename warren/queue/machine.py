@@ -82,7 +82,9 @@ from typing import Any, ClassVar, Final
 from warren.errors import SoftError, access_refused, describe_queue
 from warren.model.settings import DEFAULT_SETTINGS, DeadLetterStrategy, Overflow, QueueSettings
 
-MACHINE_VERSION: Final = 2  # 2: `Sequenced` senders, `Cancel.requeue`, `Get.holder`
+# 2: `Sequenced` senders, `Cancel.requeue`, `Get.holder`; a quorum queue's entries hold
+# the Raft index of their message (`Entry.message`)
+MACHINE_VERSION: Final = 2
 # Deliveries one command may hand out. A no-ack consumer has no credit limit, so without a
 # bound one command could move a whole backlog into a socket buffer at once; the runtime
 # asks for more (`Dispatch`) as the consumer's socket drains.
@@ -139,6 +141,27 @@ class Entry:
 
     def __lt__(self, other: Entry) -> bool:
         return self.msg_id < other.msg_id
+
+    def __reduce__(self) -> tuple[Callable[..., Entry], tuple[object, ...]]:
+        # a replicated queue's snapshot pickles every entry: a plain tuple of the fields
+        # takes half the time and half the bytes of the default for slotted objects
+        fields = (self.msg_id, self.message, self.size_bytes, self.expires_at_ms, self.level)
+        return _entry, (*fields, self.delivery_count, self.live)
+
+
+def _entry(
+    msg_id: int,
+    message: object,
+    size_bytes: int,
+    expires_at_ms: int | None,
+    level: int,
+    delivery_count: int,
+    live: bool,
+) -> Entry:
+    entry = Entry(msg_id, message, size_bytes, expires_at_ms, level)
+    entry.delivery_count = delivery_count
+    entry.live = live
+    return entry
 
 
 def set_fields(value: Any, state: list[object]) -> None:
@@ -518,6 +541,14 @@ class QueueMachine:
             for entry in (*level.returned, *level.ready):
                 if entry.live:
                     yield entry
+
+    def held_entries(self) -> Iterator[Entry]:
+        """Every message the queue holds: ready, unacked, and held for dead-lettering."""
+        yield from self.ready_entries()
+        for entry, _consumer in self._unacked.values():
+            yield entry
+        for dead in (*self._dead_letters_out.values(), *self._dead_letters_waiting):
+            yield dead.entry
 
     def message_deadline(self, now_ms: int, ttl_ms: int | None) -> int | None:
         """The absolute deadline `Enqueue` gives a message with expiration `ttl_ms` now."""

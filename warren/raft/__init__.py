@@ -6,7 +6,7 @@ clocks, no module-level randomness.
 """
 
 from warren.raft.driver import StateMachine, Storage, Transport, compact, run_ready
-from warren.raft.log import RaftLog, SafetyError
+from warren.raft.log import EntrySource, RaftLog, SafetyError
 from warren.raft.messages import (
     NO_NODE,
     Entry,
@@ -27,6 +27,7 @@ __all__ = [
     "NO_NODE",
     "Entry",
     "EntryKind",
+    "EntrySource",
     "HardState",
     "Membership",
     "MembershipChange",

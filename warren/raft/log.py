@@ -14,14 +14,24 @@ Theory of operation:
    (figure 2, AppendEntries receiver rule 3). A committed entry is never truncated: that
    would be a safety bug, so it raises.
 4. The log never reaches for storage: a node is built from what storage recovered, and
-   afterwards the log is the source of truth that storage follows.
+   afterwards the log is the source of truth that storage follows. One exception, read
+   only: an `EntrySource` the driver may set (`source`) answers for entries a compaction
+   dropped from memory that storage still keeps (a queue reads its bodies from them), so
+   a leader can send them to a follower that is only a little behind instead of a whole
+   snapshot. Those entries are committed, hence the same on every node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from warren.raft.messages import Entry, Snapshot
+
+
+class EntrySource(Protocol):
+    def entry(self, index: int) -> Entry | None:
+        """The compacted entry at `index` if stable storage still has it."""
 
 
 class SafetyError(AssertionError):
@@ -35,6 +45,7 @@ class RaftLog:
         "entries",
         "snapshot_index",
         "snapshot_term",
+        "source",
         "stable_index",
     )
 
@@ -50,6 +61,7 @@ class RaftLog:
         # entries will be re-learned from the leader, so trust only what is here.
         self.commit_index = max(self.snapshot_index, min(commit_index, self.last_index))
         self.applied = self.snapshot_index
+        self.source: EntrySource | None = None  # point 4
 
     @property
     def first_index(self) -> int:
@@ -67,7 +79,14 @@ class RaftLog:
         """The term of the entry at `index`; None if compacted away or not yet written."""
         if index == self.snapshot_index:
             return self.snapshot_term
-        if index < self.snapshot_index or index > self.last_index:
+        if index < self.snapshot_index:
+            if self.source is None:
+                return None
+            if index == 0:
+                return 0  # before the first entry of every log
+            found = self.source.entry(index)
+            return found.term if found is not None else None
+        if index > self.last_index:
             return None
         return self.entries[index - self.snapshot_index - 1].term
 
@@ -81,13 +100,22 @@ class RaftLog:
         )
 
     def slice(self, low: int, high: int) -> list[Entry]:
-        """Entries with low <= index < high; low must be after the snapshot."""
-        if low <= self.snapshot_index:
+        """Entries with low <= index < high; low must be after the snapshot, or the
+        compacted entries from low on must be in the `source` (else none are returned)."""
+        offset = self.snapshot_index + 1
+        if low > self.snapshot_index:
+            return self.entries[low - offset : high - offset]
+        if self.source is None:
             raise SafetyError(
                 f"entries from {low} are compacted (snapshot at {self.snapshot_index})"
             )
-        offset = self.snapshot_index + 1
-        return self.entries[low - offset : high - offset]
+        stored = []
+        for index in range(low, min(high, offset)):
+            found = self.source.entry(index)
+            if found is None:
+                return []
+            stored.append(found)
+        return stored + self.entries[: max(0, high - offset)]
 
     def entry_at(self, index: int) -> Entry:
         return self.entries[index - self.snapshot_index - 1]

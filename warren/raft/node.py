@@ -551,6 +551,9 @@ class RaftNode:
             prev_term = log.last_term
         high = min(log.last_index + 1, progress.next_index + self.config.max_entries_per_append)
         entries = tuple(log.slice(progress.next_index, high))
+        if not entries and progress.next_index <= log.snapshot_index:
+            self._send_snapshot(to, progress)  # compacted, and storage no longer has them
+            return
         if not entries and not send_if_empty:
             return
         self._send(

@@ -24,7 +24,9 @@ Theory of operation:
    save nothing. A scratch page is written at once and the entry holds only its `PageRef`.
 4. Everything that hands a message out (a delivery, basic.get, dead-lettering) first calls
    `resident`, which puts the `Message` back into the entry, reading the log or the scratch
-   page (and freeing that page). An unacked message therefore stays in memory until it is
+   page (and freeing that page). A quorum queue's entry holds the Raft index of the entry
+   that enqueued it (an int): its host reads that back (`QuorumHost.read_body`) and the
+   machine's entry keeps the index. An unacked message therefore stays in memory until it is
    settled, like the deliveries a prefetch window allows. A scratch page whose message
    leaves otherwise (dropped, purged, its queue deleted) is freed by `release`.
 5. Recovery restores messages without their contents (`PAGED_OUT`), so a backlog larger
@@ -39,7 +41,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from warren.amqp.content import PERSISTENT, Message, delivery_mode
 from warren.queue import Enqueue, Entry
@@ -52,6 +54,12 @@ if TYPE_CHECKING:
 PRESSURE_RESIDENT_MESSAGES: Final = 64
 _PAGE_HEAD: Final = struct.Struct(">BBI")  # exchange, routing key, properties lengths
 _TEXT: Final = "surrogateescape"
+
+
+class BodyReader(Protocol):
+    """A host whose entries name their bodies by an index (a quorum queue's)."""
+
+    def read_body(self, index: int) -> Message: ...
 
 
 class PageSlot:
@@ -97,6 +105,8 @@ def resident(host: QueueHost, entry: Entry) -> Message:
     held = entry.message
     if type(held) is Message:
         return held
+    if type(held) is int:
+        return cast("BodyReader", host).read_body(held)
     durability = host.broker.durability
     assert durability is not None, "paged out, yet the node keeps nothing on disk"
     if type(held) is PageRef:

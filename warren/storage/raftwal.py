@@ -3,9 +3,11 @@
 Theory of operation:
 1. `RaftWal` is the only writer of its `Log` (own directory). Every record names its
    group (a string) and is one of: ENTRIES (a run of consecutive entries, each index, term,
-   kind, data), HARD_STATE (term, vote, commit), SNAPSHOT (index, term, the membership
-   bytes as the caller gave them, the application's data) or DROP (forget the group).
-   Encoding is plain `struct`, little-endian; the log adds the CRC and sequence number.
+   kind, data), HARD_STATE (term, vote, commit), SNAPSHOT (index, term, the first index
+   whose entry must stay readable, the membership bytes as the caller gave them, the
+   application's data), BODIES (entries encoded as ENTRIES, kept only to be read back,
+   never part of the log) or DROP (forget the group). Encoding is plain `struct`,
+   little-endian; the log adds the CRC and sequence number.
 2. Writes only append in memory. Durability is the log's group commit: `seal` on the
    event loop, `sync_batch` on a worker thread (appends may go on meanwhile), then
    `reclaim` back on the loop with no batch in flight. `sync` does all three at once.
@@ -24,12 +26,25 @@ Theory of operation:
    segment with no live record is retired; the log deletes retired segments oldest first
    only, which is what lets superseding records be dead themselves (see `warren.storage.
    log`, point 6).
+6. Reading entries back (`read_entry`): a snapshot says from which index on the entries
+   must stay readable (``keep_from``; the index after the snapshot's by default). A queue
+   keeps only a small record per message and reads its body from the entry that enqueued
+   it (RabbitMQ's quorum queues do the same): the log is kept from the oldest live
+   message on. Each ENTRIES record is therefore live twice, as part of the Raft log (until
+   a snapshot covers it) and as something to read (until a snapshot's ``keep_from`` is past
+   it, or a later append replaced its entries). A snapshot installed from the leader comes
+   with the entries the application still reads; they are written as one BODIES record
+   just before it, and every older readable record of the group dies with it (the log it
+   came from may have diverged). Replay tracks where every readable record lies, so reads
+   work after a restart too.
 5. The WAL knows nothing about Raft: it takes primitive values and never imports
    `warren.raft`. Threads: as `Log` (only `sync_batch` may run on another thread).
 """
 
 from __future__ import annotations
 
+import array
+import bisect
 import enum
 import struct
 from collections import deque
@@ -48,13 +63,15 @@ class _Kind(enum.IntEnum):
     HARD_STATE = 2
     SNAPSHOT = 3
     DROP = 4
+    BODIES = 5
 
 
 _HEAD: Final = struct.Struct("<BH")  # record kind, group id length; then the group id
 _COUNT: Final = struct.Struct("<I")
 _ENTRY: Final = struct.Struct("<QQBI")  # index, term, kind length, data length; kind, data
 _HARD_STATE: Final = struct.Struct("<QQQ")  # term, vote, commit
-_SNAPSHOT: Final = struct.Struct("<QQBII")  # index, term, keeps entries, membership, data lengths
+# index, term, keeps entries, keep_from, membership and data lengths
+_SNAPSHOT: Final = struct.Struct("<QQBQII")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +106,51 @@ class GroupState:
     entries: list[StoredEntry] = field(default_factory=list)
 
 
+class _Readable:
+    """Where the live readable records (ENTRIES and BODIES) of one group lie, in index
+    order, as columns: a long queue keeps tens of thousands of records alive, and a list
+    per record would cost more than the queue's own record per message."""
+
+    __slots__ = ("first", "in_log", "last", "offset", "segment", "sequence")
+
+    def __init__(self) -> None:
+        self.first = array.array("q")  # the index of the record's first entry
+        self.last = array.array("q")  # ... and of its last one
+        self.segment = array.array("q")  # the segment id, offset and sequence of the record
+        self.offset = array.array("q")
+        self.sequence = array.array("q")
+        self.in_log = array.array("B")  # 1: an ENTRIES record, 0: BODIES (no terms)
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def columns(self) -> tuple[array.array[int], ...]:
+        return (self.first, self.last, self.segment, self.offset, self.sequence, self.in_log)
+
+    def find(self, index: int) -> int | None:
+        """The position of the record holding `index`, if any."""
+        position = bisect.bisect_right(self.first, index) - 1
+        return position if position >= 0 and self.last[position] >= index else None
+
+    def append(self, *record: int) -> None:
+        for column, value in zip(self.columns(), record, strict=True):
+            column.append(value)
+
+    def pop(self) -> int:
+        """Remove the last record; its segment id."""
+        segment_id = self.segment[-1]
+        for column in self.columns():
+            column.pop()
+        return segment_id
+
+    def drop_front(self, count: int) -> list[int]:
+        """Remove the first `count` records; their segment ids."""
+        segments = self.segment[:count].tolist()
+        for column in self.columns():
+            del column[:count]
+        return segments
+
+
 @dataclass(slots=True)
 class _Ledger:
     """Which records of one group are live, and the terms of its stored entries."""
@@ -101,6 +163,8 @@ class _Ledger:
     snapshot_segment: int = 0
     snapshot_index: int = 0
     snapshot_term: int = 0
+    readable: _Readable = field(default_factory=_Readable)
+    readable_from: int = 0  # the latest snapshot's keep_from: no entry before it is read
 
     def term_at(self, index: int) -> int | None:
         if index == self.snapshot_index and self.snapshot_segment:
@@ -119,6 +183,10 @@ class RaftWal:
         self._live: dict[int, int] = {}  # segment id -> live records in it
         self._kills: deque[tuple[int, int]] = deque()  # (killer sequence, victim segment)
         self._recovered: dict[str, GroupState] = {}
+        # the entries of the record read last (sequential reads hit it): (sequence, entries)
+        self._last_read: tuple[int, list[StoredEntry]] = (0, [])
+        # replay: (group, entries, sequence, segment id, offset) of a BODIES record
+        self._pending_bodies: tuple[str, list[StoredEntry], int, int, int] | None = None
 
     @classmethod
     def open(
@@ -128,8 +196,8 @@ class RaftWal:
         log, report = Log.open(directory, segment_max_bytes)
         wal = cls(log, report)
         try:
-            for sequence, segment_id, _offset, payload in log.located_records():
-                wal._replay(sequence, segment_id, payload)
+            for sequence, segment_id, offset, payload in log.located_records():
+                wal._replay(sequence, segment_id, offset, payload)
             wal._kills_due()
         except BaseException:
             log.close(flush=False)
@@ -147,14 +215,10 @@ class RaftWal:
         """Store consecutive entries; stored entries from `entries[0].index` on are replaced."""
         if not entries:
             return
-        parts = [_head(_Kind.ENTRIES, group), _COUNT.pack(len(entries))]
-        for entry in entries:
-            kind = entry.kind.encode("ascii")
-            parts.append(_ENTRY.pack(entry.index, entry.term, len(kind), len(entry.data)))
-            parts.append(kind)
-            parts.append(entry.data)
-        sequence, segment_id = self._append(b"".join(parts))
-        self._track_entries(self._ledger(group), entries, sequence, segment_id)
+        sequence, segment_id = self._append(_encode_entries(_Kind.ENTRIES, group, entries))
+        ledger = self._ledger(group)
+        self._track_entries(ledger, entries, sequence, segment_id)
+        self._track_readable(ledger, entries, sequence, segment_id, self.log.last_record_offset)
 
     def save_hard_state(self, group: str, term: int, vote: int, commit: int) -> None:
         sequence, segment_id = self._append(
@@ -163,16 +227,59 @@ class RaftWal:
         self._track_hard_state(self._ledger(group), sequence, segment_id)
 
     def save_snapshot(
-        self, group: str, index: int, term: int, membership: bytes, data: bytes
+        self,
+        group: str,
+        index: int,
+        term: int,
+        membership: bytes,
+        data: bytes,
+        keep_from: int | None = None,
+        bodies: Sequence[StoredEntry] = (),
     ) -> None:
-        """Store a snapshot in place of the entries up to `index` (module docstring, 3)."""
+        """Store a snapshot in place of the entries up to `index` (module docstring, 3);
+        entries from `keep_from` on stay readable, and `bodies` (a snapshot installed from
+        the leader: the entries up to `index` still read) replace every readable record."""
         ledger = self._ledger(group)
+        if bodies:
+            bodies_sequence, segment_id = self._append(_encode_entries(_Kind.BODIES, group, bodies))
+            offset = self.log.last_record_offset
+            self._track_installed_bodies(ledger, index, bodies, bodies_sequence, segment_id, offset)
         keeps = ledger.term_at(index) == term
-        head = _SNAPSHOT.pack(index, term, keeps, len(membership), len(data))
+        keep_from = index + 1 if keep_from is None else keep_from
+        head = _SNAPSHOT.pack(index, term, keeps, keep_from, len(membership), len(data))
         sequence, segment_id = self._append(
             b"".join((_head(_Kind.SNAPSHOT, group), head, membership, data))
         )
         self._track_snapshot(ledger, index, term, keeps, sequence, segment_id)
+        self._track_keep_from(ledger, index, keeps, keep_from, sequence)
+
+    def read_entry(self, group: str, index: int) -> bytes | None:
+        """The data of the entry at `index` if it is readable (module docstring, 6)."""
+        found = self.read_stored(group, index, from_log=False)
+        return found.data if found is not None else None
+
+    def read_stored(self, group: str, index: int, from_log: bool = True) -> StoredEntry | None:
+        """The entry at `index` if it is readable; `from_log`: only as an ENTRIES record
+        wrote it (a BODIES record keeps no term)."""
+        ledger = self._ledgers.get(group)
+        if ledger is None or index < ledger.readable_from:
+            return None  # a record may hold entries before keep_from as well
+        readable = ledger.readable
+        position = readable.find(index)
+        if position is None or (from_log and not readable.in_log[position]):
+            return None
+        first, sequence = readable.first[position], readable.sequence[position]
+        if self._last_read[0] != sequence:
+            segment_id, record_offset = readable.segment[position], readable.offset[position]
+            payload = self.log.read_record(segment_id, record_offset, sequence)
+            self._last_read = (sequence, _decode_entries(payload, _decode_head(payload)[2]))
+        entries = self._last_read[1]
+        offset = index - first  # consecutive in ENTRIES records, sparse in BODIES ones
+        if offset >= len(entries) or entries[offset].index != index:
+            offset = bisect.bisect_left(entries, index, key=_entry_index)
+            if offset >= len(entries) or entries[offset].index != index:
+                return None
+        return entries[offset]
 
     def drop_group(self, group: str) -> None:
         """Forget the group: its records are dead once this record is durable."""
@@ -257,6 +364,57 @@ class RaftWal:
             ledger.first_index = first
         ledger.terms.extend(entry.term for entry in entries)
 
+    def _track_readable(
+        self,
+        ledger: _Ledger,
+        entries: Sequence[StoredEntry],
+        sequence: int,
+        segment_id: int,
+        offset: int,
+    ) -> None:
+        first = entries[0].index
+        readable = ledger.readable
+        while readable and readable.first[-1] >= first:
+            self._kill(sequence, readable.pop())
+        if readable and readable.last[-1] >= first:
+            readable.last[-1] = first - 1
+        readable.append(first, entries[-1].index, segment_id, offset, sequence, 1)
+        self._add_live(segment_id)
+
+    def _track_installed_bodies(
+        self,
+        ledger: _Ledger,
+        index: int,
+        bodies: Sequence[StoredEntry],
+        sequence: int,
+        segment_id: int,
+        offset: int,
+    ) -> None:
+        """The bodies of a snapshot at `index` installed from the leader: every readable
+        record holding entries up to `index` dies (the log it came from has diverged, or
+        the leader would not have sent a snapshot)."""
+        readable = ledger.readable
+        ledger.readable_from = 0  # the snapshot's keep_from follows: what the bodies hold
+        for victim in readable.drop_front(bisect.bisect_right(readable.first, index)):
+            self._kill(sequence, victim)
+        record = (bodies[0].index, bodies[-1].index, segment_id, offset, sequence, 0)
+        for column, value in zip(readable.columns(), record, strict=True):
+            column.insert(0, value)
+        self._add_live(segment_id)
+
+    def _track_keep_from(
+        self, ledger: _Ledger, index: int, keeps: bool, keep_from: int, sequence: int
+    ) -> None:
+        readable = ledger.readable
+        ledger.readable_from = max(ledger.readable_from, keep_from)
+        if not keeps:  # a diverged log goes whole after `index`: so does what it held
+            while readable and readable.first[-1] > index:
+                self._kill(sequence, readable.pop())
+            if readable and readable.last[-1] > index:
+                readable.last[-1] = index
+        for victim in readable.drop_front(bisect.bisect_left(readable.last, keep_from)):
+            self._kill(sequence, victim)
+
     def _track_hard_state(self, ledger: _Ledger, sequence: int, segment_id: int) -> None:
         if ledger.hard_state_segment:
             self._kill(sequence, ledger.hard_state_segment)
@@ -292,30 +450,42 @@ class RaftWal:
                 self._kill(sequence, segment_id)
         for record in ledger.entry_records:
             self._kill(sequence, record[2])
+        for segment_id in ledger.readable.segment:
+            self._kill(sequence, segment_id)
 
     # --- replay ----------------------------------------------------------------------------
 
-    def _replay(self, sequence: int, segment_id: int, payload: bytes) -> None:
+    def _replay(self, sequence: int, segment_id: int, offset: int, payload: bytes) -> None:
+        # a BODIES record counts only with the SNAPSHOT record written right after it
+        pending, self._pending_bodies = self._pending_bodies, None
         try:
             kind, group, position = _decode_head(payload)
             if kind is _Kind.ENTRIES:
                 entries = _decode_entries(payload, position)
                 _replay_entries(self._recovered.setdefault(group, GroupState()), entries)
-                self._track_entries(self._ledger(group), entries, sequence, segment_id)
+                ledger = self._ledger(group)
+                self._track_entries(ledger, entries, sequence, segment_id)
+                self._track_readable(ledger, entries, sequence, segment_id, offset)
+            elif kind is _Kind.BODIES:
+                bodies = _decode_entries(payload, position)
+                self._pending_bodies = (group, bodies, sequence, segment_id, offset)
             elif kind is _Kind.HARD_STATE:
                 term, vote, commit = _HARD_STATE.unpack_from(payload, position)
                 state = self._recovered.setdefault(group, GroupState())
                 state.hard_state = StoredHardState(term, vote, commit)
                 self._track_hard_state(self._ledger(group), sequence, segment_id)
             elif kind is _Kind.SNAPSHOT:
-                snapshot, keeps = _decode_snapshot(payload, position)
+                snapshot, keeps, keep_from = _decode_snapshot(payload, position)
                 state = self._recovered.setdefault(group, GroupState())
                 state.snapshot = snapshot
                 state.entries = [e for e in state.entries if keeps and e.index > snapshot.index]
                 ledger = self._ledger(group)
+                if pending is not None and pending[0] == group:
+                    self._track_installed_bodies(ledger, snapshot.index, *pending[1:])
                 self._track_snapshot(
                     ledger, snapshot.index, snapshot.term, keeps, sequence, segment_id
                 )
+                self._track_keep_from(ledger, snapshot.index, keeps, keep_from, sequence)
             else:
                 self._recovered.pop(group, None)
                 self._track_drop(group, sequence)
@@ -326,6 +496,20 @@ class RaftWal:
 def _head(kind: _Kind, group: str) -> bytes:
     name = group.encode("utf-8")
     return _HEAD.pack(kind, len(name)) + name
+
+
+def _encode_entries(kind: _Kind, group: str, entries: Sequence[StoredEntry]) -> bytes:
+    parts = [_head(kind, group), _COUNT.pack(len(entries))]
+    for entry in entries:
+        entry_kind = entry.kind.encode("ascii")
+        parts.append(_ENTRY.pack(entry.index, entry.term, len(entry_kind), len(entry.data)))
+        parts.append(entry_kind)
+        parts.append(entry.data)
+    return b"".join(parts)
+
+
+def _entry_index(entry: StoredEntry) -> int:
+    return entry.index
 
 
 def _decode_head(payload: bytes) -> tuple[_Kind, str, int]:
@@ -351,15 +535,17 @@ def _decode_entries(payload: bytes, position: int) -> list[StoredEntry]:
     return entries
 
 
-def _decode_snapshot(payload: bytes, position: int) -> tuple[StoredSnapshot, bool]:
-    index, term, keeps, membership_length, data_length = _SNAPSHOT.unpack_from(payload, position)
+def _decode_snapshot(payload: bytes, position: int) -> tuple[StoredSnapshot, bool, int]:
+    index, term, keeps, keep_from, membership_length, data_length = _SNAPSHOT.unpack_from(
+        payload, position
+    )
     position += _SNAPSHOT.size
     membership = payload[position : position + membership_length]
     position += membership_length
     data = payload[position : position + data_length]
     if len(data) != data_length:
         raise ValueError("snapshot data cut short")
-    return StoredSnapshot(index, term, membership, data), bool(keeps)
+    return StoredSnapshot(index, term, membership, data), bool(keeps), keep_from
 
 
 def _replay_entries(state: GroupState, entries: list[StoredEntry]) -> None:

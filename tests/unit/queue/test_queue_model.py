@@ -50,6 +50,7 @@ from warren.queue import (
     SetTimer,
     Settle,
     Tick,
+    snapshot,
 )
 
 CHANNELS = ("c1", "c2", "c3")
@@ -260,6 +261,11 @@ class QueueAgainstModel(RuleBasedStateMachine):
         assert reply.remaining == len(self.ready)
         if not no_ack:
             self.unacked[expected] = None
+
+    @rule()
+    def snapshot_and_restore(self) -> None:
+        """A replica restored from a Raft snapshot goes on exactly as the model says."""
+        self.queue = snapshot.loads(snapshot.dumps(self.queue))
 
     @rule()
     def purge(self) -> None:

@@ -44,6 +44,9 @@ class Recorder:
     def retained(self) -> int:
         return 0  # compacted by count alone, so the tests see snapshots early
 
+    def held(self) -> list[int]:
+        return []  # reads no entry back
+
     def snapshot(self) -> bytes:
         return pickle.dumps(self.applied)
 
@@ -57,6 +60,13 @@ class Recorder:
     @property
     def payloads(self) -> list[bytes]:
         return [data for _index, data in self.applied]
+
+
+class Holder(Recorder):
+    """Reads back the entries whose data starts with "keep", as a queue its messages'."""
+
+    def held(self) -> list[int]:
+        return [index for index, data in self.applied if data.startswith(b"keep")]
 
 
 class Node:
@@ -85,8 +95,10 @@ class Node:
         await self.host.close()
         await self.peers.close()
 
-    def add_group(self, group_id: str, members: list[str] | None) -> RaftGroup:
-        self.machines[group_id] = Recorder()
+    def add_group(
+        self, group_id: str, members: list[str] | None, machine: Recorder | None = None
+    ) -> RaftGroup:
+        self.machines[group_id] = machine if machine is not None else Recorder()
         return self.host.add_group(group_id, self.machines[group_id], members)
 
     def group(self, group_id: str) -> RaftGroup:
@@ -278,6 +290,72 @@ def test_a_far_behind_follower_catches_up_by_snapshot(tmp_path: Path) -> None:
             node.peers.partition(set())
         await eventually(lambda: behind.machines["g"].payloads == payloads)
         assert behind.machines["g"].restores == 1
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_held_entries_are_read_back_on_every_node_after_snapshots_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        names = ["a", "b", "c"]
+        nodes = await cluster(tmp_path, names, [], snapshot_entries=40)
+        every = list(nodes.values())
+        for node in every:
+            node.add_group("g", names, Holder())
+        leader = await leader_of(every, "g")
+        behind = next(n for n in every if n is not leader)
+        for node in every:
+            node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
+        # held from entry 150 on: the WAL keeps no earlier one, so a snapshot is needed
+        payloads = [b"keep %d" % i if i >= 150 and i % 7 == 0 else b"%d" % i for i in range(200)]
+        await propose_all(leader, "g", payloads)
+        for node in every:
+            node.peers.partition(set())
+        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        assert behind.machines["g"].restores == 1  # the snapshot came with the held entries
+        kept = [data for data in payloads if data.startswith(b"keep")]
+
+        def read_back(node: Node) -> list[bytes]:
+            group = node.group("g")
+            held = node.machines["g"].held()
+            assert group.status()["snapshot_index"] > held[0]  # type: ignore[operator]
+            return [group.entry_data(index) for index in held]
+
+        for node in every:
+            assert read_back(node) == kept
+        await behind.stop()
+        await behind.start()
+        connect(every)
+        behind.add_group("g", None, Holder())
+        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        assert read_back(behind) == kept  # from its WAL
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_a_follower_behind_the_compaction_gets_the_entries_the_wal_keeps(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        names = ["a", "b", "c"]
+        nodes = await cluster(tmp_path, names, [], snapshot_entries=40)
+        every = list(nodes.values())
+        for node in every:
+            node.add_group("g", names, Holder())
+        leader = await leader_of(every, "g")
+        behind = next(n for n in every if n is not leader)
+        for node in every:
+            node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
+        payloads = [b"keep %d" % i for i in range(200)]  # all held: the WAL keeps them all
+        await propose_all(leader, "g", payloads)
+        assert leader.group("g").status()["snapshot_index"] > 40  # type: ignore[operator]
+        for node in every:
+            node.peers.partition(set())
+        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        assert behind.machines["g"].restores == 0  # appends read from the leader's WAL
         await stop_all(nodes)
 
     run(body)

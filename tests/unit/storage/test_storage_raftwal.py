@@ -143,6 +143,50 @@ def test_a_record_with_entries_after_the_snapshot_keeps_its_segment(tmp_path: Pa
     wal.close()
 
 
+def test_entries_from_keep_from_stay_readable_across_a_restart_and_then_go(
+    tmp_path: Path,
+) -> None:
+    wal = RaftWal.open(tmp_path, SMALL_SEGMENT_BYTES)
+    stored = entries(1, 40, term=1, size=60)
+    for entry in stored:
+        wal.append_entries("q", [entry])
+        wal.sync()
+    segments = wal.segment_count
+    wal.save_snapshot("q", 40, 1, b"m", b"state", keep_from=30)
+    wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_recovered()["q"].entries == []
+    assert [wal.read_entry("q", i) for i in (29, 30, 40, 41)] == [
+        None,
+        *(e.data for e in stored[29:40:10]),
+        None,
+    ]
+    assert wal.segment_count < segments  # what is before entry 30 went
+    wal.save_snapshot("q", 40, 1, b"m", b"state", keep_from=41)
+    wal.sync()
+    assert wal.read_entry("q", 30) is None
+    assert wal.segment_count <= 2
+    wal.close()
+
+
+def test_an_installed_snapshot_brings_its_bodies_and_replaces_what_was_readable(
+    tmp_path: Path,
+) -> None:
+    wal = RaftWal.open(tmp_path, SMALL_SEGMENT_BYTES)
+    wal.append_entries("q", entries(1, 8, term=1))  # diverged from the leader's log
+    bodies = [StoredEntry(i, 0, "normal", b"leader's %d" % i) for i in (3, 9, 12)]
+    wal.save_snapshot("q", 20, 2, b"m", b"state", keep_from=3, bodies=bodies)
+    wal.append_entries("q", entries(21, 22, term=2))
+    wal.sync()
+    for current in (wal, reopen(wal, tmp_path)):
+        found = [current.read_entry("q", i) for i in range(1, 24)]
+        expected = {3: b"leader's 3", 9: b"leader's 9", 12: b"leader's 12"}
+        expected.update({e.index: e.data for e in entries(21, 22, term=2)})
+        assert found == [expected.get(i) for i in range(1, 24)]
+        wal = current
+    wal.close()
+
+
 def test_appends_go_on_while_a_batch_syncs_on_another_thread(tmp_path: Path) -> None:
     wal = RaftWal.open(tmp_path)
     wal.append_entries("g", entries(1, 2, term=1))
@@ -167,6 +211,7 @@ class ModelGroup:
     hard_state: StoredHardState = field(default_factory=StoredHardState)
     snapshot: StoredSnapshot | None = None
     entries: list[StoredEntry] = field(default_factory=list)
+    readable: dict[int, bytes] = field(default_factory=dict)  # what `read_entry` gives
 
     def first_free(self) -> int:
         base = self.snapshot.index if self.snapshot is not None else 0
@@ -185,7 +230,13 @@ GROUPS = ("a", "b", "c")
 operation = st.one_of(
     st.tuples(st.just("append"), st.sampled_from(GROUPS), st.integers(0, 4), st.integers(1, 4)),
     st.tuples(st.just("hard_state"), st.sampled_from(GROUPS), st.integers(0, 9)),
-    st.tuples(st.just("snapshot"), st.sampled_from(GROUPS), st.integers(0, 6), st.booleans()),
+    st.tuples(
+        st.just("snapshot"),
+        st.sampled_from(GROUPS),
+        st.integers(0, 6),
+        st.booleans(),
+        st.integers(0, 4),  # how far before the snapshot entries stay readable
+    ),
     st.tuples(st.just("drop"), st.sampled_from(GROUPS)),
     st.tuples(st.just("sync")),
     st.tuples(st.just("reopen")),
@@ -210,9 +261,19 @@ def test_replay_after_reclaim_matches_a_naive_model(operations: list[tuple[objec
                 wal.sync()
             else:
                 apply_operation(wal, model, op, term)
+            assert_readable(wal, model)
         wal = reopen(wal, directory)
         assert wal.take_recovered() == {g: as_state(m) for g, m in model.items()}
+        assert_readable(wal, model)
         wal.close()
+
+
+def assert_readable(wal: RaftWal, model: dict[str, ModelGroup]) -> None:
+    for group in GROUPS:
+        readable = model[group].readable if group in model else {}
+        top = max([0, *readable, *(e.index for e in model.get(group, ModelGroup()).entries)])
+        for index in range(top + 2):
+            assert wal.read_entry(group, index) == readable.get(index), (group, index)
 
 
 def apply_operation(
@@ -226,6 +287,8 @@ def apply_operation(
         first = max(floor, state.first_free() - back)
         new = entries(first, first + count - 1, term, size=30)
         state.entries = [e for e in state.entries if e.index < first] + new
+        state.readable = {i: d for i, d in state.readable.items() if i < first}
+        state.readable.update((e.index, e.data) for e in new)
         wal.append_entries(group, new)
     elif kind == "hard_state":
         state.hard_state = StoredHardState(term, int(str(op[2])), 0)
@@ -234,11 +297,24 @@ def apply_operation(
         index = state.first_free() - 1 + int(str(op[2])) - 3
         index = max(index, state.snapshot.index if state.snapshot is not None else 0)
         local = bool(op[3])
+        keep_from = max(1, index + 1 - int(str(op[4])))
         snapshot_term = (state.term_at(index) or term) if local else term
         keeps = state.term_at(index) == snapshot_term
         state.entries = [e for e in state.entries if keeps and e.index > index]
         state.snapshot = StoredSnapshot(index, snapshot_term, b"m", b"s%d" % term)
-        wal.save_snapshot(group, index, snapshot_term, b"m", b"s%d" % term)
+        bodies: list[StoredEntry] = []
+        if local:  # a local compaction: the entries from `keep_from` on stay readable
+            state.readable = {
+                i: d for i, d in state.readable.items() if i >= keep_from and (keeps or i <= index)
+            }
+        else:  # installed from a leader, with every other entry from `keep_from` on
+            bodies = [
+                StoredEntry(i, 0, "normal", b"body %d" % term)
+                for i in range(keep_from, index + 1, 2)
+            ]
+            keep_from = bodies[0].index if bodies else index + 1
+            state.readable = {e.index: e.data for e in bodies}
+        wal.save_snapshot(group, index, snapshot_term, b"m", b"s%d" % term, keep_from, bodies)
     else:
         del model[group]
         wal.drop_group(group)

@@ -37,7 +37,26 @@ Theory of operation:
    process (`Get.holder`, a key numbered 0), and returned by the same rules.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
-5. Snapshots are the pickled machine.
+5. Bodies stay on disk, as in RabbitMQ's quorum queues: an `Enqueue` is applied with the
+   message replaced by the Raft index of its entry, so the machine keeps only a small
+   record per message (`Entry`: ids, size, deadline, that index). The body is read back
+   from the entry when the message is handed out (delivered to a consumer of this node,
+   fetched, dead-lettered), from the log in memory or from the WAL
+   (`RaftGroup.entry_data`); the last `RECENT_BODIES_MAX` bodies applied are kept at
+   hand, so that a consumer that keeps up never waits for a read. What is handed out is a
+   copy of the entry with the message in it: the machine's entry keeps its index.
+6. Snapshots are the machine with its entries as columns (`warren.queue.snapshot`,
+   `MACHINE_VERSION` 2: small records only). The indexes it holds are `held`: the Raft
+   host keeps the WAL from the lowest of them on, and sends a follower that needs the
+   snapshot the entries with it, so every replica can read every body it holds after a
+   crash or a restart. A snapshot of version 1 (whole messages in the machine) is still
+   restored: those messages are handed out as they are.
+
+Why bodies are read from the Raft log rather than copied into a store of their own when
+applied: measured on 1,000,000 queued 128-byte messages, the bytes went to the messages
+in the machine, the Raft log's entries in memory and the snapshots holding both; the
+entries are on disk already, so reading them back costs no second write and no second
+index, and the WAL's liveness ledger only needs to know how far back to keep them.
 """
 
 from __future__ import annotations
@@ -46,10 +65,12 @@ import asyncio
 import itertools
 import logging
 import pickle
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
+from warren.amqp.content import Message
 from warren.model import QueueRecord
 from warren.model.policy import Policy
 from warren.queue import (
@@ -61,8 +82,10 @@ from warren.queue import (
     Deliver,
     Discard,
     Dispatch,
+    Enqueue,
     Entry,
     Get,
+    Got,
     Meta,
     QueueExpired,
     QueueMachine,
@@ -72,6 +95,7 @@ from warren.queue import (
     Settle,
     Tick,
 )
+from warren.queue import snapshot as queue_snapshot
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
@@ -86,6 +110,8 @@ log = logging.getLogger("warren.quorum")
 # (node, the node process's incarnation, number): who the consumer is, on every replica
 ConsumerKey = tuple[str, str, int]
 _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
+# bodies of the latest enqueues kept in memory, so a consumer that keeps up reads no disk
+RECENT_BODIES_MAX: Final = 4096
 
 
 class QuorumHost:
@@ -125,6 +151,7 @@ class QuorumHost:
         self.stats = MessageStats()
         self.dead_letter_worker: DeadLetterWorker | None = None  # at-least-once, on the leader
         self.replica = Replica(self)
+        self._recent: OrderedDict[int, Message] = OrderedDict()  # Raft index: body
         self.refresh_policies()
 
     @property
@@ -275,6 +302,7 @@ class QuorumHost:
         """This node holds no replica any more: its state goes with it, since a replica
         added here again starts from an empty log (or from the leader's snapshot)."""
         self.machine = self._empty_machine()
+        self._recent.clear()
 
     def _configure(self) -> None:
         settings = self.broker.settings_of(self.record, self.policy, self.operator_policy)
@@ -284,11 +312,22 @@ class QuorumHost:
     # --- the Raft group's state machine --------------------------------------------------------
 
     def apply_entry(self, index: int, data: bytes) -> object:
-        now, command = pickle.loads(data)
-        reply, effects = self.machine.apply(Meta(now), command)
-        if type(command) is Sequenced:
-            command = command.command
+        now, numbered = pickle.loads(data)
+        command = numbered.command if type(numbered) is Sequenced else numbered
+        if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
+            recent = self._recent
+            recent[index] = command.message  # type: ignore[assignment]
+            if len(recent) > RECENT_BODIES_MAX:
+                recent.popitem(last=False)
+            command = Enqueue(index, command.size_bytes, command.ttl_ms, command.priority)
+            if type(numbered) is Sequenced:
+                numbered = Sequenced(numbered.sender, numbered.seq, command)
+            else:
+                numbered = command
+        reply, effects = self.machine.apply(Meta(now), numbered)
         leader = self.leader
+        if leader and type(reply) is Got:  # to the proposer, maybe on another node
+            reply = Got(self.with_body(reply.entry), reply.remaining)
         # a replica started again in this process (its node was a member, then not, then
         # again) applies the log from the start: its consumers had what came before
         mine = None
@@ -310,14 +349,16 @@ class QuorumHost:
                 if consumer[0] != mine:
                     if leader and consumer[0] not in self.members:
                         remote = self.cluster.remote
-                        remote.hand(consumer[0], self.record, consumer, effect.entry, index)
+                        entry = self.with_body(effect.entry)
+                        remote.hand(consumer[0], self.record, consumer, entry, index)
                     continue
                 if consumer[1] != self.cluster.incarnation:
                     self._drop_stale(consumer)  # added before this node restarted
                     continue
                 found = self._consumers.get(consumer)
                 if found is not None:
-                    found.channel.deliver(found.tag, effect.entry, self)  # type: ignore[arg-type]
+                    entry = self.with_body(effect.entry)
+                    found.channel.deliver(found.tag, entry, self)  # type: ignore[arg-type]
                 else:  # the channel went away after the consumer was added
                     self.submit(Return([effect.entry.msg_id]))
             elif not leader:
@@ -333,11 +374,38 @@ class QuorumHost:
                 self.broker.expire_queue(self)  # type: ignore[arg-type]
         return reply
 
+    def with_body(self, entry: Entry) -> Entry:
+        """A copy of `entry` with its message read back (point 5)."""
+        held = entry.message
+        if type(held) is not int:
+            return entry  # restored from a snapshot of MACHINE_VERSION 1
+        message = self._recent.pop(held, None)
+        if message is None:
+            message = self.read_body(held)
+        copy = Entry(entry.msg_id, message, entry.size_bytes, entry.expires_at_ms, entry.level)
+        copy.delivery_count = entry.delivery_count
+        return copy
+
+    def read_body(self, index: int) -> Message:
+        """The message enqueued by the entry at Raft `index`."""
+        message = self._recent.get(index)
+        if message is not None:
+            return message
+        assert self.group is not None, "a replica without its Raft group holds no message"
+        _now, command = pickle.loads(self.group.entry_data(index))
+        if type(command) is Sequenced:
+            command = command.command
+        return command.message  # type: ignore[no-any-return]
+
+    def held(self) -> list[int]:
+        return [e.message for e in self.machine.held_entries() if type(e.message) is int]
+
     def snapshot(self) -> bytes:
-        return pickle.dumps(self.machine, pickle.HIGHEST_PROTOCOL)
+        return queue_snapshot.dumps(self.machine)
 
     def restore(self, data: bytes) -> None:
-        self.machine = pickle.loads(data)
+        self.machine = queue_snapshot.loads(data)
+        self._recent.clear()
 
     def _worker(self) -> DeadLetterWorker:
         if self.dead_letter_worker is None:
@@ -363,7 +431,7 @@ class QuorumHost:
                         consumer[0],  # type: ignore[index]
                         self.record,
                         consumer,
-                        entry,
+                        self.with_body(entry),
                         self._delivered_through,
                     )
         self.cluster.reap_soon()
@@ -455,6 +523,9 @@ class Replica:
     def retained(self) -> int:
         machine = self.host.machine
         return machine.ready_count + machine.unacked_count
+
+    def held(self) -> list[int]:
+        return self.host.held()
 
     def snapshot(self) -> bytes:
         return self.host.snapshot()

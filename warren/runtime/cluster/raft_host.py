@@ -20,12 +20,24 @@ Theory of operation:
 4. Time: every group ticks every `tick_ms`; elections take `election_ticks` to
    2 * `election_ticks` ticks.
 5. A group is compacted (`RaftNode.compact` with `machine.snapshot()`) once more than
-   `snapshot_entries` applied entries follow its snapshot; the snapshot rides on the next
-   round's sync and the WAL then retires the segments it made dead.
-6. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
+   `snapshot_entries` applied entries, and more than a quarter of the entries the machine
+   retains, follow its snapshot; the snapshot rides on the next round's sync and the WAL
+   then retires the segments it made dead. A snapshot costs as much as the state it
+   holds, so the quarter keeps the work linear (every entry of a growing queue is in
+   about five snapshots) and the log in memory at a quarter entry per queued message.
+6. Entries a machine still reads after a snapshot covers them (`GroupMachine.held`: a
+   quorum queue reads a message's body from the entry that enqueued it) stay on disk: the
+   snapshot record names the lowest of them (``keep_from``), and `RaftGroup.entry_data`
+   reads an entry from memory while the log holds it, else from the WAL. A follower that
+   misses entries the WAL still keeps gets them from there as appends (the Raft log's
+   `source`, `_WalEntries`); one that misses more needs a snapshot, and gets it with the
+   entries the machine holds (`encode_install`), since its own WAL may lack them; it
+   writes them as BODIES with the snapshot (`warren.storage.raftwal`, point 6), restores
+   the machine, and keeps only the machine's data in memory.
+7. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
    membership survives a restart before anything is compacted. A recovered group waits in
    memory until `add_group` claims it (or `remove_group` drops it).
-7. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
+8. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
    critical, nothing is sent, applied or acknowledged any more, every waiting proposal
    fails with the error, and `on_failure` is called: the node must stop and recover.
 """
@@ -36,11 +48,12 @@ import asyncio
 import concurrent.futures
 import logging
 import random
+import struct
 from collections import deque
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from warren.cluster.nodes import NodeNames
 from warren.cluster.raft_codec import EncodedMessage, decode_messages, encode_messages
@@ -65,6 +78,12 @@ from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
 
 log = logging.getLogger("warren.raft_host")
 
+# the entries that go with an installed snapshot: count, then per entry index and length
+_INSTALL_COUNT: Final = struct.Struct("<I")
+_INSTALL_ENTRY: Final = struct.Struct("<QI")
+# compact once the log holds more than this share of the entries the machine retains
+_RETAINED_PER_SNAPSHOT: Final = 4
+
 
 class NotLeader(Exception):
     """This node is not (or no longer) the group's leader; `leader` is the one it knows."""
@@ -85,6 +104,10 @@ class GroupMachine(Protocol):
 
     def retained(self) -> int:
         """About how many entries' worth of data a snapshot would hold now."""
+
+    def held(self) -> list[int]:
+        """The indexes, up to the last applied, of the entries the machine still reads
+        (`RaftGroup.entry_data`) after a snapshot covers them; any order."""
 
     def snapshot(self) -> bytes:
         """The state as of the last applied entry."""
@@ -110,7 +133,14 @@ _Input = Message | Callable[[], object]
 class RaftGroup:
     """One hosted Raft group. See the module docstring; create with `RaftHost.add_group`."""
 
-    def __init__(self, host: RaftHost, group_id: str, machine: GroupMachine, node: RaftNode):
+    def __init__(
+        self,
+        host: RaftHost,
+        group_id: str,
+        machine: GroupMachine,
+        node: RaftNode,
+        held: list[int],
+    ) -> None:
         self.group_id = group_id
         self.machine = machine
         self.node = node
@@ -120,6 +150,24 @@ class RaftGroup:
         self._proposals: dict[int, tuple[int, asyncio.Future[object]]] = {}  # index: term, future
         self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
         self.removed = False
+        self._snapshot_held = held  # `machine.held()` as of the snapshot
+
+    def entry_data(self, index: int) -> bytes:
+        """The data of the applied entry at `index` that the machine holds (`held`), from
+        the log in memory or else from the WAL."""
+        raft_log = self.node.log
+        if raft_log.snapshot_index < index <= raft_log.last_index:
+            return raft_log.entry_at(index).data
+        data = self._host.wal.read_entry(self.group_id, index)
+        if data is None:
+            raise LookupError(f"{self.group_id}: entry {index} is neither in memory nor on disk")
+        return data
+
+    def install_data(self, snapshot: Snapshot) -> bytes:
+        """What a follower gets for `snapshot`: its data and the entries it holds (built
+        for every send, rare enough: a long queue's copy is as large as its bodies)."""
+        held = sorted(index for index in self._snapshot_held if index <= snapshot.index)
+        return encode_install(snapshot.data, [(index, self.entry_data(index)) for index in held])
 
     # --- the application's side ------------------------------------------------------------
 
@@ -269,8 +317,12 @@ class RaftGroup:
     def finish(self, ready: Ready) -> None:
         """Apply a synced ready (after its messages were sent), advance, take queued inputs."""
         machine = self.machine
-        if ready.snapshot is not None:
-            machine.restore(ready.snapshot.data)
+        installed = ready.snapshot
+        if installed is not None:
+            data, bodies = decode_install(installed.data)
+            machine.restore(data)
+            held = [index for index, _body in bodies]
+            del bodies  # views into the snapshot, which goes below
         proposals = self._proposals
         for entry in ready.committed:
             result = (
@@ -283,6 +335,9 @@ class RaftGroup:
                 else:
                     proposal[1].set_exception(NotLeader(self.leader))
         self.node.advance(ready)
+        if installed is not None:  # keep only the machine's part in memory
+            self.node.compact(installed.index, data)
+            self._snapshot_held = held
         self._in_flight = None
         inbox = self._inbox
         for _ in range(len(inbox)):
@@ -293,15 +348,17 @@ class RaftGroup:
     def _maybe_compact(self) -> None:
         raft_log = self.node.log
         applied = raft_log.applied
-        # A snapshot costs as much as the state it holds: a queue of a million messages
-        # is compacted only once the log holds twice that, so the work stays linear.
-        threshold = max(self._host.snapshot_entries, 2 * self.machine.retained())
-        if applied - raft_log.snapshot_index <= threshold:
+        # module docstring, point 5
+        retained = self.machine.retained() // _RETAINED_PER_SNAPSHOT
+        if applied - raft_log.snapshot_index <= max(self._host.snapshot_entries, retained):
             return
         if applied > raft_log.stable_index:
             return  # not yet: compaction needs the entry on disk
-        snapshot = self.node.compact(applied, self.machine.snapshot())
-        self._host.save_snapshot(self.group_id, snapshot)
+        machine = self.machine
+        snapshot = self.node.compact(applied, machine.snapshot())
+        self._snapshot_held = held = machine.held()
+        # from the entry before the oldest held one: a follower's append needs its term
+        self._host.save_snapshot(self.group_id, snapshot, min(held, default=applied + 2) - 1)
 
     def _check_role(self) -> None:
         role = (self.node.role is Role.LEADER, self.node.leader_id)
@@ -414,10 +471,13 @@ class RaftHost:
             raise RuntimeError("RaftHost.start has not run")
         config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
         state = self._recovered.pop(group_id, None)
+        held: list[int] = []
+        source = _WalEntries(self.wal, group_id)
         if state is not None:
             node = _recovered_node(config, self._rng, state)
             if node.snapshot is not None and node.snapshot.index > 0:
                 machine.restore(node.snapshot.data)
+                held = machine.held()
         elif members is not None:
             voters = frozenset(self.names.add(name) for name in members)
             snapshot = Snapshot(0, 0, Membership(voters))
@@ -425,7 +485,8 @@ class RaftHost:
             self.save_snapshot(group_id, snapshot)
         else:
             node = RaftNode(config, self._rng)
-        group = RaftGroup(self, group_id, machine, node)
+        node.log.source = source
+        group = RaftGroup(self, group_id, machine, node, held)
         self._groups[group_id] = group
         self.touch(group)
         return group
@@ -454,9 +515,16 @@ class RaftHost:
         self._touched[group] = None
         self._kick()
 
-    def save_snapshot(self, group_id: str, snapshot: Snapshot) -> None:
+    def save_snapshot(
+        self, group_id: str, snapshot: Snapshot, keep_from: int | None = None
+    ) -> None:
         self.wal.save_snapshot(
-            group_id, snapshot.index, snapshot.term, snapshot.membership.encode(), snapshot.data
+            group_id,
+            snapshot.index,
+            snapshot.term,
+            snapshot.membership.encode(),
+            snapshot.data,
+            keep_from,
         )
         self._kick()
 
@@ -556,6 +624,9 @@ class RaftHost:
         outgoing: dict[int, list[tuple[str, Message]]] = {}
         for group, ready in readies:
             for message in ready.messages:
+                if message.snapshot is not None:
+                    installed = replace(message.snapshot, data=group.install_data(message.snapshot))
+                    message = replace(message, snapshot=installed)
                 outgoing.setdefault(message.to, []).append((group.group_id, message))
         for node_id, messages in outgoing.items():
             name = self.names.name(node_id)
@@ -583,11 +654,60 @@ class RaftHost:
             self._on_failure(error)
 
 
+class _WalEntries:
+    """A group's compacted entries that the WAL still keeps, for its Raft log's `source`
+    (a follower a little behind gets them instead of a snapshot)."""
+
+    __slots__ = ("group_id", "wal")
+
+    def __init__(self, wal: RaftWal, group_id: str) -> None:
+        self.wal = wal
+        self.group_id = group_id
+
+    def entry(self, index: int) -> Entry | None:
+        stored = self.wal.read_stored(self.group_id, index)
+        if stored is None:
+            return None
+        return Entry(stored.term, stored.index, EntryKind(stored.kind), stored.data)
+
+
+def encode_install(data: bytes, bodies: list[tuple[int, bytes]]) -> bytes:
+    """A snapshot's data as a follower gets it: the entries the machine holds, then the
+    machine's own data (module docstring, point 6)."""
+    parts = [_INSTALL_COUNT.pack(len(bodies))]
+    for index, body in bodies:
+        parts.append(_INSTALL_ENTRY.pack(index, len(body)))
+        parts.append(body)
+    parts.append(data)
+    return b"".join(parts)
+
+
+def decode_install(encoded: bytes) -> tuple[bytes, list[tuple[int, memoryview]]]:
+    """`encode_install`'s (data, bodies); the bodies are views into `encoded`."""
+    view = memoryview(encoded)
+    (count,) = _INSTALL_COUNT.unpack_from(view, 0)
+    position = _INSTALL_COUNT.size
+    bodies = []
+    for _ in range(count):
+        index, length = _INSTALL_ENTRY.unpack_from(view, position)
+        position += _INSTALL_ENTRY.size
+        bodies.append((index, view[position : position + length]))
+        position += length
+    return bytes(view[position:]), bodies
+
+
 def _persist(wal: RaftWal, group_id: str, ready: Ready) -> None:
     snapshot = ready.snapshot
-    if snapshot is not None:
+    if snapshot is not None:  # installed from the leader: `encode_install`d
+        data, bodies = decode_install(snapshot.data)
         wal.save_snapshot(
-            group_id, snapshot.index, snapshot.term, snapshot.membership.encode(), snapshot.data
+            group_id,
+            snapshot.index,
+            snapshot.term,
+            snapshot.membership.encode(),
+            data,
+            min((index for index, _body in bodies), default=snapshot.index + 1),
+            [StoredEntry(index, 0, EntryKind.NORMAL.value, bytes(body)) for index, body in bodies],
         )
     if ready.entries:
         wal.append_entries(
