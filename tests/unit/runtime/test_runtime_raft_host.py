@@ -150,6 +150,29 @@ async def propose_all(node: Node, group_id: str, payloads: list[bytes]) -> list[
     return list(await asyncio.gather(*(group.propose(p) for p in payloads)))
 
 
+async def catch_up_after_a_cut(
+    tmp_path: Path, payloads: list[bytes], machine: type[Recorder] = Recorder
+) -> tuple[dict[str, Node], Node, Node]:
+    """Three nodes that compact every 40 entries and one group "g": a follower is cut off
+    while the leader commits `payloads` (compacting), then linked again; back with the
+    nodes, the leader and that follower once it has applied them all."""
+    names = ["a", "b", "c"]
+    nodes = await cluster(tmp_path, names, [], snapshot_entries=40)
+    every = list(nodes.values())
+    for node in every:
+        node.add_group("g", names, machine())
+    leader = await leader_of(every, "g")
+    behind = next(n for n in every if n is not leader)
+    for node in every:
+        node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
+    await propose_all(leader, "g", payloads)
+    assert leader.group("g").status()["snapshot_index"] > 40  # type: ignore[operator]
+    for node in every:
+        node.peers.partition(set())
+    await eventually(lambda: behind.machines["g"].payloads == payloads)
+    return nodes, leader, behind
+
+
 def test_three_hosts_elect_one_leader_that_everyone_knows_and_it_can_hand_over(
     tmp_path: Path,
 ) -> None:
@@ -277,18 +300,9 @@ def test_a_restarted_host_recovers_its_groups_and_catches_up(tmp_path: Path) -> 
 
 def test_a_far_behind_follower_catches_up_by_snapshot(tmp_path: Path) -> None:
     async def body() -> None:
-        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"], snapshot_entries=40)
-        every = list(nodes.values())
-        leader = await leader_of(every, "g")
-        behind = next(n for n in every if n is not leader)
-        for node in every:
-            node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
-        payloads = [b"%d" % i for i in range(200)]
-        await propose_all(leader, "g", payloads)
-        assert leader.group("g").status()["snapshot_index"] > 40  # type: ignore[operator]
-        for node in every:
-            node.peers.partition(set())
-        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        nodes, _leader, behind = await catch_up_after_a_cut(
+            tmp_path, [b"%d" % i for i in range(200)]
+        )
         assert behind.machines["g"].restores == 1
         await stop_all(nodes)
 
@@ -299,21 +313,10 @@ def test_held_entries_are_read_back_on_every_node_after_snapshots_and_a_restart(
     tmp_path: Path,
 ) -> None:
     async def body() -> None:
-        names = ["a", "b", "c"]
-        nodes = await cluster(tmp_path, names, [], snapshot_entries=40)
-        every = list(nodes.values())
-        for node in every:
-            node.add_group("g", names, Holder())
-        leader = await leader_of(every, "g")
-        behind = next(n for n in every if n is not leader)
-        for node in every:
-            node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
         # held from entry 150 on: the WAL keeps no earlier one, so a snapshot is needed
         payloads = [b"keep %d" % i if i >= 150 and i % 7 == 0 else b"%d" % i for i in range(200)]
-        await propose_all(leader, "g", payloads)
-        for node in every:
-            node.peers.partition(set())
-        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        nodes, _leader, behind = await catch_up_after_a_cut(tmp_path, payloads, Holder)
+        every = list(nodes.values())
         assert behind.machines["g"].restores == 1  # the snapshot came with the held entries
         kept = [data for data in payloads if data.startswith(b"keep")]
 
@@ -340,21 +343,8 @@ def test_a_follower_behind_the_compaction_gets_the_entries_the_wal_keeps(
     tmp_path: Path,
 ) -> None:
     async def body() -> None:
-        names = ["a", "b", "c"]
-        nodes = await cluster(tmp_path, names, [], snapshot_entries=40)
-        every = list(nodes.values())
-        for node in every:
-            node.add_group("g", names, Holder())
-        leader = await leader_of(every, "g")
-        behind = next(n for n in every if n is not leader)
-        for node in every:
-            node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
         payloads = [b"keep %d" % i for i in range(200)]  # all held: the WAL keeps them all
-        await propose_all(leader, "g", payloads)
-        assert leader.group("g").status()["snapshot_index"] > 40  # type: ignore[operator]
-        for node in every:
-            node.peers.partition(set())
-        await eventually(lambda: behind.machines["g"].payloads == payloads)
+        nodes, _leader, behind = await catch_up_after_a_cut(tmp_path, payloads, Holder)
         assert behind.machines["g"].restores == 0  # appends read from the leader's WAL
         await stop_all(nodes)
 
