@@ -60,7 +60,8 @@ log = logging.getLogger("warren.cluster")
 
 RETRY_S: Final = 0.05
 LEADER_WAIT_S: Final = 10.0
-JOIN_PROBE_S: Final = 1.0
+TRANSFER_WAIT_S: Final = 2.0  # for the leader the locator chose, when another won
+JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
 REAP_GRACE_TICKS: Final = 20  # two election timeouts
 
 
@@ -148,14 +149,17 @@ class ClusterNode:
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
 
     async def _existing_members(self) -> tuple[str | None, list[str]]:
-        """A running peer and the metadata group's members as it knows them ((None, [])
-        if none answers within a moment: the nodes are starting together and bootstrap
-        it)."""
+        """A running peer and the metadata group's members as it knows them; (None, [])
+        once every other node of ``cluster_nodes`` answered that it has no metadata group
+        yet (the nodes are starting together and bootstrap it), or none said it has one
+        within `JOIN_PROBE_S` (the others are not up yet)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + JOIN_PROBE_S
-        while loop.time() < deadline:
-            for node in sorted(self.nodes):
-                if node == self.name or not self.peers.connected(node):
+        others = {node for node in self.nodes if node != self.name}
+        fresh: set[str] = set()
+        while loop.time() < deadline and not others <= fresh:
+            for node in sorted(others - fresh):
+                if not self.peers.connected(node):
                     continue
                 try:
                     status: Any = await self.peers.call(node, ("status",), 1.0)
@@ -164,6 +168,7 @@ class ClusterNode:
                 members = status["metadata"].get("members") if status["metadata"] else None
                 if members:
                     return node, list(members)
+                fresh.add(node)
             await asyncio.sleep(RETRY_S)
         return None, []
 
@@ -235,6 +240,12 @@ class ClusterNode:
                 await self.peers.call(leader, ("campaign", group_id), 2.0)
         while group.leader is None and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
+        if group.leader not in (None, leader):  # another member's election timer came first
+            with contextlib.suppress(PeerUnavailable, RemoteError):
+                await self.leader_call(group_id, ("transfer", group_id, leader))
+            deadline = min(deadline, loop.time() + TRANSFER_WAIT_S)
+            while group.leader != leader and loop.time() < deadline:
+                await asyncio.sleep(RETRY_S)
 
     def replicated_delete(
         self, host: object, if_unused: bool, if_empty: bool
