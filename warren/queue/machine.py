@@ -488,6 +488,8 @@ class QueueMachine:
         self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
 
     def __getstate__(self) -> list[object]:
+        # the fields' values in order, as frozen dataclasses pickle by default: what
+        # `set_fields` completes when a later version added fields
         return [getattr(self, f.name) for f in fields(self)]
 
     def __setstate__(self, state: list[object]) -> None:

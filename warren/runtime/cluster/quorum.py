@@ -98,6 +98,7 @@ from warren.queue import (
 from warren.queue import snapshot as queue_snapshot
 from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
+from warren.runtime.cluster.remote import ConsumerKey
 from warren.runtime.deadletter import DeadLetterWorker, dead_letter
 from warren.runtime.stats import MessageStats
 
@@ -107,8 +108,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.quorum")
 
-# (node, the node process's incarnation, number): who the consumer is, on every replica
-ConsumerKey = tuple[str, str, int]
 _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
 # bodies of the latest enqueues kept in memory, so a consumer that keeps up reads no disk
 RECENT_BODIES_MAX: Final = 4096
@@ -131,7 +130,6 @@ class QuorumHost:
         self.machine = self._empty_machine()
         self._consumers: dict[ConsumerKey, ConsumerRef] = {}
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
-        self._numbers = itertools.count(1)
         # numbers this host's commands (`Sequenced`): a copy sent again is applied once
         self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
         self._seq = itertools.count(1)
@@ -223,7 +221,7 @@ class QuorumHost:
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
     ) -> tuple[object, list[Any]]:
-        key: ConsumerKey = (self.cluster.name, self.cluster.incarnation, next(self._numbers))
+        key = self.cluster.remote.consumer_key()
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self.ever_consumed = True

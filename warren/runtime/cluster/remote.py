@@ -227,8 +227,7 @@ class RemoteHost:
     ) -> tuple[object, list[Any]]:
         """The home adds the consumer: the answer is a future, failed if the home refuses
         it (or is down); the `Started` effect releases deliveries after consume-ok."""
-        cluster = self.queues.cluster
-        key: ConsumerKey = (cluster.name, cluster.incarnation, next(self.queues.numbers))
+        key = self.queues.consumer_key()
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self._waiting[key] = []
@@ -337,6 +336,11 @@ class RemoteQueues:
         self.peers.send(node, Item("cancelled", (record.vhost, record.name, key)))
 
     # --- as a user of another node's queue ---------------------------------------------------
+
+    def consumer_key(self) -> ConsumerKey:
+        """A new consumer of this node process, of any queue (a quorum queue's getter is
+        number 0)."""
+        return (self.cluster.name, self.cluster.incarnation, next(self.numbers))
 
     def proxy(self, record: QueueRecord, home: str) -> RemoteHost:
         host = RemoteHost(self, record, home)
