@@ -15,7 +15,7 @@ from aiohttp import web
 from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
-from warren.mgmt.rates import totals_counts
+from warren.mgmt.rates import connection_counts, totals_counts
 from warren.runtime import admin, admin_live
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
@@ -43,13 +43,11 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
         totals["connections"] = len(admin_live.connections(broker))
     else:
         vhosts = caller.visible_vhosts(broker)
-        body["message_stats"] = _summed(
-            sampled,
+        body["message_stats"] = sampled.summed(
             [("vhost", v) for v in vhosts],
             [admin_live.vhost_stats(broker, v).counts() for v in vhosts],
         )
-        body["queue_totals"] = _summed(
-            sampled,
+        body["queue_totals"] = sampled.summed(
             [("vhost-totals", v) for v in vhosts],
             [totals_counts(broker, v) for v in vhosts],
         )
@@ -63,18 +61,6 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
             body.pop(key, None)
     body["statistics_db_event_queue"] = 0
     return single(request, body)
-
-
-def _summed(sampled: Any, keys: list[Any], counts: list[dict[str, int]]) -> dict[str, Any]:
-    """Counts and rates of several sampled keys added up."""
-    out: dict[str, Any] = {}
-    for key, part in zip(keys, counts, strict=True):
-        part_rates = sampled.rates(key, part)
-        for name, value in part.items():
-            out[name] = out.get(name, 0) + value
-            rate = out.get(name + "_details", {"rate": 0.0})["rate"] + part_rates[name]
-            out[name + "_details"] = {"rate": round(rate, 1)}
-    return dict(sorted(out.items()))
 
 
 async def cluster_name(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -98,6 +84,14 @@ async def get_node(request: web.Request, broker: Broker, params: list[str]) -> w
 # --- Connections ---
 
 
+def connection_json(request: web.Request, broker: Broker, connection: Any) -> Any:
+    body = admin_live.connection_json(broker, connection)
+    body.update(
+        rates(request).with_details(("connection", id(connection)), connection_counts(connection))
+    )
+    return body
+
+
 def _connections(request: web.Request, broker: Broker, vhost: str | None) -> list[Any]:
     caller = principal(request)
     return [
@@ -111,7 +105,7 @@ async def list_connections(request: web.Request, broker: Broker, params: list[st
     vhost = params[0] if params else None
     if vhost is not None and vhost not in broker.vhosts:
         return replies.not_found()
-    items = [admin_live.connection_json(broker, c) for c in _connections(request, broker, vhost)]
+    items = [connection_json(request, broker, c) for c in _connections(request, broker, vhost)]
     return listed(request, broker, items)
 
 
@@ -127,7 +121,7 @@ async def get_connection(request: web.Request, broker: Broker, params: list[str]
         connection = _own_connection(request, broker, params[0])
     except NotFound:
         return replies.not_found()
-    return single(request, admin_live.connection_json(broker, connection))
+    return single(request, connection_json(request, broker, connection))
 
 
 async def delete_connection(

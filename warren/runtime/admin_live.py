@@ -83,6 +83,11 @@ def connection_json(broker: Broker, connection: AmqpConnection) -> Json:
         "peer_cert_subject": "",
         "peer_cert_issuer": "",
         "peer_cert_validity": "",
+        "recv_oct": connection.recv_oct,
+        "recv_cnt": connection.recv_cnt,
+        "send_oct": connection.send_oct,
+        "send_cnt": connection.send_cnt,
+        "send_pend": 0,
     }
     if provided is not None:
         json["user_provided_name"] = provided

@@ -85,6 +85,8 @@ class AmqpConnection(asyncio.Protocol):
         self.client_properties: dict[str, Any] = {}
         self.auth_mechanism = ""
         self.connected_at_ms = int(time.time() * 1000)
+        # bytes and socket reads/writes, RabbitMQ's recv_oct, recv_cnt, send_oct, send_cnt
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
         self.cancel_notify = False
         self.paused = False
         self.delivered = False  # deliveries were written since the last pump
@@ -134,6 +136,8 @@ class AmqpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         self.protocol.receive_data(data)
         if not self._throttled:
             self._handle_events()
@@ -268,7 +272,7 @@ class AmqpConnection(asyncio.Protocol):
         if self._out and self.transport is not None and not self.transport.is_closing():
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
-            self.transport.write(data)
+            self._emit(data)
             self._last_write = self.loop.time()
             if self.delivered and not self.paused:
                 self._pump()
@@ -527,7 +531,7 @@ class AmqpConnection(asyncio.Protocol):
             self._abort()
             return
         if now - self._last_write >= self.heartbeat_s / 2 and self.transport is not None:
-            self.transport.write(HEARTBEAT_FRAME)
+            self._emit(HEARTBEAT_FRAME)
             self._last_write = now
         self._timer = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
 
@@ -590,9 +594,15 @@ class AmqpConnection(asyncio.Protocol):
     def _write_now(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             if self._out:
-                self.transport.write(b"".join(self._out))
+                self._emit(b"".join(self._out))
                 self._out.clear()
-            self.transport.write(data)
+            self._emit(data)
+
+    def _emit(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+        self.send_oct += len(data)
+        self.send_cnt += 1
 
     def _abort(self) -> None:
         self._release()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from warren.mgmt import listing
-from warren.mgmt.rates import INTERVAL_S, Rates
+from warren.mgmt.rates import HISTORY_INCR_S, HISTORY_KEPT, INTERVAL_S, Range, RangeError, Rates
 
 ITEMS = [
     {"name": "b", "messages": 2, "message_stats": {"publish": 5}},
@@ -77,3 +77,68 @@ def test_unknown_keys_have_rate_zero_and_forgotten_keys_go() -> None:
     rates.observe("gone", {"ack": 1})
     rates.keep_only(set())
     assert rates.rates("gone", {"ack": 1}) == {"ack": 0.0}
+
+
+def test_samples_cover_the_asked_range_newest_first() -> None:
+    """RabbitMQ's ``age / incr + 1`` samples at multiples of ``incr``: the value kept at or
+    before each, 0 before the key was first seen, so a chart is full from the start."""
+    wall = [1_000_000]
+    rates = Rates(clock=lambda: wall[0] / 1000, wall_ms=lambda: wall[0])
+    for published in (3, 8, 20):  # one sampling round every 5 s
+        rates.observe(("node",), {"publish": published})
+        wall[0] += 5000
+    wall[0] += 2000  # 1_017_000: newest sample slot 1_015_000
+    view = rates.view({"msg_rates_age": "20", "msg_rates_incr": "5", "lengths_age": "x"})
+    details = view.with_details(("node",), {"publish": 20})["publish_details"]
+    assert details["samples"] == [
+        {"sample": 20, "timestamp": 1_015_000},
+        {"sample": 20, "timestamp": 1_010_000},
+        {"sample": 8, "timestamp": 1_005_000},
+        {"sample": 3, "timestamp": 1_000_000},
+        {"sample": 0, "timestamp": 995_000},
+    ]
+    assert details["avg_rate"] == 1.0  # (20 - 0) / 20 s
+    assert details["avg"] == 51 / 5
+    lengths = view.with_details(("totals",), {"messages": 1})["messages_details"]
+    assert "samples" not in lengths  # its age was no number: not asked for
+
+
+def test_summed_samples_add_up_point_by_point() -> None:
+    wall = [60_000]
+    rates = Rates(clock=lambda: wall[0] / 1000, wall_ms=lambda: wall[0])
+    rates.observe(("vhost-totals", "a"), {"messages": 2})
+    rates.observe(("vhost-totals", "b"), {"messages": 5})
+    view = rates.view({"lengths_age": "5", "lengths_incr": "5"})
+    keys = [("vhost-totals", "a"), ("vhost-totals", "b")]
+    summed = view.summed(keys, [{"messages": 2}, {"messages": 5}])
+    assert summed["messages"] == 7
+    assert summed["messages_details"]["samples"] == [
+        {"sample": 7, "timestamp": 60_000},
+        {"sample": 0, "timestamp": 55_000},
+    ]
+
+
+def test_history_is_a_minute_and_older_times_read_its_oldest_value() -> None:
+    wall = [0]
+    rates = Rates(clock=lambda: wall[0] / 1000, wall_ms=lambda: wall[0])
+    for round_ in range(HISTORY_KEPT + 5):
+        rates.observe(("queue", "/", "q"), {"messages": round_})
+        wall[0] += HISTORY_INCR_S * 1000
+    wall[0] -= HISTORY_INCR_S * 1000
+    points = rates.samples(("queue", "/", "q"), ["messages"], Range(90, 5))["messages"]
+    assert points[0]["sample"] == HISTORY_KEPT + 4
+    assert points[HISTORY_KEPT - 1]["sample"] == 5  # the oldest kept
+    assert points[-1]["sample"] == 5  # older than kept: not 0, which would chart a drop
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"lengths_age": "60", "lengths_incr": "0"},
+        {"msg_rates_age": "-5", "msg_rates_incr": "5"},
+        {"data_rates_age": "10000000", "data_rates_incr": "1"},
+    ],
+)
+def test_a_range_that_gives_no_samples_is_refused(query: dict[str, str]) -> None:
+    with pytest.raises(RangeError, match="Invalid range parameters: age"):
+        Rates().view(query)
