@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from matplotlib import dates, ticker
 from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
@@ -50,32 +51,46 @@ def print_table(console: Console, rows: list[dict[str, Any]], title: str) -> Non
 
 
 def chart_png(rows: list[dict[str, Any]], title: str) -> bytes:
-    """Stacked bars: dead letters per origin queue, one colour per reason."""
-    queues = sorted({_cell(row["queue"]) for row in rows})
+    buffer = io.BytesIO()
+    draw(rows, title).savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
+def draw(rows: list[dict[str, Any]], title: str) -> Figure:
+    """Dead letters over time: one stacked bar per time window (starting with it), one
+    colour per reason, on a date axis; the count axis has whole-number ticks only."""
     reasons = sorted({_cell(row["reason"]) for row in rows})
+    starts = sorted({row["window_start"] for row in rows})
+    ends = {row["window_start"]: row.get("window_end") for row in rows}
+    width = [  # nine tenths of the window, so neighbouring windows stay apart
+        0.9 * (dates.date2num(ends[start]) - dates.date2num(start) if ends[start] else 1 / 24)
+        for start in starts
+    ]
     figure = Figure(figsize=(8, 4.5))
     axes = figure.subplots()
-    bottoms = [0] * len(queues)
+    bottoms = [0] * len(starts)
     for reason in reasons:
         heights = [
             sum(
                 row["count"]
                 for row in rows
-                if _cell(row["queue"]) == queue and _cell(row["reason"]) == reason
+                if row["window_start"] == start and _cell(row["reason"]) == reason
             )
-            for queue in queues
+            for start in starts
         ]
-        axes.bar(queues, heights, bottom=bottoms, label=reason)
+        axes.bar(starts, heights, width=width, bottom=bottoms, align="edge", label=reason)
         bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
+    locator = dates.AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
+    axes.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     axes.set_title(title)
-    axes.set_xlabel("dead-lettered from queue")
-    axes.set_ylabel("messages")
+    axes.set_xlabel("time window (UTC)" if starts and starts[0].tzinfo else "time window")
+    axes.set_ylabel("messages dead-lettered")
     if reasons:
         axes.legend(title="reason")
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    return figure
 
 
 def html_page(rows: list[dict[str, Any]], title: str, png: bytes) -> str:
@@ -94,7 +109,7 @@ def html_page(rows: list[dict[str, Any]], title: str, png: bytes) -> str:
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><ul>{totals}</ul>"
-        f"<img alt='dead letters by queue and reason' src='data:image/png;base64,{image}'>"
+        f"<img alt='dead letters by reason over time' src='data:image/png;base64,{image}'>"
         f"<table><tr>{header}</tr>{body}</table></body></html>"
     )
 
