@@ -1,8 +1,10 @@
 """The management UI end to end: log in, create a policy in the browser, see it apply to a
 queue (the queue's policy link, effective definition and trimmed count), follow the link,
-delete the policy; a 401 brings the login form back, a refusal ("not_authorised") does
-not; a 404 is "not available on this node". Only pages whose endpoints main serves are
-read from the node itself; the other states are checked with routed replies.
+delete the policy; the charts are a full minute on the first load; the overview's node
+panel and its alarm; a connection's page, its channel's page, and closing it from the UI;
+a 401 brings the login form back, a refusal ("not_authorised") does not; a 404 is "not
+available on this node". Only pages whose endpoints main serves are read from the node
+itself; the other states are checked with routed replies.
 
 Theory of operation:
 1. One browser runs for this module, on a fresh profile directory, started from
@@ -231,3 +233,106 @@ def test_a_policy_created_in_the_ui_applies_to_the_queue(
     page.get_by_role("button", name="Delete policy").click()
     ui.heading("Policies")
     expect(page.get_by_text("No policies.")).to_be_visible()
+
+
+def chart_lines(ui: UI, title: str) -> dict[str, list[tuple[float, float]]]:
+    """Each line of the chart named `title`: its points, and its stroke width last."""
+    return ui.page.get_by_role("img", name=title).evaluate(
+        """svg => Object.fromEntries([...svg.querySelectorAll("polyline")].map(line => [
+            line.dataset.label,
+            [...line.getAttribute("points").split(" ").map(p => p.split(",").map(Number)),
+             [Number(line.getAttribute("stroke-width")), 0]],
+        ]))"""
+    )
+
+
+def test_charts_are_a_full_minute_on_first_load(ui: UI, queue: str) -> None:
+    """The node keeps the samples: the first update draws 13 lengths (12 rates between
+    them) across the whole chart, where a browser sampling on its own would have one."""
+    overview_calls: list[str] = []
+    ui.page.on(
+        "request", lambda r: overview_calls.append(r.url) if "/api/overview?" in r.url else None
+    )
+    ui.open()
+    ui.log_in()
+    ui.heading("Overview")
+    expect(ui.page.get_by_role("img", name="Message rates")).to_be_visible()
+    queued = chart_lines(ui, "Queued messages")
+    rates = chart_lines(ui, "Message rates")
+    assert len(overview_calls) <= 2  # the log-in check and the page's first update
+    for label in ("Ready", "Unacked", "Total"):
+        assert len(queued[label]) == 13 + 1
+    assert all(len(points) == 12 + 1 for points in rates.values())
+    xs = [x for x, _y in queued["Ready"][:-1]]
+    assert xs == sorted(xs) and xs[-1] - xs[0] > 500  # the whole width of the chart
+    # Publish is drawn first and widest, so Consumer ack over it leaves it showing
+    assert rates["Publish"][-1][0] > rates["Consumer ack"][-1][0]
+
+    ui.open(f"queues/%2F/{quote(queue, safe='')}")
+    ui.heading(f"Queue {queue} in virtual host /")
+    queue_rates = chart_lines(ui, "Message rates")
+    assert len(queue_rates["Publish"]) == 12 + 1
+    assert len(chart_lines(ui, "Queued messages")["Ready"]) == 13 + 1
+    legend = ui.page.locator("figure", has=ui.page.get_by_role("img", name="Queued messages"))
+    expect(legend).to_contain_text("Ready: 5")
+
+
+def test_the_overview_shows_the_node_and_its_alarms(ui: UI) -> None:
+    ui.open()
+    ui.log_in()
+    node = ui.page.get_by_role("group", name="Node resources")
+    for text in ("Memory", " used", "Disk space", " free", "low watermark", "File descriptors"):
+        expect(node).to_contain_text(text)
+    expect(node.get_by_role("group", name="Alarms")).to_contain_text("none")
+    expect(node.get_by_role("group", name="Uptime")).to_contain_text(re.compile(r"\d+[dhms]"))
+
+    def alarmed(route: Route) -> None:
+        body = route.fetch().json()
+        body.update(mem_alarm=True, mem_used=900_000_000, mem_limit=800_000_000)
+        route.fulfill(json=body)
+
+    ui.page.route(re.compile(r"/api/nodes/[^/]+$"), alarmed)
+    ui.page.reload()
+    alarms = node.get_by_role("group", name="Alarms")
+    expect(alarms).to_contain_text("memory alarm")
+    expect(alarms).to_have_class(re.compile(r"\balarm\b"))
+    expect(node.get_by_role("group", name="Memory")).to_contain_text("800 MB high watermark")
+
+
+def test_a_connection_is_closed_from_its_page(ui: UI, broker: Any, unique: str) -> None:
+    parameters = pika.URLParameters(broker.url)
+    parameters.client_properties = {"connection_name": unique}
+    connection = pika.BlockingConnection(parameters)
+    channel = connection.channel()
+    channel.basic_publish("", "no-such-queue", b"counted")
+    try:
+        page = ui.page
+        ui.open("connections")
+        ui.log_in()
+        ui.heading("Connections")
+        row = page.get_by_role("table", name="Connections").get_by_role("row", name=unique)
+        for column in (7, 8):  # from and to client: bytes per second, never empty
+            expect(row.get_by_role("cell").nth(column)).to_have_text(re.compile(r"B/s$"))
+        link = row.get_by_role("link")
+        name = link.inner_text()
+        link.click()
+        ui.heading(f"Connection {name}")
+        expect(page.get_by_text(unique)).to_be_visible()  # the client's name
+        channels = page.get_by_role("table", name="Channels of this connection")
+        channels.get_by_role("link", name=f"{name} (1)").click()
+        ui.heading(f"Channel {name} (1)")
+        expect(page.get_by_role("img", name="Message rates")).to_be_visible()
+        page.get_by_role("link", name=name, exact=True).click()  # back to its connection
+
+        form = page.get_by_role("form", name="Close this connection")
+        form.get_by_label("Reason").fill("closed by the UI test")
+        form.get_by_role("button", name="Force close").click()
+        ui.heading("Connections")
+        expect(page.get_by_role("link", name=name, exact=True)).to_have_count(0)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            connection.process_data_events(time_limit=10)
+        assert closed.value.reply_code == 320
+        assert closed.value.reply_text == "CONNECTION_FORCED - closed by the UI test"
+    finally:
+        if connection.is_open:
+            connection.close()

@@ -46,8 +46,8 @@ export function apiPath(...segments) {
   return segments.map((segment) => encodeURIComponent(segment)).join("/");
 }
 
-export async function call(method, path, body) {
-  const headers = {};
+export async function call(method, path, body, extraHeaders = {}) {
+  const headers = { ...extraHeaders };
   const credentials = sessionStorage.getItem(CREDENTIALS_KEY);
   if (credentials !== null) headers.Authorization = credentials;
   // "omit": a 401 comes back to this code; with credentials included, the fetch standard

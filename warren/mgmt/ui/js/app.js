@@ -10,7 +10,9 @@
 
 import { NotAvailable, Refused, Unauthorized, get, logIn, logOut, username } from "./api.js";
 import { h, noticePage } from "./dom.js";
+import * as channel from "./pages/channel.js";
 import * as channels from "./pages/channels.js";
+import * as connection from "./pages/connection.js";
 import * as connections from "./pages/connections.js";
 import * as exchange from "./pages/exchange.js";
 import * as exchanges from "./pages/exchanges.js";
@@ -24,11 +26,12 @@ import * as vhosts from "./pages/vhosts.js";
 
 const REFRESH_MS = 5000;
 
-// First segment of the hash -> [list page, page of one object (vhost, name)].
+// First segment of the hash -> [list page, page of one object (its vhost and name, or its
+// name alone for a connection or channel)].
 const ROUTES = {
   overview: [overview],
-  connections: [connections],
-  channels: [channels],
+  connections: [connections, connection],
+  channels: [channels, channel],
   exchanges: [exchanges, exchange],
   queues: [queues, queue],
   policies: [policies, policy],

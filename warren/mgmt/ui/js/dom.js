@@ -182,10 +182,40 @@ export function rate(stats, key) {
 // The same for a byte count, in kB/s or MB/s once it is large.
 export function byteRate(stats, key) {
   const value = stats?.[`${key}_details`]?.rate;
-  if (value === undefined) return "";
+  return value === undefined ? "" : bytesPerSecond(value);
+}
+
+export function bytesPerSecond(value) {
   if (value >= 1e6) return perSecond(value / 1e6, " MB");
   if (value >= 1e3) return perSecond(value / 1e3, " kB");
   return perSecond(value, " B");
+}
+
+// A byte count in B, kB, MB or GB (powers of 1000, as RabbitMQ's disk_free_limit "50MB").
+export function bytes(value) {
+  if (value === undefined || value === null) return "";
+  const [unit, size] = [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]].find(([, s]) => value >= s) ?? [
+    "B",
+    1,
+  ];
+  return `${(value / size).toLocaleString("en", { maximumFractionDigits: 1 })} ${unit}`;
+}
+
+// A duration in milliseconds as RabbitMQ's UI writes an uptime: "3d 4h", "2h 5m", "41s".
+export function duration(ms) {
+  const seconds = Math.floor(ms / 1000);
+  const parts = [
+    [Math.floor(seconds / 86400), "d"],
+    [Math.floor(seconds / 3600) % 24, "h"],
+    [Math.floor(seconds / 60) % 60, "m"],
+    [seconds % 60, "s"],
+  ];
+  const first = parts.findIndex(([n]) => n > 0);
+  if (first === -1) return "0s";
+  return parts
+    .slice(first, first + 2)
+    .map(([n, unit]) => `${n}${unit}`)
+    .join(" ");
 }
 
 // RabbitMQ's short feature letters for durable, auto-delete, exclusive/internal, arguments.

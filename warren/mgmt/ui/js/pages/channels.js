@@ -1,12 +1,13 @@
-// Channels: GET /api/channels, one row per open channel of every connection.
+// Channels: GET /api/channels, one row per open channel of every connection; a name opens
+// its page.
 
 import { get } from "../api.js";
-import { count, h, rate, table } from "../dom.js";
+import { count, h, link, rate, table } from "../dom.js";
 
 export const title = "Channels";
 
-const COLUMNS = [
-  { label: "Channel", cell: (c) => c.name },
+export const COLUMNS = [
+  { label: "Channel", cell: (c) => link(c.name, "channels", c.name) },
   { label: "Virtual host", cell: (c) => c.vhost },
   { label: "User", cell: (c) => c.user },
   { label: "Mode", cell: (c) => mode(c) },
@@ -21,7 +22,7 @@ const COLUMNS = [
 ];
 
 // RabbitMQ's mode letters: C for publisher confirms, T for transactional.
-function mode(channel) {
+export function mode(channel) {
   const letters = [];
   if (channel.confirm) letters.push(h("abbr", { title: "confirm", class: "tag" }, "C"));
   if (channel.transactional) letters.push(h("abbr", { title: "transactional", class: "tag" }, "T"));

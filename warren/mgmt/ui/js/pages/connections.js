@@ -1,13 +1,19 @@
-// Connections: GET /api/connections, one row per AMQP connection.
+// Connections: GET /api/connections, one row per AMQP connection; a name opens its page.
 
 import { get } from "../api.js";
-import { byteRate, count, h, table } from "../dom.js";
+import { byteRate, count, h, link, table } from "../dom.js";
 
 export const title = "Connections";
 
 const COLUMNS = [
   { label: "Virtual host", cell: (c) => c.vhost },
-  { label: "Name", cell: (c) => c.name },
+  {
+    label: "Name",
+    cell: (c) => [
+      link(c.name, "connections", c.name),
+      c.user_provided_name ? h("small", { class: "provided" }, ` ${c.user_provided_name}`) : null,
+    ],
+  },
   { label: "User", cell: (c) => c.user },
   { label: "State", cell: (c) => c.state },
   { label: "Protocol", cell: (c) => c.protocol },
@@ -17,7 +23,7 @@ const COLUMNS = [
   { label: "To client", cell: (c) => byteRate(c, "send_oct"), numeric: true },
 ];
 
-function client(properties) {
+export function client(properties) {
   if (!properties) return "";
   return [properties.product, properties.version].filter(Boolean).join(" ");
 }

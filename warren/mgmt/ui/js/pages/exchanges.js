@@ -1,7 +1,9 @@
 // Exchanges: GET /api/exchanges, and a form to declare one (PUT /api/exchanges/{vhost}/{name}).
+// RabbitMQ's "rate in / rate out" columns are left out: Warren keeps no message counters
+// per exchange, so they would always be empty.
 
 import { apiPath, call, get } from "../api.js";
-import { actionForm, features, field, h, link, parseObject, rate, section, table } from "../dom.js";
+import { actionForm, features, field, h, link, parseObject, section, table } from "../dom.js";
 
 export const title = "Exchanges";
 
@@ -13,8 +15,6 @@ const COLUMNS = [
   { label: "Type", cell: (e) => e.type },
   { label: "Features", cell: (e) => features(e) },
   { label: "Policy", cell: (e) => (e.policy ? link(e.policy, "policies", e.vhost, e.policy) : "") },
-  { label: "Rate in", cell: (e) => rate(e.message_stats, "publish_in"), numeric: true },
-  { label: "Rate out", cell: (e) => rate(e.message_stats, "publish_out"), numeric: true },
 ];
 
 export function render(root) {

@@ -1,20 +1,17 @@
-// Overview: totals, listeners, and charts of queued messages and message rates.
+// Overview: charts of queued messages and message rates over the last minute, the node
+// (memory, disk, alarms, file descriptors, uptime), totals and listeners.
 //
-// Each update samples GET /api/overview. Rates are RabbitMQ's `message_stats.<key>_details
-// .rate` when the node sends them; when it sends only the counts, the rate is computed here
-// from two successive samples. The samples outlive the page (module state), so going to
-// another page and back keeps the chart's history for this tab.
+// Each update reads GET /api/overview with the sample range (the node keeps the history,
+// so the charts are full at once) and GET /api/nodes/{node}. A user without the monitoring
+// tag is shown neither the node nor the listeners, as in RabbitMQ.
 
-import { get } from "../api.js";
-import { lineChart } from "../chart.js";
-import { count, facts, h, perSecond, section, table } from "../dom.js";
+import { Refused, apiPath, get } from "../api.js";
+import { RANGE_QUERY, lengthsChart, ratesChart } from "../chart.js";
+import { bytes, count, duration, facts, h, section, table } from "../dom.js";
 
 export const title = "Overview";
 
-const SAMPLES_MAX = 60; // 5 minutes at the shell's 5 s refresh
-const samples = []; // [{ timeMs, overview }]
-
-const QUEUED = [
+export const QUEUED = [
   ["Ready", "#2f6fb0", "messages_ready"],
   ["Unacked", "#c77c1b", "messages_unacknowledged"],
   ["Total", "#555", "messages"],
@@ -30,19 +27,23 @@ const RATES = [
 
 export function render(root) {
   const charts = h("div", { class: "charts" });
+  const node = h("div");
   const totals = h("div");
   const listeners = h("div");
   root.append(
     h("h1", {}, title),
     charts,
+    section("Node", node),
     section("Totals", totals),
     section("Ports and contexts", listeners),
   );
   return async () => {
-    const overview = await get("overview");
-    samples.push({ timeMs: Date.now(), overview });
-    if (samples.length > SAMPLES_MAX) samples.shift();
-    charts.replaceChildren(queuedChart(), rateChart());
+    const overview = await get(`overview?${RANGE_QUERY}`);
+    charts.replaceChildren(
+      lengthsChart("Queued messages", QUEUED, overview.queue_totals),
+      ratesChart("Message rates", RATES, overview.message_stats),
+    );
+    node.replaceChildren(await nodePanel(overview.node));
     totals.replaceChildren(totalsFacts(overview));
     listeners.replaceChildren(
       table(
@@ -58,6 +59,73 @@ export function render(root) {
   };
 }
 
+async function nodePanel(name) {
+  const refused = h("p", { class: "notice" }, "The node's resources need the monitoring tag.");
+  if (!name) return refused;
+  let node;
+  try {
+    node = await get(apiPath("nodes", name));
+  } catch (error) {
+    if (error instanceof Refused) return refused;
+    throw error;
+  }
+  const alarms = [
+    node.mem_alarm && "memory",
+    node.disk_free_alarm && "disk",
+  ].filter(Boolean);
+  return h(
+    "div",
+    { class: "node", role: "group", "aria-label": "Node resources" },
+    gauge("Memory", `${bytes(node.mem_used)} used`, limit(node.mem_limit, "high watermark"), [
+      node.mem_used,
+      node.mem_limit,
+      node.mem_alarm,
+    ]),
+    gauge("Disk space", `${bytes(node.disk_free)} free`, limit(node.disk_free_limit, "low watermark"), [
+      node.disk_free_limit,
+      node.disk_free,
+      node.disk_free_alarm,
+    ]),
+    gauge("File descriptors", `${count(node.fd_used)} used`, `${count(node.fd_total)} available`, [
+      node.fd_used,
+      node.fd_total,
+      false,
+    ]),
+    h(
+      "div",
+      { class: alarms.length ? "gauge alarm" : "gauge", role: "group", "aria-label": "Alarms" },
+      h("h3", {}, "Alarms"),
+      h("p", { class: "value" }, alarms.length ? `${alarms.join(", ")} alarm` : "none"),
+      h("p", {}, alarms.length ? "Publishers are blocked." : "Publishers may publish."),
+    ),
+    h(
+      "div",
+      { class: "gauge", role: "group", "aria-label": "Uptime" },
+      h("h3", {}, "Uptime"),
+      h("p", { class: "value" }, duration(node.uptime ?? 0)),
+      h("p", {}, node.name),
+    ),
+  );
+}
+
+function limit(value, what) {
+  return value ? `${bytes(value)} ${what}` : `no ${what}`;
+}
+
+// One resource: its heading, value, limit and a bar of how much of the limit is used
+// (`[used, limit, alarm]`; for disk, the limit over what is free: fuller as space runs out).
+function gauge(title, value, below, [used, of, alarm]) {
+  const fraction = of ? Math.min(1, used / of) : 0;
+  return h(
+    "div",
+    { class: alarm ? "gauge alarm" : "gauge", role: "group", "aria-label": title },
+    h("h3", {}, title),
+    h("p", { class: "value" }, value),
+    h("meter", { min: 0, max: 1, high: 0.8, value: fraction.toFixed(3) }),
+    h("p", {}, below),
+  );
+}
+
 function totalsFacts(overview) {
   const objects = overview.object_totals ?? {};
   return facts([
@@ -70,59 +138,4 @@ function totalsFacts(overview) {
     ["Queues", count(objects.queues)],
     ["Consumers", count(objects.consumers)],
   ]);
-}
-
-function queuedChart() {
-  const series = QUEUED.map(([label, color, key]) => ({
-    label,
-    color,
-    points: samples.map((s) => [s.timeMs, s.overview.queue_totals?.[key] ?? 0]),
-  }));
-  return lineChart("Queued messages", series, (v) => count(Math.round(v)));
-}
-
-function rateChart() {
-  const computed = samples.every((s) => !hasReportedRates(s.overview));
-  const series = RATES.map(([label, color, key]) => ({
-    label,
-    color,
-    points: samples.flatMap((s, i) => {
-      const value = sampleRate(key, s, samples[i - 1]);
-      return value === null ? [] : [[s.timeMs, value]];
-    }),
-  })).filter((s) => s.points.length > 0);
-  if (series.length === 0) {
-    const counted = Object.keys(samples.at(-1).overview.message_stats ?? {}).length > 0;
-    const why = counted
-      ? "Rates appear after the next sample."
-      : "This node reports no message statistics yet, so there are no rates to chart.";
-    return h(
-      "figure",
-      { class: "chart" },
-      h("figcaption", {}, h("strong", {}, "Message rates")),
-      h("p", { class: "notice" }, why),
-    );
-  }
-  const chart = lineChart("Message rates", series, (v) => perSecond(v));
-  if (computed) {
-    chart.append(
-      h("p", { class: "note" }, "Rates computed in the browser from successive counts."),
-    );
-  }
-  return chart;
-}
-
-function hasReportedRates(overview) {
-  return Object.keys(overview.message_stats ?? {}).some((key) => key.endsWith("_details"));
-}
-
-// Messages per second for one statistic at one sample, or null when it cannot be known.
-function sampleRate(key, sample, previous) {
-  const stats = sample.overview.message_stats ?? {};
-  const reported = stats[`${key}_details`]?.rate;
-  if (reported !== undefined) return reported;
-  const before = previous?.overview.message_stats?.[key];
-  if (stats[key] === undefined || before === undefined) return null;
-  const seconds = (sample.timeMs - previous.timeMs) / 1000;
-  return seconds > 0 ? Math.max(0, (stats[key] - before) / seconds) : null;
 }

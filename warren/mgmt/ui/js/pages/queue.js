@@ -1,7 +1,9 @@
-// One queue: arguments, effective policy, counts, consumers, bindings; get, publish,
-// purge and delete. GET /api/queues/{vhost}/{name} and the paths below it.
+// One queue: charts of its length and message rates over the last minute, arguments,
+// effective policy, counts, consumers, bindings; get, publish, purge and delete.
+// GET /api/queues/{vhost}/{name} (with the sample range) and the paths below it.
 
 import { apiPath, call, get, getOptional } from "../api.js";
+import { RANGE_QUERY, lengthsChart, ratesChart } from "../chart.js";
 import {
   actionForm,
   count,
@@ -18,6 +20,7 @@ import {
   table,
 } from "../dom.js";
 import { publishForm } from "../publish.js";
+import { QUEUED } from "./overview.js";
 import { policyLink } from "./queues.js";
 
 export const title = "Queue";
@@ -28,6 +31,13 @@ const CONSUMER_COLUMNS = [
   { label: "Ack required", cell: (c) => (c.ack_required ? "yes" : "no") },
   { label: "Exclusive", cell: (c) => (c.exclusive ? "yes" : "no") },
   { label: "Prefetch", cell: (c) => count(c.prefetch_count), numeric: true },
+];
+
+const RATES = [
+  ["Publish", "#2f6fb0", "publish"],
+  ["Deliver / get", "#8f3fa8", "deliver_get"],
+  ["Redelivered", "#c77c1b", "redeliver"],
+  ["Consumer ack", "#1d8a8a", "ack"],
 ];
 
 const BINDING_COLUMNS = [
@@ -49,11 +59,18 @@ const ACK_MODES = [
 
 export function render(root, [vhost, name]) {
   const path = apiPath("queues", vhost, name);
+  const charts = h("div", { class: "charts" });
   const about = h("div");
   const consumers = h("div");
   const bindings = h("div");
   const update = async () => {
-    const queue = await get(path);
+    const queue = await get(`${path}?${RANGE_QUERY}`);
+    charts.replaceChildren(
+      lengthsChart("Queued messages", QUEUED, queue),
+      queue.message_stats
+        ? ratesChart("Message rates", RATES, queue.message_stats)
+        : h("p", { class: "notice" }, "No message rates: nothing was published to this queue yet."),
+    );
     about.replaceChildren(details(queue));
     consumers.replaceChildren(
       queue.consumer_details
@@ -73,6 +90,7 @@ export function render(root, [vhost, name]) {
   };
   root.append(
     h("h1", {}, `Queue ${name}`, h("small", {}, ` in virtual host ${vhost}`)),
+    charts,
     about,
     section("Consumers", consumers),
     section("Bindings", bindings),
