@@ -46,7 +46,10 @@ export function ratePoints(stats, key) {
   for (let i = samples.length - 2; i >= 0; i -= 1) {
     const [later, earlier] = [samples[i], samples[i + 1]];
     const seconds = (later.timestamp - earlier.timestamp) / 1000;
-    points.push([later.timestamp, seconds > 0 ? Math.max(0, later.sample - earlier.sample) / seconds : 0]);
+    points.push([
+      later.timestamp,
+      seconds > 0 ? Math.max(0, later.sample - earlier.sample) / seconds : 0,
+    ]);
   }
   return points;
 }
@@ -96,9 +99,15 @@ export function lineChart(title, series, formatValue) {
   );
   // Time ticks at whole multiples of TIME_TICK_MS, as RabbitMQ's charts have them.
   const axis = [];
-  for (let t = Math.ceil(start / TIME_TICK_MS) * TIME_TICK_MS; t <= start + span; t += TIME_TICK_MS) {
+  for (
+    let t = Math.ceil(start / TIME_TICK_MS) * TIME_TICK_MS;
+    t <= start + span;
+    t += TIME_TICK_MS
+  ) {
     const anchor = t === start ? "start" : t === start + span ? "end" : "middle";
-    axis.push(svg("text", { x: x(t), y: HEIGHT - 4, "text-anchor": anchor, class: "time" }, clock(t)));
+    axis.push(
+      svg("text", { x: x(t), y: HEIGHT - 4, "text-anchor": anchor, class: "time" }, clock(t)),
+    );
   }
   const step = series.length > 1 ? (WIDEST_STROKE - THINNEST_STROKE) / (series.length - 1) : 0;
   const lines = series.map((s, i) =>

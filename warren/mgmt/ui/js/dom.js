@@ -194,10 +194,11 @@ export function bytesPerSecond(value) {
 // A byte count in B, kB, MB or GB (powers of 1000, as RabbitMQ's disk_free_limit "50MB").
 export function bytes(value) {
   if (value === undefined || value === null) return "";
-  const [unit, size] = [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]].find(([, s]) => value >= s) ?? [
-    "B",
-    1,
-  ];
+  const [unit, size] = [
+    ["GB", 1e9],
+    ["MB", 1e6],
+    ["kB", 1e3],
+  ].find(([, s]) => value >= s) ?? ["B", 1];
   return `${(value / size).toLocaleString("en", { maximumFractionDigits: 1 })} ${unit}`;
 }
 

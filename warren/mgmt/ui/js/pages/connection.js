@@ -4,7 +4,18 @@
 
 import { apiPath, call, get } from "../api.js";
 import { RANGE_QUERY, ratesChart } from "../chart.js";
-import { actionForm, bytesPerSecond, count, facts, field, h, json, route, section, table } from "../dom.js";
+import {
+  actionForm,
+  bytesPerSecond,
+  count,
+  facts,
+  field,
+  h,
+  json,
+  route,
+  section,
+  table,
+} from "../dom.js";
 import { COLUMNS as CHANNEL_COLUMNS } from "./channels.js";
 import { client } from "./connections.js";
 

@@ -69,10 +69,7 @@ async function nodePanel(name) {
     if (error instanceof Refused) return refused;
     throw error;
   }
-  const alarms = [
-    node.mem_alarm && "memory",
-    node.disk_free_alarm && "disk",
-  ].filter(Boolean);
+  const alarms = [node.mem_alarm && "memory", node.disk_free_alarm && "disk"].filter(Boolean);
   return h(
     "div",
     { class: "node", role: "group", "aria-label": "Node resources" },
@@ -81,11 +78,12 @@ async function nodePanel(name) {
       node.mem_limit,
       node.mem_alarm,
     ]),
-    gauge("Disk space", `${bytes(node.disk_free)} free`, limit(node.disk_free_limit, "low watermark"), [
-      node.disk_free_limit,
-      node.disk_free,
-      node.disk_free_alarm,
-    ]),
+    gauge(
+      "Disk space",
+      `${bytes(node.disk_free)} free`,
+      limit(node.disk_free_limit, "low watermark"),
+      [node.disk_free_limit, node.disk_free, node.disk_free_alarm],
+    ),
     gauge("File descriptors", `${count(node.fd_used)} used`, `${count(node.fd_total)} available`, [
       node.fd_used,
       node.fd_total,
