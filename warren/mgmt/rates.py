@@ -138,11 +138,12 @@ class Rates:
         }
 
     def samples(
-        self, key: Hashable, names: Iterable[str], asked: Range
+        self, key: Hashable, names: Iterable[str], asked: Range, now_ms: int
     ) -> dict[str, list[dict[str, int]]]:
-        """Each statistic's samples over `asked`, newest first (see the module docstring)."""
+        """Each statistic's samples over `asked` up to `now_ms`, newest first (see the
+        module docstring)."""
         incr_ms = asked.incr_s * 1000
-        newest_ms = self.wall_ms() // incr_ms * incr_ms
+        newest_ms = now_ms // incr_ms * incr_ms
         times = [newest_ms - i * incr_ms for i in range(asked.age_s // asked.incr_s + 1)]
         kept = list(self._samples.get(key, ()))
         found = {}
@@ -164,15 +165,12 @@ class Rates:
         """The rates as a request with `query` asks for them; raises `RangeError`."""
         return RateView(self, ranges(query))
 
-    def with_details(self, key: Hashable, counts: Counts) -> dict[str, Any]:
-        """``{name: count, name_details: {"rate": r}}`` in RabbitMQ's order."""
-        return self.view({}).with_details(key, counts)
-
 
 class RateView:
     def __init__(self, rates: Rates, asked: Mapping[str, Range]) -> None:
         self.rates = rates
         self.asked = asked
+        self.now_ms = rates.wall_ms()  # one time for the whole reply: its samples line up
 
     def _range(self, key: Hashable) -> Range | None:
         family = FAMILIES.get(key[0]) if isinstance(key, tuple) and key else None
@@ -195,7 +193,7 @@ class RateView:
                 rates[name] = rates.get(name, 0.0) + rate
             if asked is None:
                 continue
-            for name, points in self.rates.samples(key, part, asked).items():
+            for name, points in self.rates.samples(key, part, asked, self.now_ms).items():
                 if name not in series:
                     series[name] = points
                     continue

@@ -9,13 +9,15 @@ the chart as a data URI, so the page is one file that can be mailed or attached 
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import io
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from matplotlib import dates, ticker
+import matplotlib
+from matplotlib import ticker
 from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +26,7 @@ from warren.spark.jobs import SUMMARY_KEYS
 
 COLUMNS = (*SUMMARY_KEYS, "window_start", "count")
 NONE_SHOWN = "(none)"  # a dead letter without x-death has no origin
+HOUR = datetime.timedelta(hours=1)  # a window's length when a row does not say
 
 
 def _cell(value: Any) -> str:
@@ -63,26 +66,24 @@ def draw(rows: list[dict[str, Any]], title: str) -> Figure:
     starts = sorted({row["window_start"] for row in rows})
     ends = {row["window_start"]: row.get("window_end") for row in rows}
     width = [  # nine tenths of the window, so neighbouring windows stay apart
-        0.9 * (dates.date2num(ends[start]) - dates.date2num(start) if ends[start] else 1 / 24)
-        for start in starts
+        0.9 * ((ends[start] or start + HOUR) - start) for start in starts
     ]
     figure = Figure(figsize=(8, 4.5))
     axes = figure.subplots()
-    bottoms = [0] * len(starts)
-    for reason in reasons:
-        heights = [
-            sum(
-                row["count"]
-                for row in rows
-                if row["window_start"] == start and _cell(row["reason"]) == reason
-            )
-            for start in starts
-        ]
-        axes.bar(starts, heights, width=width, bottom=bottoms, align="edge", label=reason)
-        bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
-    locator = dates.AutoDateLocator()
-    axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
+    # the concise date axis: times, with the date once below them
+    with matplotlib.rc_context({"date.converter": "concise"}):
+        bottoms = [0] * len(starts)
+        for reason in reasons:
+            heights = [
+                sum(
+                    row["count"]
+                    for row in rows
+                    if row["window_start"] == start and _cell(row["reason"]) == reason
+                )
+                for start in starts
+            ]
+            axes.bar(starts, heights, width=width, bottom=bottoms, align="edge", label=reason)
+            bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
     axes.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     axes.set_title(title)
     axes.set_xlabel("time window (UTC)" if starts and starts[0].tzinfo else "time window")

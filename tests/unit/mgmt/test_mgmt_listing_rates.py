@@ -65,7 +65,7 @@ def test_rate_is_the_change_over_the_window() -> None:
         rates.observe("k", {"publish": 10 + 4 * step})
     assert rates.rates("k", {"publish": 38}) == {"publish": 4.0}
     now[0] += 1
-    assert rates.with_details("k", {"publish": 42}) == {
+    assert rates.view({}).with_details("k", {"publish": 42}) == {
         "publish": 42,
         "publish_details": {"rate": 4.0},
     }
@@ -125,7 +125,7 @@ def test_history_is_a_minute_and_older_times_read_its_oldest_value() -> None:
         rates.observe(("queue", "/", "q"), {"messages": round_})
         wall[0] += HISTORY_INCR_S * 1000
     wall[0] -= HISTORY_INCR_S * 1000
-    points = rates.samples(("queue", "/", "q"), ["messages"], Range(90, 5))["messages"]
+    points = rates.samples(("queue", "/", "q"), ["messages"], Range(90, 5), wall[0])["messages"]
     assert points[0]["sample"] == HISTORY_KEPT + 4
     assert points[HISTORY_KEPT - 1]["sample"] == 5  # the oldest kept
     assert points[-1]["sample"] == 5  # older than kept: not 0, which would chart a drop
