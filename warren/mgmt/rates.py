@@ -113,7 +113,9 @@ class Rates:
         kept = self._samples.setdefault(key, deque(maxlen=HISTORY_KEPT))
         slot_ms = at_ms - at_ms % (HISTORY_INCR_S * 1000)
         if not kept or kept[-1][0] < slot_ms:
-            kept.append((slot_ms, dict(counts)))
+            # an idle object's samples share one dict: thousands of quiet queues stay cheap
+            same = kept and kept[-1][1] == counts
+            kept.append((slot_ms, kept[-1][1] if same else dict(counts)))
 
     def keep_only(self, keys: set[Hashable]) -> None:
         for key in [key for key in self._history if key not in keys]:
