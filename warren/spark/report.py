@@ -89,7 +89,7 @@ def draw(rows: list[dict[str, Any]], title: str) -> Figure:
     axes.set_xlabel("time window (UTC)" if starts and starts[0].tzinfo else "time window")
     axes.set_ylabel("messages dead-lettered")
     if reasons:
-        axes.legend(title="reason")
+        axes.legend(title="reason", loc="upper left", bbox_to_anchor=(1, 1))  # off the bars
     figure.tight_layout()
     return figure
 
