@@ -26,6 +26,7 @@ const MARGIN_BOTTOM = 22;
 const WIDEST_STROKE = 5;
 const THINNEST_STROKE = 1.5;
 const TIME_TICK_MS = 10_000;
+const TIME_LABEL_HALF = 24; // half the width of "18:04:10" in the chart's units
 
 function svg(tag, attributes, ...children) {
   const element = document.createElementNS(SVG, tag);
@@ -97,16 +98,17 @@ export function lineChart(title, series, formatValue) {
       svg("text", { x: MARGIN_LEFT - 6, y: y(v) + 4, "text-anchor": "end" }, formatValue(v)),
     ),
   );
-  // Time ticks at whole multiples of TIME_TICK_MS, as RabbitMQ's charts have them.
+  // Time ticks at whole multiples of TIME_TICK_MS, as RabbitMQ's charts have them, centred
+  // on their time; one too close to an end to fit its label is left out.
   const axis = [];
   for (
     let t = Math.ceil(start / TIME_TICK_MS) * TIME_TICK_MS;
     t <= start + span;
     t += TIME_TICK_MS
   ) {
-    const anchor = t === start ? "start" : t === start + span ? "end" : "middle";
+    if (x(t) - MARGIN_LEFT < TIME_LABEL_HALF || WIDTH - x(t) < TIME_LABEL_HALF) continue;
     axis.push(
-      svg("text", { x: x(t), y: HEIGHT - 4, "text-anchor": anchor, class: "time" }, clock(t)),
+      svg("text", { x: x(t), y: HEIGHT - 4, "text-anchor": "middle", class: "time" }, clock(t)),
     );
   }
   const step = series.length > 1 ? (WIDEST_STROKE - THINNEST_STROKE) / (series.length - 1) : 0;
