@@ -29,7 +29,6 @@ CLUSTER = "clustering and plugins Warren does not have"
 # and why Warren leaves it out. The same name may appear in several replies.
 ABSENT: dict[str, str] = {
     # /api/overview
-    "sample_retention_policies": "Warren keeps no sample history beyond the rate window",
     "erlang_version": ERLANG,
     "erlang_full_version": ERLANG,
     "release_series_support_status": "RabbitMQ release-series metadata",
@@ -70,13 +69,6 @@ ABSENT: dict[str, str] = {
     "garbage_collection": ERLANG,
     "reductions": ERLANG,
     "reductions_details": ERLANG,
-    "recv_oct": STATS,
-    "recv_oct_details": STATS,
-    "send_oct": STATS,
-    "send_oct_details": STATS,
-    "recv_cnt": STATS,
-    "send_cnt": STATS,
-    "send_pend": STATS,
     "idle_since": STATS,
     "backing_queue_status": "classic queue v1 internals",
     "consumer_capacity": STATS,

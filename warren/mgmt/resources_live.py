@@ -15,12 +15,14 @@ from aiohttp import web
 from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
-from warren.mgmt.rates import connection_counts, totals_counts
+from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
 from warren.runtime import admin, admin_live
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
 
 MANAGEMENT = Level.MANAGEMENT
+# the seconds of samples kept, per RabbitMQ's retention policy: one minute for all three
+SAMPLE_RETENTION = {policy: [HISTORY_AGE_S] for policy in ("global", "basic", "detailed")}
 MONITOR = Level.MONITOR
 
 
@@ -31,6 +33,7 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
     caller = principal(request)
     body = admin.overview(broker)
     body["rates_mode"] = "basic"
+    body["sample_retention_policies"] = SAMPLE_RETENTION
     body["disable_stats"] = False
     body["enable_queue_totals"] = False
     totals = body["object_totals"]
