@@ -69,6 +69,11 @@ ABSENT: dict[str, str] = {
     "garbage_collection": ERLANG,
     "reductions": ERLANG,
     "reductions_details": ERLANG,
+    # a vhost's byte counters: Warren counts bytes per connection only
+    "recv_oct": STATS,
+    "recv_oct_details": STATS,
+    "send_oct": STATS,
+    "send_oct_details": STATS,
     "idle_since": STATS,
     "backing_queue_status": "classic queue v1 internals",
     "consumer_capacity": STATS,
