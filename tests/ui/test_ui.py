@@ -336,3 +336,20 @@ def test_a_connection_is_closed_from_its_page(ui: UI, broker: Any, unique: str) 
     finally:
         if connection.is_open:
             connection.close()
+
+
+def test_a_user_who_may_not_see_the_node_still_gets_the_overview(ui: UI) -> None:
+    """/api/nodes needs the monitoring tag: its refusal hides the node panel only."""
+
+    def refused(route: Route) -> None:
+        body = json.dumps({"error": "not_authorised", "reason": "Not monitor user"})
+        route.fulfill(status=401, content_type="application/json", body=body)
+
+    ui.page.route(re.compile(r"/api/nodes/[^/]+$"), refused)
+    ui.open()
+    ui.log_in()
+    ui.heading("Overview")
+    node = ui.page.locator("section", has=ui.page.get_by_role("heading", name="Node"))
+    expect(node).to_contain_text("The node's resources need the monitoring tag.")
+    expect(ui.page.get_by_role("img", name="Queued messages")).to_be_visible()
+    expect(ui.page.get_by_role("heading", name="Not allowed")).to_have_count(0)
