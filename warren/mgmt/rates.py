@@ -76,7 +76,7 @@ def ranges(query: Mapping[str, str]) -> dict[str, Range]:
     """The sample ranges a query asks for, by family; a family whose age or increment is
     missing or not a number is not asked for (as RabbitMQ ignores it)."""
     found = {}
-    for family in set(FAMILIES.values()):
+    for family in sorted(set(FAMILIES.values())):  # the same refusal whatever the order
         try:
             age, incr = int(query[family + "_age"]), int(query[family + "_incr"])
         except (KeyError, ValueError):
