@@ -21,9 +21,9 @@ from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
 
 MANAGEMENT = Level.MANAGEMENT
+MONITOR = Level.MONITOR
 # the seconds of samples kept, per RabbitMQ's retention policy: one minute for all three
 SAMPLE_RETENTION = {policy: [HISTORY_AGE_S] for policy in ("global", "basic", "detailed")}
-MONITOR = Level.MONITOR
 
 
 async def overview(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
