@@ -12,8 +12,8 @@
 
 import { count, h, perSecond } from "./dom.js";
 
-export const RANGE_S = 60; // the charts say "last minute"
-export const INCREMENT_S = 5;
+const RANGE_S = 60; // the charts say "last minute"
+const INCREMENT_S = 5;
 export const RANGE_QUERY = ["lengths", "msg_rates", "data_rates"]
   .map((family) => `${family}_age=${RANGE_S}&${family}_incr=${INCREMENT_S}`)
   .join("&");
@@ -36,12 +36,12 @@ function svg(tag, attributes, ...children) {
 }
 
 // [[timeMs, value], …] oldest first: a statistic's samples as they are.
-export function lengthPoints(stats, key) {
+function lengthPoints(stats, key) {
   return (stats?.[`${key}_details`]?.samples ?? []).map((s) => [s.timestamp, s.sample]).reverse();
 }
 
 // [[timeMs, per second], …] oldest first: the change of a counter between its samples.
-export function ratePoints(stats, key) {
+function ratePoints(stats, key) {
   const samples = stats?.[`${key}_details`]?.samples ?? [];
   const points = [];
   for (let i = samples.length - 2; i >= 0; i -= 1) {
@@ -80,7 +80,7 @@ export function ratesChart(title, specs, stats, format = (v) => perSecond(v)) {
 
 // series: [{ label, color, points: [[timeMs, value], …], current }], sampled at the same
 // times; the legend shows `current`, else the latest point.
-export function lineChart(title, series, formatValue) {
+function lineChart(title, series, formatValue) {
   const times = series.flatMap((s) => s.points.map(([t]) => t));
   const values = series.flatMap((s) => s.points.map(([, v]) => v));
   const start = times.length ? Math.min(...times) : 0;
