@@ -16,7 +16,8 @@ Theory of operation:
    for message counters, ``data_rates_age``/``data_rates_incr`` for connection bytes) gets
    ``age / incr + 1`` samples per statistic, newest first, each the last value kept at or
    before its timestamp (0 before the key's history began, the oldest kept value before
-   what is kept), so a chart is full the moment a page opens. `RateView` is the rates as
+   what is kept), so a chart is full the moment a page opens. The newest timestamp is that
+   of the latest round's interval, which every key has a sample for. `RateView` is the rates as
    one request asks for them.
 4. Keys not seen in a sampling round are forgotten (a closed channel, a deleted queue).
 """
@@ -95,6 +96,7 @@ class Rates:
     ) -> None:
         self.clock = clock
         self.wall_ms = wall_ms
+        self.observed_ms: int | None = None  # the wall-clock time of the latest sample
         self._history: dict[Hashable, deque[tuple[float, Counts]]] = {}
         self._samples: dict[Hashable, deque[Sample]] = {}
 
@@ -103,6 +105,7 @@ class Rates:
     ) -> None:
         now = self.clock() if now is None else now
         at_ms = self.wall_ms() if at_ms is None else at_ms
+        self.observed_ms = at_ms if self.observed_ms is None else max(self.observed_ms, at_ms)
         ring = self._history.get(key)
         if ring is None:
             # a new object (channel, queue) starts from nothing: what it counted before its
@@ -172,7 +175,11 @@ class RateView:
     def __init__(self, rates: Rates, asked: Mapping[str, Range]) -> None:
         self.rates = rates
         self.asked = asked
-        self.now_ms = rates.wall_ms()  # one time for the whole reply: its samples line up
+        # One time for the whole reply, so its samples line up: that of the latest sampling
+        # round, not the clock's, whose interval may have begun before the round kept it
+        # (its newest sample would repeat the one before: a rate of 0 at every chart's end).
+        observed = rates.observed_ms
+        self.now_ms = rates.wall_ms() if observed is None else observed
 
     def _range(self, key: Hashable) -> Range | None:
         family = FAMILIES.get(key[0]) if isinstance(key, tuple) and key else None

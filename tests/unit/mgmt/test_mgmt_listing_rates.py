@@ -87,18 +87,18 @@ def test_samples_cover_the_asked_range_newest_first() -> None:
     for published in (3, 8, 20):  # one sampling round every 5 s
         rates.observe(("node",), {"publish": published})
         wall[0] += 5000
-    wall[0] += 2000  # 1_017_000: newest sample slot 1_015_000
+    wall[0] += 2000  # 1_017_000: the latest round kept 1_010_000
     view = rates.view({"msg_rates_age": "20", "msg_rates_incr": "5", "lengths_age": "x"})
     details = view.with_details(("node",), {"publish": 20})["publish_details"]
     assert details["samples"] == [
-        {"sample": 20, "timestamp": 1_015_000},
         {"sample": 20, "timestamp": 1_010_000},
         {"sample": 8, "timestamp": 1_005_000},
         {"sample": 3, "timestamp": 1_000_000},
         {"sample": 0, "timestamp": 995_000},
+        {"sample": 0, "timestamp": 990_000},
     ]
     assert details["avg_rate"] == 1.0  # (20 - 0) / 20 s
-    assert details["avg"] == 51 / 5
+    assert details["avg"] == 31 / 5
     lengths = view.with_details(("totals",), {"messages": 1})["messages_details"]
     assert "samples" not in lengths  # its age was no number: not asked for
 
@@ -142,3 +142,18 @@ def test_history_is_a_minute_and_older_times_read_its_oldest_value() -> None:
 def test_a_range_that_gives_no_samples_is_refused(query: dict[str, str]) -> None:
     with pytest.raises(RangeError, match="Invalid range parameters: age"):
         Rates().view(query)
+
+
+def test_the_newest_sample_is_from_the_latest_round_not_the_clock() -> None:
+    """Just after an interval begins, before a round has kept a sample in it, the reply
+    ends with the round before: repeating that sample would chart a rate of 0."""
+    wall = [1_004_000]
+    rates = Rates(clock=lambda: wall[0] / 1000, wall_ms=lambda: wall[0])
+    rates.observe(("channel", 1), {"ack": 10})
+    wall[0] = 1_005_100  # a new interval; its round has not run yet
+    view = rates.view({"msg_rates_age": "5", "msg_rates_incr": "5"})
+    samples = view.with_details(("channel", 1), {"ack": 12})["ack_details"]["samples"]
+    assert samples == [
+        {"sample": 10, "timestamp": 1_000_000},
+        {"sample": 0, "timestamp": 995_000},
+    ]
