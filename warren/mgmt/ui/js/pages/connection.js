@@ -11,7 +11,6 @@ import {
   facts,
   field,
   h,
-  json,
   route,
   section,
   table,
@@ -66,9 +65,15 @@ function details(connection) {
       ["Heartbeat", `${connection.timeout} s`],
       ["Frame max", `${count(connection.frame_max)} bytes`],
       ["Channel limit", `${count(connection.channel_max)} channels`],
-      ["Capabilities", json(connection.client_properties?.capabilities ?? {})],
+      ["Capabilities", capabilities(connection.client_properties?.capabilities ?? {})],
     ]),
   );
+}
+
+// The capabilities the client announced (those set to true), as RabbitMQ's UI lists them.
+function capabilities(announced) {
+  const names = Object.keys(announced).filter((name) => announced[name] === true);
+  return names.map((name) => h("abbr", { class: "tag", title: name }, name.replaceAll("_", " ")));
 }
 
 function closeForm(path) {
