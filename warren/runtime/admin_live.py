@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from warren.errors import HardError, ReplyCode
+from warren.runtime import alarms
 from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_value
 from warren.runtime.stats import MessageStats
 
@@ -257,11 +258,13 @@ def node_json(broker: Broker) -> Json:
         "processors": os.cpu_count() or 1,
         "rates_mode": "basic",
         "partitions": [],
-        "mem_used": resident_bytes(),
-        "mem_limit": 0,
+        "mem_used": alarms.used_memory_bytes(),
+        "mem_limit": alarms.memory_limit_bytes(
+            config.vm_memory_high_watermark, alarms.total_memory_bytes()
+        ),
         "mem_alarm": "memory" in broker.alarms,
         "disk_free": disk_free,
-        "disk_free_limit": 50_000_000,
+        "disk_free_limit": alarms.parse_size(config.disk_free_limit),
         "disk_free_alarm": "disk" in broker.alarms,
         "fd_used": fd_used,
         "fd_total": soft_fds,
@@ -287,15 +290,5 @@ def node_json(broker: Broker) -> Json:
         ],
         "cluster_links": [],
         "net_ticktime": 60,
-        "mem_calculation_strategy": "rss",
+        "mem_calculation_strategy": "allocated",
     }
-
-
-def resident_bytes() -> int:
-    """The process's resident memory now (Linux /proc; else its peak from getrusage)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            pages = int(statm.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
