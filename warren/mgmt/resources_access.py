@@ -17,7 +17,7 @@ from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import totals_counts
 from warren.mgmt.resources import read_body
-from warren.runtime import admin_access, admin_live
+from warren.runtime import admin_access, admin_live, admin_neutral
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
 
@@ -69,6 +69,25 @@ async def delete_user(request: web.Request, broker: Broker, params: list[str]) -
     return replies.no_content()
 
 
+async def bulk_delete_users(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    """POST /api/users/bulk-delete ``{"users": [...]}``: deletes them in order, and stops
+    with 400 ``["no_such_user", name]`` at the first that does not exist, as RabbitMQ."""
+    body = await read_body(request, ("users",))
+    if isinstance(body, web.Response):
+        return body
+    users = body["users"]
+    if not isinstance(users, list) or not all(isinstance(name, str) for name in users):
+        return replies.bad_request("users must be a list of names")
+    for name in users:
+        try:
+            admin_access.delete_user(broker, name)
+        except NotFound:
+            return replies.bad_request(["no_such_user", name])
+    return replies.no_content()
+
+
 async def user_permissions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     try:
         return listed(request, broker, admin_access.list_permissions(broker, user=params[0]))
@@ -87,6 +106,7 @@ def vhost_json(request: web.Request, broker: Broker, name: str) -> dict[str, Any
         "message_stats": sampled.with_details(
             ("vhost", name), admin_live.vhost_stats(broker, name).counts()
         ),
+        **admin_neutral.TRAFFIC,
     }
 
 
@@ -172,6 +192,7 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
         "whoami": {"GET": (whoami, MANAGEMENT, None)},
         "users": {"GET": (list_users, ADMIN, None)},
         "users/without-permissions": {"GET": (users_without_permissions, ADMIN, None)},
+        "users/bulk-delete": {"POST": (bulk_delete_users, ADMIN, None)},
         "users/{}": {
             "GET": (get_user, ADMIN, None),
             "PUT": (put_user, ADMIN, None),

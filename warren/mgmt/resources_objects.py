@@ -21,7 +21,7 @@ from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
 from warren.model import DestinationKind, VHost
-from warren.runtime import admin, admin_live, admin_objects
+from warren.runtime import admin, admin_live, admin_neutral, admin_objects
 from warren.runtime.admin import Json, NotFound
 from warren.runtime.broker import Broker
 
@@ -54,15 +54,24 @@ async def list_exchanges(request: web.Request, broker: Broker, params: list[str]
     vhosts = visible(request, broker, params)
     if vhosts is None:
         return replies.not_found()
-    return listed(request, broker, admin_objects.list_exchanges(broker, vhosts))
+    items = admin_objects.list_exchanges(broker, vhosts)
+    return listed(request, broker, [_with_rates(request, item) for item in items])
 
 
 async def get_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     try:
         found = admin_objects.get_exchange(broker, params[0], _exchange_name(params[1]))
-        return single(request, found)
     except NotFound:
         return replies.not_found()
+    return single(request, _with_rates(request, found))
+
+
+def _with_rates(request: web.Request, exchange: Json) -> Json:
+    counts = exchange.get("message_stats")
+    if counts is not None:
+        key = ("exchange", exchange["vhost"], exchange["name"])
+        exchange["message_stats"] = rates(request).with_details(key, counts)
+    return exchange
 
 
 async def put_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -155,19 +164,46 @@ def queue_json(
     shown = queue_message_stats(host.stats) if host is not None else {}
     if shown:
         info["message_stats"] = sampled.with_details(("queue-stats", vhost.name, name), shown)
-    info["exclusive_consumer_tag"] = None
-    info["head_message_timestamp"] = None
-    info["single_active_consumer_tag"] = None
-    info["recoverable_slaves"] = None
-    if host is not None and host.machine.exclusive_consumer is not None:
-        for consumer in admin_live.queue_consumers(broker, vhost.name, name):
-            if consumer["exclusive"]:
-                info["exclusive_consumer_tag"] = consumer["consumer_tag"]
+    # Warren does not time its deliveries: a queue with consumers shows full capacity
+    capacity = 1.0 if info["consumers"] else 0
+    info["consumer_capacity"] = info["consumer_utilisation"] = capacity
+    if info["type"] == "quorum":
+        _quorum_columns(broker, info)
+    else:
+        _classic_columns(broker, host, info)
     if details:
         info["consumer_details"] = admin_live.queue_consumers(broker, vhost.name, name)
         info["incoming"] = []
         info["deliveries"] = []
     return info
+
+
+def _classic_columns(broker: Broker, host: Any, info: dict[str, Any]) -> None:
+    info["exclusive_consumer_tag"] = None
+    info["head_message_timestamp"] = None
+    info["single_active_consumer_tag"] = None
+    info["recoverable_slaves"] = None
+    if host is not None and host.machine.exclusive_consumer is not None:
+        for consumer in admin_live.queue_consumers(broker, info["vhost"], info["name"]):
+            if consumer["exclusive"]:
+                info["exclusive_consumer_tag"] = consumer["consumer_tag"]
+    info.update(admin_neutral.ram_counts(info))
+    admin_neutral.fill(info, admin_neutral.CLASSIC_QUEUE)
+
+
+def _quorum_columns(broker: Broker, info: dict[str, Any]) -> None:
+    """RabbitMQ's quorum queue keys: its Raft members (on a single node, the node), which
+    consumer is the single active one, and no classic-only keys."""
+    node = broker.config.node_name
+    info.setdefault("leader", node)
+    info.setdefault("members", [node])
+    info.setdefault("online", info["members"])
+    info["open_files"] = dict.fromkeys(info["online"], 0)
+    info["single_active_consumer_ctag"] = None
+    ram = admin_neutral.ram_counts(info)
+    info["messages_ram"] = ram["messages_ram"]
+    info["message_bytes_ram"] = ram["message_bytes_ram"]
+    admin_neutral.fill(info, admin_neutral.QUEUE)
 
 
 async def list_queues(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

@@ -286,10 +286,22 @@ def _object_totals(broker: Broker) -> Json:
 
 
 def _listeners(broker: Broker) -> list[Json]:
+    """The node's listeners, with RabbitMQ's ``socket_opts`` for what Warren sets."""
     config = broker.config
+    amqp_options = {"backlog": 128, "nodelay": True, "linger": [True, 0], "exit_on_close": False}
+    http_options = {"cowboy_opts": {"sendfile": False}, "port": config.management_port}
     return [
-        {"node": config.node_name, "protocol": protocol, "ip_address": address, "port": port}
-        for protocol, port in (("amqp", config.port), ("http", config.management_port))
+        {
+            "node": config.node_name,
+            "protocol": protocol,
+            "ip_address": address,
+            "port": port,
+            "socket_opts": options,
+        }
+        for protocol, port, options in (
+            ("amqp", config.port, amqp_options),
+            ("http", config.management_port, http_options),
+        )
         for address in config.bind
     ]
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from warren.errors import HardError, ReplyCode
-from warren.runtime import alarms
-from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_value
+from warren.runtime import admin_neutral, alarms
+from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_arguments, plain_value
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def connection_json(broker: Broker, connection: AmqpConnection) -> Json:
     }
     if provided is not None:
         json["user_provided_name"] = provided
-    return json
+    return admin_neutral.fill(json, admin_neutral.CONNECTION)
 
 
 def find_connection(broker: Broker, name: str) -> AmqpConnection:
@@ -154,7 +154,7 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
         ]
         json["publishes"] = []
         json["deliveries"] = []
-    return json
+    return admin_neutral.fill(json, admin_neutral.PROCESS)
 
 
 def find_channel(broker: Broker, name: str) -> Channel:
@@ -180,7 +180,7 @@ def consumer_json(broker: Broker, channel: Channel, tag: str) -> Json:
         "exclusive": exclusive,
         "active": True,
         "activity_status": "up",
-        "arguments": {},
+        "arguments": plain_arguments(consumer.arguments),
         "queue": {
             "name": host.name if host is not None else "amq.rabbitmq.reply-to",
             "vhost": channel.vhost.name,
@@ -249,7 +249,7 @@ def node_json(broker: Broker) -> Json:
         disk_free = stat.f_bavail * stat.f_frsize
     except OSError:
         disk_free = 0
-    return {
+    node: Json = {
         "name": config.node_name,
         "type": "disc",
         "running": True,
@@ -291,4 +291,22 @@ def node_json(broker: Broker) -> Json:
         "cluster_links": [],
         "net_ticktime": 60,
         "mem_calculation_strategy": "allocated",
+        "contexts": [management_context(broker)],
+        "context_switches": _context_switches(),
     }
+    return admin_neutral.fill(node, admin_neutral.NODE)
+
+
+def management_context(broker: Broker) -> Json:
+    """The management listener as RabbitMQ's ``contexts`` describe it (one Cowboy context)."""
+    return {
+        "description": "RabbitMQ Management",
+        "path": "/",
+        "cowboy_opts": "[{sendfile,false}]",
+        "port": str(broker.config.management_port),
+    }
+
+
+def _context_switches() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw

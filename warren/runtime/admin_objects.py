@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.errors import AmqpError, ReplyCode
-from warren.model import Binding, DestinationKind, VHost
+from warren.model import Binding, DestinationKind, Exchange, VHost
 from warren.queue import Discard, Enqueue, Get, Got, Purge, Return, Settle
 from warren.runtime.admin import (
     NotFound,
@@ -70,14 +70,26 @@ def flag(body: Json, key: str, default: bool) -> bool:
 
 
 def list_exchanges(broker: Broker, vhosts: list[VHost]) -> list[Json]:
-    return [exchange_json(v, v.exchanges[name]) for v in vhosts for name in sorted(v.exchanges)]
+    return [exchange_listed(v, v.exchanges[name]) for v in vhosts for name in sorted(v.exchanges)]
 
 
 def get_exchange(broker: Broker, vhost: str, name: str) -> Json:
     target = broker.vhosts.get(vhost)
     if target is None or name not in target.exchanges:
         raise NotFound()
-    return {**exchange_json(target, target.exchanges[name]), "incoming": [], "outgoing": []}
+    return {**exchange_listed(target, target.exchanges[name]), "incoming": [], "outgoing": []}
+
+
+def exchange_listed(vhost: VHost, exchange: Exchange) -> Json:
+    """An exchange as the API shows it: with ``message_stats`` once published to, as
+    RabbitMQ (rates are added by the HTTP layer), and no record of who declared it."""
+    json = {**exchange_json(vhost, exchange), "user_who_performed_action": ""}
+    if exchange.publish_in:
+        json["message_stats"] = {
+            "publish_in": exchange.publish_in,
+            "publish_out": exchange.publish_out,
+        }
+    return json
 
 
 def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) -> bool:
@@ -133,6 +145,7 @@ def publish(broker: Broker, vhost: str, exchange: str, body: Json) -> bool:
         queues = target.route(exchange, routing_keys, headers)
     except AmqpError as refused:
         raise ObjectError(400, f"{int(refused.code)} {refused.text}") from None
+    target.exchanges[exchange].count_publish(bool(queues))
     ttl_ms = int(properties.expiration) if properties.expiration else None
     enqueue = Enqueue(message, len(payload), ttl_ms, properties.priority or 0)
     for name in queues:

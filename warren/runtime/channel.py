@@ -27,7 +27,7 @@ import asyncio
 import re
 import secrets
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -95,10 +95,17 @@ def _token() -> str:
 
 
 class _Consumer:
-    __slots__ = ("host", "key", "no_ack", "tag", "tag_shortstr")
+    __slots__ = ("arguments", "host", "key", "no_ack", "tag", "tag_shortstr")
 
-    def __init__(self, tag: str, host: QueueHost | None, no_ack: bool) -> None:
+    def __init__(
+        self,
+        tag: str,
+        host: QueueHost | None,
+        no_ack: bool,
+        arguments: Mapping[str, Typed] | None = None,
+    ) -> None:
         self.tag = tag
+        self.arguments = arguments or {}  # basic.consume's, as the management API shows them
         self.tag_shortstr = shortstr(tag)
         self.host = host  # None for the direct reply-to pseudo consumer
         self.no_ack = no_ack
@@ -454,7 +461,7 @@ class Channel:
             where = describe_queue(name, self.vhost.name)
             raise not_implemented(f"{where} does not support global qos")
         arguments = _typed_arguments(method.arguments)
-        consumer = _Consumer(tag, host, method.no_ack)
+        consumer = _Consumer(tag, host, method.no_ack, arguments)
         command = Checkout(
             consumer=consumer.key,
             channel=self,
@@ -749,6 +756,7 @@ class Channel:
         vhost = self.vhost
         queues = vhost.route(exchange, routing_keys, headers)
         self.stats.publish += 1
+        vhost.exchanges[exchange].count_publish(bool(queues))
         broker_queues = self.broker.queues
         vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
