@@ -176,8 +176,8 @@ def render(broker: Broker, *, per_object: bool) -> str:
         lines.append(f"{PREFIX}{name} {counts[key]}")
     _process(lines)
     _family(lines, "identity_info", "untyped", "RabbitMQ node & cluster identity info")
-    node = _label(config.node_name)
-    lines.append(f'{PREFIX}identity_info{{rabbitmq_node="{node}",rabbitmq_cluster="{node}"}} 1')
+    node, cluster = _label(config.node_name), _label(broker.cluster_name)
+    lines.append(f'{PREFIX}identity_info{{rabbitmq_node="{node}",rabbitmq_cluster="{cluster}"}} 1')
     _family(lines, "build_info", "untyped", "RabbitMQ & Erlang/OTP version info")
     lines.append(
         f'{PREFIX}build_info{{rabbitmq_version="{RABBITMQ_VERSION}",'

@@ -187,6 +187,64 @@ async def delete_permission(
     return replies.no_content()
 
 
+# --- Topic permissions and the cluster name ---
+
+
+async def list_topic_permissions(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    """/api/topic-permissions, /api/vhosts/{vhost}/… and /api/users/{user}/…"""
+    scope = {"vhost" if "vhosts" in request.path else "user": params[0]} if params else {}
+    try:
+        return listed(request, broker, admin_access.list_topic_permissions(broker, **scope))
+    except NotFound:
+        return replies.not_found()
+
+
+async def get_topic_permissions(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    try:
+        return replies.ok(admin_access.get_topic_permissions(broker, params[0], params[1]))
+    except NotFound:
+        return replies.not_found()
+
+
+async def put_topic_permission(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    body = await read_body(request, admin_access.TOPIC_PERMISSION_KEYS)
+    if isinstance(body, web.Response):
+        return body
+    try:
+        created = admin_access.put_topic_permission(broker, params[0], params[1], body)
+    except admin_access.AccessError as refused:
+        return replies.bad_request(refused.reason)
+    return replies.created() if created else replies.no_content()
+
+
+async def delete_topic_permissions(
+    request: web.Request, broker: Broker, params: list[str]
+) -> web.Response:
+    try:
+        admin_access.delete_topic_permissions(broker, params[0], params[1])
+    except NotFound:
+        return replies.not_found()
+    return replies.no_content()
+
+
+async def cluster_name(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    return replies.ok({"name": broker.cluster_name})
+
+
+async def put_cluster_name(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    body = await read_body(request, ("name",))
+    if isinstance(body, web.Response):
+        return body
+    admin_access.set_cluster_name(broker, str(body["name"]))
+    return replies.no_content()
+
+
 def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
     return {
         "whoami": {"GET": (whoami, MANAGEMENT, None)},
@@ -207,6 +265,18 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
         },
         "vhosts/{}/permissions": {"GET": (vhost_permissions, ADMIN, None)},
         "permissions": {"GET": (list_permissions, ADMIN, None)},
+        "topic-permissions": {"GET": (list_topic_permissions, ADMIN, None)},
+        "topic-permissions/{}/{}": {
+            "GET": (get_topic_permissions, ADMIN, None),
+            "PUT": (put_topic_permission, ADMIN, None),
+            "DELETE": (delete_topic_permissions, ADMIN, None),
+        },
+        "vhosts/{}/topic-permissions": {"GET": (list_topic_permissions, ADMIN, None)},
+        "users/{}/topic-permissions": {"GET": (list_topic_permissions, ADMIN, None)},
+        "cluster-name": {
+            "GET": (cluster_name, MANAGEMENT, None),
+            "PUT": (put_cluster_name, ADMIN, None),
+        },
         "permissions/{}/{}": {
             "GET": (get_permission, ADMIN, None),
             "PUT": (put_permission, ADMIN, None),

@@ -82,10 +82,6 @@ def _summed(sampled: Any, keys: list[Any], counts: list[dict[str, int]]) -> dict
     return dict(sorted(out.items()))
 
 
-async def cluster_name(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    return replies.ok({"name": broker.config.node_name})
-
-
 async def extensions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     return replies.ok([])
 
@@ -285,7 +281,6 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
     checks = "health/checks/"
     return {
         "overview": {"GET": (overview, MANAGEMENT, None)},
-        "cluster-name": {"GET": (cluster_name, MANAGEMENT, None)},
         "extensions": {"GET": (extensions, MANAGEMENT, None)},
         "nodes": {"GET": (list_nodes, MONITOR, None)},
         "nodes/{}": {"GET": (get_node, MONITOR, None)},

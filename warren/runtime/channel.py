@@ -52,13 +52,14 @@ from warren.errors import (
     HardError,
     ReplyCode,
     SoftError,
+    access_refused,
     describe_queue,
     not_allowed,
     not_implemented,
     precondition_failed,
     queue_not_found,
 )
-from warren.model import DestinationKind, VHost
+from warren.model import DestinationKind, ExchangeType, VHost
 from warren.model.permissions import Access, PermissionCheck
 from warren.queue import (
     REJECTED_REPLY,
@@ -268,6 +269,8 @@ class Channel:
         be allowed to write to the destination and read from the source, in that order."""
         self._permit(Access.WRITE, kind, destination)
         self._permit(Access.READ, DestinationKind.EXCHANGE, source)
+        if self.access.topic_permissions:
+            self._permit_topic(source, method.routing_key, write=False)
         arguments = _plain_arguments(method.arguments)
         vhost = self.vhost
         change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
@@ -303,6 +306,21 @@ class Channel:
             self._writable_version = access.version
         self._permit(Access.WRITE, DestinationKind.EXCHANGE, exchange)
         self._writable.add(exchange)
+
+    def _permit_topic(self, exchange: str, routing_key: str, *, write: bool) -> None:
+        """403 unless the user's topic permission on a topic exchange (if any) allows the
+        routing key: to publish with it (`write`) or to bind with it."""
+        found = self.vhost.exchanges.get(exchange)
+        user, vhost = self.connection.user, self.vhost.name
+        if (
+            found is not None
+            and found.type is ExchangeType.TOPIC
+            and self.access.topic_refused(user, vhost, exchange, routing_key, write=write)
+        ):
+            raise access_refused(
+                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost"
+                f" '{vhost}' refused for user '{user}'"
+            )
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
         if not getattr(method, "nowait", False):
@@ -755,6 +773,8 @@ class Channel:
             return
         vhost = self.vhost
         queues = vhost.route(exchange, routing_keys, headers)
+        if self.access.topic_permissions:
+            self._permit_topic(exchange, method.routing_key, write=True)
         self.stats.publish += 1
         vhost.exchanges[exchange].count_publish(bool(queues))
         broker_queues = self.broker.queues
