@@ -17,6 +17,7 @@ import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
+from test_warrenctl_verbs import Ctl
 
 PASSWORD = "secret"
 
@@ -145,3 +146,44 @@ def test_topic_permissions_and_the_cluster_name_survive_a_restart(server_factory
     assert api.call("GET", "overview")[1]["cluster_name"] == "blue"
     definitions = api.call("GET", "definitions")[1]
     assert {"name": "cluster_name", "value": "blue"} in definitions["global_parameters"]
+
+
+def test_warrenctl_sets_lists_and_clears_topic_permissions(management, world):
+    ctl = Ctl(management)
+    vhost, user = world["vhost"], world["user"]
+    assert ctl.ok("set_topic_permissions", "-p", vhost, user, "amq.topic", "^w", "^r") == (
+        f'Setting topic permissions on "amq.topic" for user "{user}" in vhost "{vhost}" ...\n'
+    )
+    ctl.ok("set_topic_permissions", "-p", vhost, user, "other", "^x", "^y", "-q")
+    rows = json.loads(ctl.ok("list_topic_permissions", "-p", vhost, "--formatter", "json"))
+    assert rows == [
+        {"user": user, "exchange": "amq.topic", "write": "^w", "read": "^r"},
+        {"user": user, "exchange": "other", "write": "^x", "read": "^y"},
+    ]
+    table = ctl.ok("list_topic_permissions", "-p", vhost).splitlines()
+    assert table[:2] == [
+        f'Listing topic permissions for vhost "{vhost}" ...',
+        "user\texchange\twrite\tread",
+    ]
+    missing = ctl("set_topic_permissions", "-p", vhost, f"nobody-{user}", "amq.topic", "a", "b")
+    assert (missing.returncode, missing.stderr) == (
+        67,
+        f"Error:\nUser nobody-{user} does not exist\n",
+    )
+    assert ctl.ok("clear_topic_permissions", "-p", vhost, user) == (
+        f'Clearing topic permissions for user "{user}" in vhost "{vhost}" ...\n'
+    )
+    assert json.loads(ctl.ok("list_topic_permissions", "-p", vhost, "--formatter", "json")) == []
+    ctl.ok("clear_topic_permissions", "-p", vhost, user)  # nothing to clear: no error
+
+
+@pytest.mark.warren_only
+def test_warrenctl_clears_one_exchanges_topic_permission(management, world):
+    ctl = Ctl(management)
+    vhost, user = world["vhost"], world["user"]
+    ctl.ok("set_topic_permissions", "-p", vhost, user, "other", "^x", "^y", "-q")
+    assert ctl.ok("clear_topic_permissions", "-p", vhost, user, "other") == (
+        f'Clearing topic permissions on "other" for user "{user}" in vhost "{vhost}" ...\n'
+    )
+    rows = json.loads(ctl.ok("list_topic_permissions", "-p", vhost, "--formatter", "json"))
+    assert [row["exchange"] for row in rows] == ["amq.topic"]

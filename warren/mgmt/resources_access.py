@@ -226,8 +226,9 @@ async def put_topic_permission(
 async def delete_topic_permissions(
     request: web.Request, broker: Broker, params: list[str]
 ) -> web.Response:
+    exchange = request.query.get("exchange")  # Warren: only this exchange's (warrenctl)
     try:
-        admin_access.delete_topic_permissions(broker, params[0], params[1])
+        admin_access.delete_topic_permissions(broker, params[0], params[1], exchange)
     except NotFound:
         return replies.not_found()
     return replies.no_content()
