@@ -8,6 +8,7 @@ POST 201 with a relative ``Location`` (the properties key, percent-encoded again
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +25,7 @@ from warren.model import DestinationKind, VHost
 from warren.runtime import admin, admin_live, admin_neutral, admin_objects
 from warren.runtime.admin import Json, NotFound
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.remote import RemoteHost
 
 MANAGEMENT = Level.MANAGEMENT
 GET_KEYS = ("ackmode", "count", "encoding")
@@ -152,14 +154,55 @@ async def destination_bindings(
 # --- Queues ---
 
 
+HOME_TIMEOUT_S = 2.0
+HomeCounters = dict[tuple[str, str], dict[str, int]]
+
+
+async def home_counters(broker: Broker, queues: list[tuple[str, str]]) -> HomeCounters:
+    """The counts of those `queues` that are classic queues of other nodes, asked of their
+    homes at once; a home that does not answer in time leaves its queues' counts at 0."""
+    remote: list[RemoteHost] = []
+    for key in queues:
+        host: object = broker.queues.get(key)
+        if isinstance(host, RemoteHost):
+            remote.append(host)
+    if not remote:
+        return {}
+    answers = await asyncio.gather(
+        *(asyncio.wait_for(host.counters(), HOME_TIMEOUT_S) for host in remote),
+        return_exceptions=True,
+    )
+    return {
+        (host.record.vhost, host.name): answer
+        for host, answer in zip(remote, answers, strict=True)
+        if isinstance(answer, dict)
+    }
+
+
 def queue_json(
-    request: web.Request, broker: Broker, vhost: VHost, name: str, *, details: bool = False
+    request: web.Request,
+    broker: Broker,
+    vhost: VHost,
+    name: str,
+    *,
+    details: bool = False,
+    homes: HomeCounters | None = None,
 ) -> dict[str, Any]:
     record = vhost.queues[name]
     info = admin.queue_info(broker, vhost, record)
     counts = queue_counts(broker, vhost.name, name)
+    key: tuple[str, ...] = ("queue", vhost.name, name)
+    home = (homes or {}).get((vhost.name, name))
+    if home is not None:  # the home's counts; the rates are the home's to show
+        ready, unacked = home["messages_ready"], home["messages_unacknowledged"]
+        info.update(home)
+        info["messages"] = ready + unacked
+        info["message_bytes"] = home["message_bytes_ready"] + home["message_bytes_unacknowledged"]
+        counts = {"messages": ready + unacked, "messages_ready": ready}
+        counts["messages_unacknowledged"] = unacked
+        key = ("home-queue", vhost.name, name)
     sampled = rates(request)
-    info.update(sampled.with_details(("queue", vhost.name, name), counts))
+    info.update(sampled.with_details(key, counts))
     host = broker.queue(vhost.name, name)
     shown = queue_message_stats(host.stats) if host is not None else {}
     if shown:
@@ -210,7 +253,9 @@ async def list_queues(request: web.Request, broker: Broker, params: list[str]) -
     vhosts = visible(request, broker, params)
     if vhosts is None:
         return replies.not_found()
-    items = [queue_json(request, broker, v, name) for v in vhosts for name in sorted(v.queues)]
+    names = [(v, name) for v in vhosts for name in sorted(v.queues)]
+    homes = await home_counters(broker, [(v.name, name) for v, name in names])
+    items = [queue_json(request, broker, v, name, homes=homes) for v, name in names]
     return listed(request, broker, items)
 
 
@@ -218,7 +263,8 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
     vhost = broker.vhosts.get(params[0])
     if vhost is None or params[1] not in vhost.queues:
         return replies.not_found()
-    return single(request, queue_json(request, broker, vhost, params[1], details=True))
+    homes = await home_counters(broker, [(vhost.name, params[1])])
+    return single(request, queue_json(request, broker, vhost, params[1], details=True, homes=homes))
 
 
 async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
