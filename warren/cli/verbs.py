@@ -369,13 +369,21 @@ def delete_vhost(ctx: Context, vhost: str) -> int:
 def set_permissions(ctx: Context, user: str, configure: str, write: str, read: str) -> int:
     ctx.banner(f'Setting permissions for user "{user}" in vhost "{ctx.vhost}" ...')
     body = {"configure": configure, "write": write, "read": read}
-    reply = ctx.client.put(("permissions", ctx.vhost, user), body)
+    return _put_permission(ctx, "permissions", user, body, lambda: _user_missing(ctx, user))
+
+
+def _put_permission(
+    ctx: Context, resource: str, user: str, body: dict[str, str], user_missing: Callable[[], int]
+) -> int:
+    """PUT a user's (topic) permission in the vhost; rabbitmqctl's error when the vhost
+    or the user does not exist."""
+    reply = ctx.client.put((resource, ctx.vhost, user), body)
     if reply.status in (201, 204):
         return _done(ctx)
     if reply.status == 400 and reply.reason == "vhost_or_user_not_found":
         if ctx.client.get("vhosts", ctx.vhost).status == 404:
             return ctx.missing_vhost()
-        return _user_missing(ctx, user)
+        return user_missing()
     return ctx.unexpected(reply)
 
 
@@ -384,14 +392,13 @@ def set_topic_permissions(ctx: Context, user: str, exchange: str, write: str, re
         f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{ctx.vhost}" ...'
     )
     body = {"exchange": exchange, "write": write, "read": read}
-    reply = ctx.client.put(("topic-permissions", ctx.vhost, user), body)
-    if reply.status in (201, 204):
-        return _done(ctx)
-    if reply.status == 400 and reply.reason == "vhost_or_user_not_found":
-        if ctx.client.get("vhosts", ctx.vhost).status == 404:
-            return ctx.missing_vhost()
-        return ctx.fail(f"Error:\nUser {user} does not exist", EX_NOUSER)
-    return ctx.unexpected(reply)
+    return _put_permission(
+        ctx,
+        "topic-permissions",
+        user,
+        body,
+        lambda: ctx.fail(f"Error:\nUser {user} does not exist", EX_NOUSER),
+    )
 
 
 def clear_topic_permissions(ctx: Context, user: str, exchange: str | None) -> int:

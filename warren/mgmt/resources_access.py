@@ -8,6 +8,7 @@ body 400 with RabbitMQ's reason (``tags_not_present``, ``vhost_or_user_not_found
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -166,15 +167,28 @@ async def get_permission(request: web.Request, broker: Broker, params: list[str]
         return replies.not_found()
 
 
-async def put_permission(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    body = await read_body(request, admin_access.PERMISSION_KEYS)
-    if isinstance(body, web.Response):
-        return body
-    try:
-        created = admin_access.put_permission(broker, params[0], params[1], body)
-    except admin_access.AccessError as refused:
-        return replies.bad_request(refused.reason)
-    return replies.created() if created else replies.no_content()
+def _put_handler(
+    required: tuple[str, ...], put: Callable[[Broker, str, str, dict[str, Any]], bool]
+) -> Callable[[web.Request, Broker, list[str]], Awaitable[web.Response]]:
+    """PUT of a (topic) permission at ``…/{vhost}/{user}``: 201 created, 204 replaced."""
+
+    async def handler(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+        body = await read_body(request, required)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            created = put(broker, params[0], params[1], body)
+        except admin_access.AccessError as refused:
+            return replies.bad_request(refused.reason)
+        return replies.created() if created else replies.no_content()
+
+    return handler
+
+
+put_permission = _put_handler(admin_access.PERMISSION_KEYS, admin_access.put_permission)
+put_topic_permission = _put_handler(
+    admin_access.TOPIC_PERMISSION_KEYS, admin_access.put_topic_permission
+)
 
 
 async def delete_permission(
@@ -208,19 +222,6 @@ async def get_topic_permissions(
         return replies.ok(admin_access.get_topic_permissions(broker, params[0], params[1]))
     except NotFound:
         return replies.not_found()
-
-
-async def put_topic_permission(
-    request: web.Request, broker: Broker, params: list[str]
-) -> web.Response:
-    body = await read_body(request, admin_access.TOPIC_PERMISSION_KEYS)
-    if isinstance(body, web.Response):
-        return body
-    try:
-        created = admin_access.put_topic_permission(broker, params[0], params[1], body)
-    except admin_access.AccessError as refused:
-        return replies.bad_request(refused.reason)
-    return replies.created() if created else replies.no_content()
 
 
 async def delete_topic_permissions(

@@ -18,6 +18,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import platform
@@ -386,14 +387,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
             for p in sorted(access.permissions.values(), key=lambda p: (p.user, p.vhost))
         ],
         "topic_permissions": [
-            {
-                "user": p.user,
-                "vhost": p.vhost,
-                "exchange": p.exchange,
-                "write": p.write,
-                "read": p.read,
-            }
-            for _key, p in sorted(access.topic_permissions.items())
+            dataclasses.asdict(p) for _key, p in sorted(access.topic_permissions.items())
         ],
         "parameters": objects["parameters"],
         "global_parameters": _global_parameters(broker),

@@ -12,6 +12,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -190,10 +191,7 @@ def list_permissions(
     broker: Broker, *, user: str | None = None, vhost: str | None = None
 ) -> list[Json]:
     access = broker.access
-    if user is not None and user not in access.users:
-        raise NotFound()
-    if vhost is not None and vhost not in broker.vhosts:
-        raise NotFound()
+    _check_scope(broker, user, vhost)
     found = [
         p
         for p in access.permissions.values()
@@ -201,6 +199,14 @@ def list_permissions(
     ]
     found.sort(key=lambda p: (p.user, p.vhost))
     return [permission_json(p) for p in found]
+
+
+def _check_scope(broker: Broker, user: str | None, vhost: str | None) -> None:
+    """NotFound when a list is asked for a user or vhost that does not exist."""
+    if user is not None and user not in broker.access.users:
+        raise NotFound()
+    if vhost is not None and vhost not in broker.vhosts:
+        raise NotFound()
 
 
 def get_permission(broker: Broker, vhost: str, user: str) -> Json:
@@ -246,23 +252,14 @@ TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 
 
 def topic_permission_json(permission: TopicPermission) -> Json:
-    return {
-        "user": permission.user,
-        "vhost": permission.vhost,
-        "exchange": permission.exchange,
-        "write": permission.write,
-        "read": permission.read,
-    }
+    return dataclasses.asdict(permission)  # user, vhost, exchange, write, read
 
 
 def list_topic_permissions(
     broker: Broker, *, user: str | None = None, vhost: str | None = None
 ) -> list[Json]:
     access = broker.access
-    if user is not None and user not in access.users:
-        raise NotFound()
-    if vhost is not None and vhost not in broker.vhosts:
-        raise NotFound()
+    _check_scope(broker, user, vhost)
     return [
         topic_permission_json(access.topic_permissions[key])
         for key in sorted(access.topic_permissions)

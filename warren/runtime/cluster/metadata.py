@@ -37,6 +37,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import pickle
 from collections import Counter
@@ -468,15 +469,7 @@ class MetadataMachine:
 
     def _put_topic_permission(self, permission: Any) -> None:
         self.cluster.definitions.store.put_topic_permission(permission)
-        self.broker.access.set_topic_permission(
-            TopicPermission(
-                permission.user,
-                permission.vhost,
-                permission.exchange,
-                permission.write,
-                permission.read,
-            )
-        )
+        self.broker.access.set_topic_permission(TopicPermission(**dataclasses.asdict(permission)))
 
     def _delete_topic_permissions(self, user: str, vhost: str, exchange: str | None) -> None:
         self.cluster.definitions.store.delete_topic_permissions(user, vhost, exchange)
