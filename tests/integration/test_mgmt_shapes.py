@@ -184,8 +184,13 @@ def test_error_bodies_are_rabbitmqs(recorded: dict[str, Any], replayed: dict[str
     assert different == []
 
 
-def test_location_of_a_new_binding(recorded: dict[str, Any], replayed: dict[str, Any]) -> None:
-    key = next(k for k in recorded if k.startswith("binding.post#"))
+@pytest.mark.parametrize("step", ["binding.post", "binding.post.arguments"])
+def test_location_of_a_new_binding(
+    recorded: dict[str, Any], replayed: dict[str, Any], step: str
+) -> None:
+    """The Location names the binding by its properties_key, RabbitMQ's hash of the
+    arguments included."""
+    key = next(k for k in recorded if k.startswith(step + "#"))
     assert replayed[key]["location"] == recorded[key]["location"].replace("rec.", "shape.")
 
 
@@ -207,6 +212,7 @@ def test_values_monitoring_tools_read(recorded: dict[str, Any], replayed: dict[s
         overview = _body(steps, "overview")
         ports = {str(listener["port"]) for listener in overview["listeners"]}
         assert overview["contexts"][0]["port"] in ports
+        assert _body(steps, "binding.list.arguments")[0]["properties_key"] == "k~rkBFvA"
         assert _body(steps, "healthchecks.node") == {"status": "ok"}
         assert _body(steps, "users.bulk-delete.missing")["reason"] == [
             "no_such_user",

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.errors import AmqpError, ReplyCode
@@ -33,6 +31,7 @@ from warren.runtime.admin import (
     typed_arguments,
     vhost_of,
 )
+from warren.runtime.admin_phash import properties_key, quote_binding
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -310,16 +309,6 @@ def _properties_json(properties: BasicProperties) -> Json | list[Any]:
 # --- Bindings ---
 
 
-def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
-    """How a binding is named in a URL: the quoted routing key, then ``~`` and a digest of
-    its arguments when it has any (RabbitMQ uses erlang:phash2 there; Warren its own)."""
-    key = quote(routing_key, safe="") if routing_key else "~"
-    if not arguments:
-        return key
-    digest = hashlib.sha256(repr(sorted(plain_value(dict(arguments)).items())).encode())
-    return key + "~" + base64.urlsafe_b64encode(digest.digest()[:6]).decode("ascii")
-
-
 def binding_json(vhost: VHost, binding: Binding) -> Json:
     return {
         **binding_definition(vhost, binding),
@@ -382,12 +371,17 @@ def find_binding(
     target = broker.vhosts.get(vhost)
     if target is None:
         raise NotFound()
+    # the URL's segment arrives unquoted once: the key as listed, or its parts unquoted
+    named = {key, quote_binding(key)}
+    if "~" in key:
+        routing_key, _, digest = key.rpartition("~")
+        named.add(quote_binding(routing_key) + "~" + quote_binding(digest))
     for binding in target.list_bindings():
         if (
             binding.source == source
             and binding.kind is kind
             and binding.destination == destination
-            and properties_key(binding.routing_key, binding.arguments) in (key, quote(key, safe=""))
+            and properties_key(binding.routing_key, binding.arguments) in named
         ):
             return binding
     raise NotFound()
