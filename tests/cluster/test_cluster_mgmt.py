@@ -51,7 +51,8 @@ def test_a_classic_queue_shows_its_homes_counts_on_every_node(
 def _counts(cluster: LocalCluster, node: str, queue: str) -> dict[str, object] | None:
     try:
         shown = cluster.queue(node, queue)
-    except urllib.error.HTTPError:
+    except urllib.error.HTTPError as missing:
+        missing.close()
         return None  # not there yet
     keys = ("node", "messages", "messages_ready", "messages_unacknowledged", "message_bytes")
     return {key: shown[key] for key in (*keys, "consumers")}
@@ -96,3 +97,12 @@ def test_a_topic_permission_set_on_one_node_holds_on_the_others(
             connection.close()
     finally:
         cluster.api("warren-a", f"/api/users/{user}", "DELETE")
+
+
+def test_the_node_health_check_names_any_node_of_the_cluster(cluster: LocalCluster) -> None:
+    for node in ("warren-a", *OTHERS):
+        assert cluster.api("warren-a", f"/api/healthchecks/node/{node}") == {"status": "ok"}
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        cluster.api("warren-a", "/api/healthchecks/node/nope@nowhere")
+    missing.value.close()
+    assert missing.value.code == 404

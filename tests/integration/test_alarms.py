@@ -80,12 +80,16 @@ def test_a_consumer_only_connection_is_never_blocked(server_factory):
     connection.close()
 
 
-def _node(server) -> dict:
-    request = urllib.request.Request(f"{server.broker.management_url}/api/nodes")
+def _get(server, path: str):
+    request = urllib.request.Request(f"{server.broker.management_url}/api/{path}")
     token = base64.b64encode(b"guest:guest").decode()
     request.add_header("Authorization", f"Basic {token}")
     with urllib.request.urlopen(request, timeout=10) as reply:
-        return json.loads(reply.read())[0]
+        return json.loads(reply.read())
+
+
+def _node(server) -> dict:
+    return _get(server, "nodes")[0]
 
 
 def test_the_memory_alarm_clears_once_the_queues_drained(server_factory):
@@ -116,6 +120,9 @@ def test_the_memory_alarm_clears_once_the_queues_drained(server_factory):
         publisher.process_data_events(time_limit=0.1)
     assert events == ["blocked"]
     assert _node(server)["mem_alarm"] is True
+    health = _get(server, "healthchecks/node")
+    assert health["status"] == "failed"
+    assert health["reason"].startswith("resource alarm(s) in effect:[{{resource_limit,memory,")
     consumer = BlockingConnection(pika.URLParameters(server.broker.url))
     consuming = consumer.channel()
     while consuming.basic_get("big", auto_ack=True)[0] is not None:

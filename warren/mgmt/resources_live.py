@@ -227,10 +227,17 @@ async def check_alarms(request: web.Request, broker: Broker, params: list[str]) 
 
 async def node_health(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     """/api/healthchecks/node[/{node}] (RabbitMQ 3.10's older check): 200 with
-    ``"status": "failed"`` and RabbitMQ's reason while an alarm is in force."""
+    ``"status": "failed"`` and RabbitMQ's reason while an alarm is in force. Another node
+    of the cluster is checked for being reachable only (its alarms are its own)."""
     node = broker.config.node_name
+    cluster = broker.cluster
     if params and params[0] != node:
-        return replies.not_found()
+        if cluster is None or params[0] not in cluster.nodes:
+            return replies.not_found()
+        if params[0] in cluster.unreachable():
+            reason = f"health check of node {params[0]} fails: nodedown"
+            return replies.ok({"status": "failed", "reason": reason})
+        return replies.ok({"status": "ok"})
     if not broker.alarms:
         return replies.ok({"status": "ok"})
     alarms = ",".join(f"{{{{resource_limit,{a},'{node}'}},[]}}" for a in sorted(broker.alarms))
