@@ -38,7 +38,8 @@ class Api:
                 raw = response.read()
                 return response.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as failure:
-            raw = failure.read()
+            with failure:
+                raw = failure.read()
             return failure.code, json.loads(raw) if raw else None
 
 
