@@ -109,6 +109,7 @@ def run(
         "exchange": f"{prefix}.x",
         "queue": f"{prefix}.q",
         "consumed": f"{prefix}.consumed",
+        "quorum": f"{prefix}.qq",
     }
 
     def step(
@@ -179,10 +180,22 @@ def run(
             {"durable": False, "auto_delete": False},
         )
         step(
+            "queue.put.quorum",
+            "PUT",
+            f"queues/{v}/{q(names['quorum'])}",
+            {"durable": True, "arguments": {"x-queue-type": "quorum"}},
+        )
+        step(
             "binding.post",
             "POST",
             f"bindings/{v}/e/{x}/q/{qn}",
             {"routing_key": "a.#", "arguments": {}},
+        )
+        step(
+            "binding.post.arguments",
+            "POST",
+            f"bindings/{v}/e/{x}/q/{q(names['quorum'])}",
+            {"routing_key": "k", "arguments": {"x-any": "yes", "n": 7}},
         )
         step(
             "exchange.publish",
@@ -208,6 +221,7 @@ def run(
         )
         with _amqp(amqp_url, vhost, names["consumed"]) as connection_name:
             time.sleep(stats_wait_s)
+            _await_quorum_stats(http, f"queues/{v}/{q(names['quorum'])}")
             _reads(step, v, x, qn, names, connection_name, urlsplit(amqp_url).port or 5672)
             step("connection.delete", "DELETE", f"connections/{q(connection_name)}")
         step(
@@ -228,16 +242,28 @@ def run(
         step("binding.delete.missing", "DELETE", f"bindings/{v}/e/{x}/q/{qn}/a.%23")
         step("queue.delete", "DELETE", f"queues/{v}/{qn}")
         step("queue.delete.missing", "DELETE", f"queues/{v}/{qn}")
+        step("queue.delete.quorum", "DELETE", f"queues/{v}/{q(names['quorum'])}")
         step("exchange.delete", "DELETE", f"exchanges/{v}/{x}")
         step("permission.delete", "DELETE", f"permissions/{v}/{q(names['manager'])}")
         step("user.delete", "DELETE", f"users/{q(names['nobody'])}")
         step("user.delete.missing", "DELETE", f"users/{q(names['nobody'])}")
+        step("users.bulk-delete", "POST", "users/bulk-delete", {"users": [names["monitor"]]})
+        step("users.bulk-delete.missing", "POST", "users/bulk-delete", {"users": [names["nobody"]]})
+        step("users.bulk-delete.no-users", "POST", "users/bulk-delete", {})
     finally:
         for who in ("admin", "monitor", "manager", "nobody"):
             http.call("DELETE", f"users/{q(names[who])}")
         http.call("DELETE", f"vhosts/{v}")
     step("vhost.delete.missing", "DELETE", f"vhosts/{v}")
     return steps
+
+
+def _await_quorum_stats(http: Http, path: str) -> None:
+    """RabbitMQ lists a new quorum queue's statistics (state, counts) only once its Raft
+    member reported them, which can take longer than the statistics interval."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "state" not in http.call("GET", path)[1]:
+        time.sleep(0.5)
 
 
 def _reads(
@@ -285,11 +311,13 @@ def _reads(
     step("vhost.queues", "GET", f"queues/{v}")
     step("queue", "GET", f"queues/{v}/{qn}")
     step("queue.consumed", "GET", f"queues/{v}/{q(names['consumed'])}")
+    step("queue.quorum", "GET", f"queues/{v}/{q(names['quorum'])}")
     step("queue.bindings", "GET", f"queues/{v}/{qn}/bindings")
     step("bindings", "GET", "bindings")
     step("vhost.bindings", "GET", f"bindings/{v}")
     step("binding.list", "GET", f"bindings/{v}/e/{x}/q/{qn}")
     step("binding", "GET", f"bindings/{v}/e/{x}/q/{qn}/a.%23")
+    step("binding.list.arguments", "GET", f"bindings/{v}/e/{x}/q/{q(names['quorum'])}")
     step("queues.page", "GET", f"queues/{v}?page=1&page_size=1&name=&use_regex=false&sort=name")
     step("queues.page.regex", "GET", f"queues/{v}?page=1&page_size=100&name=q%24&use_regex=true")
     step("queues.page.beyond", "GET", f"queues/{v}?page=9&page_size=1")
@@ -310,6 +338,9 @@ def _reads(
         step(f"health.{check}", "GET", f"health/checks/{check}")
     step("health.port-listener.amqp", "GET", f"health/checks/port-listener/{amqp_port}")
     step("aliveness-test", "GET", f"aliveness-test/{v}")
+    step("healthchecks.node", "GET", "healthchecks/node")
+    step("healthchecks.node.named", "GET", f"healthchecks/node/{q(nodes[0]['name'])}")
+    step("healthchecks.node.missing", "GET", "healthchecks/node/nope%40nowhere")
     step("missing.queue", "GET", f"queues/{v}/nope")
     step("missing.vhost.queues", "GET", "queues/nope-vhost")
 
@@ -363,7 +394,11 @@ class _amqp:
             channel.basic_publish("", self.queue, f"m{number}".encode())
         channel.basic_qos(prefetch_count=5)
         got = []
-        channel.basic_consume(self.queue, lambda ch, method, props, body: got.append(method))
+        channel.basic_consume(
+            self.queue,
+            lambda ch, method, props, body: got.append(method),
+            arguments={"x-priority": 3},
+        )
         deadline = time.monotonic() + 5
         while len(got) < 4 and time.monotonic() < deadline:
             connection.process_data_events(0.1)

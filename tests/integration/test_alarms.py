@@ -1,11 +1,15 @@
 """Resource alarms on a private Warren node whose watermarks are lowered in its config, so
 the alarm is up from the start: a connection that publishes is blocked with RabbitMQ's
 ``connection.blocked`` and reason, and consumers on other connections keep draining.
-(Clearing an alarm is covered in tests/unit/runtime/test_runtime_alarms.py.)"""
+The memory alarm clears once the queues drained, though the process keeps its memory."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import time
+import urllib.request
 
 import pika
 import pika.exceptions
@@ -74,3 +78,65 @@ def test_a_consumer_only_connection_is_never_blocked(server_factory):
     connection.process_data_events(time_limit=1.0)
     assert channel.basic_get("idle")[0] is None and not blocked
     connection.close()
+
+
+def _get(server, path: str):
+    request = urllib.request.Request(f"{server.broker.management_url}/api/{path}")
+    token = base64.b64encode(b"guest:guest").decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _node(server) -> dict:
+    return _get(server, "nodes")[0]
+
+
+def test_the_memory_alarm_clears_once_the_queues_drained(server_factory):
+    """Publish until the 64MiB watermark blocks the publisher, drain the queue from another
+    connection: the publisher is unblocked and the node reports the alarm cleared."""
+    # paging only at the watermark, else queues page the bodies out before the alarm
+    server = server_factory(
+        vm_memory_high_watermark="64MiB", vm_memory_high_watermark_paging_ratio="1.0"
+    )
+    assert _node(server)["mem_limit"] == 64 * 1024**2
+    assert _node(server)["mem_alarm"] is False
+    publisher = BlockingConnection(pika.URLParameters(server.broker.url))
+    events: list[str] = []
+    publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+    publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+    channel = publisher.channel()
+    channel.queue_declare("big")
+    # small bodies, each followed by a look at the socket: once the node stops reading, a
+    # blocking client's publish waits for the socket, so stop at connection.blocked
+    body = bytes(64 * 1024)
+    for _ in range(4000):
+        channel.basic_publish("", "big", body)
+        publisher.process_data_events(time_limit=0)
+        if events:
+            break
+    deadline = time.monotonic() + 10
+    while not events and time.monotonic() < deadline:
+        publisher.process_data_events(time_limit=0.1)
+    assert events == ["blocked"]
+    assert _node(server)["mem_alarm"] is True
+    health = _get(server, "healthchecks/node")
+    assert health["status"] == "failed"
+    assert health["reason"].startswith("resource alarm(s) in effect:[{{resource_limit,memory,")
+    consumer = BlockingConnection(pika.URLParameters(server.broker.url))
+    consuming = consumer.channel()
+    while consuming.basic_get("big", auto_ack=True)[0] is not None:
+        pass
+    consumer.close()
+    deadline = time.monotonic() + 10
+    while events == ["blocked"] and time.monotonic() < deadline:
+        publisher.process_data_events(time_limit=0.1)
+    assert events == ["blocked", "unblocked"]
+    node = _node(server)
+    assert node["mem_alarm"] is False and node["mem_used"] < node["mem_limit"]
+    channel.basic_publish("", "big", b"after")  # the node reads the publisher again
+    bodies = []
+    while (got := channel.basic_get("big", auto_ack=True))[0] is not None:
+        bodies.append(got[2])
+    assert bodies[-1] == b"after"  # behind the megabytes that waited in the socket
+    publisher.close()

@@ -134,6 +134,17 @@ def _everyday_verbs(verbs: Any, flags: Parser) -> None:
         "write",
         "read",
     )
+    verb(
+        "set_topic_permissions",
+        "set a user's topic permissions on an exchange in the vhost",
+        "username",
+        "exchange",
+        "write",
+        "read",
+    )
+    verb(
+        "clear_topic_permissions", "clear a user's topic permissions in the vhost", "username"
+    ).add_argument("exchange", nargs="?")
     verb("purge_queue", "remove the ready messages of a queue", "queue")
     deleter = verb("delete_queue", "delete a queue", "queue")
     deleter.add_argument("-e", "--if-empty", dest="if_empty", action="store_true")
@@ -220,6 +231,12 @@ def _everyday(ctx: Context, args: argparse.Namespace) -> int | None:
         "delete_vhost": lambda: actions.delete_vhost(ctx, args.name),
         "set_permissions": lambda: actions.set_permissions(
             ctx, args.username, args.conf, args.write, args.read
+        ),
+        "set_topic_permissions": lambda: actions.set_topic_permissions(
+            ctx, args.username, args.exchange, args.write, args.read
+        ),
+        "clear_topic_permissions": lambda: actions.clear_topic_permissions(
+            ctx, args.username, args.exchange
         ),
         "purge_queue": lambda: actions.purge_queue(ctx, args.queue),
         "delete_queue": lambda: actions.delete_queue(

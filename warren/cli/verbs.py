@@ -34,6 +34,7 @@ from warren.cli.commands import (
 from warren.cli.formatters import Formatter
 
 PAGE_SIZE = 500
+EX_NOUSER = 67  # sysexits.h: rabbitmqctl set_topic_permissions for a user that does not exist
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,12 @@ LISTINGS: dict[str, Listing] = {
         ("user", "configure", "write", "read"),
         {key: key for key in ("user", "configure", "write", "read")},
     ),
+    "list_topic_permissions": Listing(
+        lambda vhost: ("vhosts", vhost, "topic-permissions"),
+        'Listing topic permissions for vhost "{vhost}" ...',
+        ("user", "exchange", "write", "read"),
+        {key: key for key in ("user", "exchange", "write", "read")},
+    ),
 }
 
 
@@ -218,7 +225,13 @@ def fetch_all(ctx: Context, path: tuple[str, ...]) -> Reply:
 
 def run_listing(ctx: Context, verb: str, columns: Sequence[str], timeout_s: float) -> int:
     listing = LISTINGS[verb]
-    if verb in ("list_exchanges", "list_bindings", "list_consumers", "list_permissions"):
+    if verb in (
+        "list_exchanges",
+        "list_bindings",
+        "list_consumers",
+        "list_permissions",
+        "list_topic_permissions",
+    ):
         ctx.banner(listing.banner.format(vhost=ctx.vhost))
     else:
         ctx.banner(listing.banner)
@@ -356,14 +369,48 @@ def delete_vhost(ctx: Context, vhost: str) -> int:
 def set_permissions(ctx: Context, user: str, configure: str, write: str, read: str) -> int:
     ctx.banner(f'Setting permissions for user "{user}" in vhost "{ctx.vhost}" ...')
     body = {"configure": configure, "write": write, "read": read}
-    reply = ctx.client.put(("permissions", ctx.vhost, user), body)
+    return _put_permission(ctx, "permissions", user, body, lambda: _user_missing(ctx, user))
+
+
+def _put_permission(
+    ctx: Context, resource: str, user: str, body: dict[str, str], user_missing: Callable[[], int]
+) -> int:
+    """PUT a user's (topic) permission in the vhost; rabbitmqctl's error when the vhost
+    or the user does not exist."""
+    reply = ctx.client.put((resource, ctx.vhost, user), body)
     if reply.status in (201, 204):
         return _done(ctx)
     if reply.status == 400 and reply.reason == "vhost_or_user_not_found":
         if ctx.client.get("vhosts", ctx.vhost).status == 404:
             return ctx.missing_vhost()
-        return _user_missing(ctx, user)
+        return user_missing()
     return ctx.unexpected(reply)
+
+
+def set_topic_permissions(ctx: Context, user: str, exchange: str, write: str, read: str) -> int:
+    ctx.banner(
+        f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{ctx.vhost}" ...'
+    )
+    body = {"exchange": exchange, "write": write, "read": read}
+    return _put_permission(
+        ctx,
+        "topic-permissions",
+        user,
+        body,
+        lambda: ctx.fail(f"Error:\nUser {user} does not exist", EX_NOUSER),
+    )
+
+
+def clear_topic_permissions(ctx: Context, user: str, exchange: str | None) -> int:
+    """All of the user's topic permissions in the vhost, or one exchange's; clearing none
+    is no error, as in rabbitmqctl."""
+    on = f'on "{exchange}" ' if exchange else ""
+    ctx.banner(f'Clearing topic permissions {on}for user "{user}" in vhost "{ctx.vhost}" ...')
+    query = {"exchange": exchange} if exchange else {}
+    reply = ctx.client.request("DELETE", ("topic-permissions", ctx.vhost, user), query=query)
+    if reply.status not in (204, 404):
+        return ctx.unexpected(reply)
+    return _done(ctx)
 
 
 # --- Queues and connections ---

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from warren import __version__
 from warren.mgmt.context import BROKER_KEY
-from warren.runtime import admin_live
+from warren.runtime import admin_live, alarms
 from warren.runtime.admin import RABBITMQ_VERSION
 from warren.runtime.broker import Broker
 
@@ -176,8 +176,8 @@ def render(broker: Broker, *, per_object: bool) -> str:
         lines.append(f"{PREFIX}{name} {counts[key]}")
     _process(lines)
     _family(lines, "identity_info", "untyped", "RabbitMQ node & cluster identity info")
-    node = _label(config.node_name)
-    lines.append(f'{PREFIX}identity_info{{rabbitmq_node="{node}",rabbitmq_cluster="{node}"}} 1')
+    node, cluster = _label(config.node_name), _label(broker.cluster_name)
+    lines.append(f'{PREFIX}identity_info{{rabbitmq_node="{node}",rabbitmq_cluster="{cluster}"}} 1')
     _family(lines, "build_info", "untyped", "RabbitMQ & Erlang/OTP version info")
     lines.append(
         f'{PREFIX}build_info{{rabbitmq_version="{RABBITMQ_VERSION}",'
@@ -192,7 +192,7 @@ def _process(lines: list[str]) -> None:
         open_fds = len(os.listdir("/proc/self/fd"))
     except OSError:
         open_fds = 0
-    rss_bytes = admin_live.resident_bytes()
+    rss_bytes = alarms.resident_bytes()
     for name, help_text, value in (
         ("process_open_fds", "Open file descriptors", open_fds),
         ("process_max_fds", "Open file descriptors limit", soft_fds),

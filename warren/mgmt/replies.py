@@ -35,7 +35,7 @@ def created() -> web.Response:
     return web.Response(status=201)
 
 
-def error(status: int, kind: str, reason: str) -> web.Response:
+def error(status: int, kind: str, reason: str | list[str]) -> web.Response:
     body = json_body({"error": kind, "reason": reason})
     return web.Response(status=status, text=body, content_type="application/json")
 
@@ -48,7 +48,7 @@ def vhost_not_found() -> web.Response:
     return error(404, "not_found", "vhost_not_found")
 
 
-def bad_request(reason: str) -> web.Response:
+def bad_request(reason: str | list[str]) -> web.Response:
     return error(400, "bad_request", reason)
 
 

@@ -16,7 +16,7 @@ from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
-from warren.runtime import admin, admin_live
+from warren.runtime import admin, admin_live, admin_neutral
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
 
@@ -63,11 +63,12 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
         for key in ("listeners", "node"):
             body.pop(key, None)
     body["statistics_db_event_queue"] = 0
+    admin_neutral.fill(body["message_stats"], admin_neutral.OVERVIEW_MESSAGE_STATS)
+    admin_neutral.fill(body, admin_neutral.OVERVIEW)
+    if caller.sees_all:
+        context = admin_live.management_context(broker)
+        body["contexts"] = [{"ssl_opts": [], "node": broker.config.node_name, **context}]
     return single(request, body)
-
-
-async def cluster_name(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    return replies.ok({"name": broker.config.node_name})
 
 
 async def extensions(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -221,6 +222,26 @@ async def check_alarms(request: web.Request, broker: Broker, params: list[str]) 
     )
 
 
+async def node_health(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    """/api/healthchecks/node[/{node}] (RabbitMQ 3.10's older check): 200 with
+    ``"status": "failed"`` and RabbitMQ's reason while an alarm is in force. Another node
+    of the cluster is checked for being reachable only (its alarms are its own)."""
+    node = broker.config.node_name
+    cluster = broker.cluster
+    if params and params[0] != node:
+        if cluster is None or params[0] not in cluster.nodes:
+            return replies.not_found()
+        if params[0] in cluster.unreachable():
+            reason = f"health check of node {params[0]} fails: nodedown"
+            return replies.ok({"status": "failed", "reason": reason})
+        return replies.ok({"status": "ok"})
+    if not broker.alarms:
+        return replies.ok({"status": "ok"})
+    alarms = ",".join(f"{{{{resource_limit,{a},'{node}'}},[]}}" for a in sorted(broker.alarms))
+    reason = f"resource alarm(s) in effect:[{alarms}]"
+    return replies.ok({"status": "failed", "reason": replies.escape_html_tags(reason)})
+
+
 async def check_single_node(
     request: web.Request, broker: Broker, params: list[str]
 ) -> web.Response:
@@ -264,7 +285,6 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
     checks = "health/checks/"
     return {
         "overview": {"GET": (overview, MANAGEMENT, None)},
-        "cluster-name": {"GET": (cluster_name, MANAGEMENT, None)},
         "extensions": {"GET": (extensions, MANAGEMENT, None)},
         "nodes": {"GET": (list_nodes, MONITOR, None)},
         "nodes/{}": {"GET": (get_node, MONITOR, None)},
@@ -290,4 +310,6 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
         checks + "protocol-listener/{}": {"GET": (check_protocol, MANAGEMENT, None)},
         checks + "certificate-expiration/{}/{}": {"GET": (check_certificates, MANAGEMENT, None)},
         "aliveness-test/{}": {"GET": (aliveness, MANAGEMENT, 0)},
+        "healthchecks/node": {"GET": (node_health, MANAGEMENT, None)},
+        "healthchecks/node/{}": {"GET": (node_health, MANAGEMENT, None)},
     }

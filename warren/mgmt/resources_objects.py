@@ -8,6 +8,7 @@ POST 201 with a relative ``Location`` (the properties key, percent-encoded again
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -21,9 +22,10 @@ from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
 from warren.model import DestinationKind, VHost
-from warren.runtime import admin, admin_live, admin_objects
+from warren.runtime import admin, admin_live, admin_neutral, admin_objects
 from warren.runtime.admin import Json, NotFound
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.remote import RemoteHost
 
 MANAGEMENT = Level.MANAGEMENT
 GET_KEYS = ("ackmode", "count", "encoding")
@@ -54,15 +56,24 @@ async def list_exchanges(request: web.Request, broker: Broker, params: list[str]
     vhosts = visible(request, broker, params)
     if vhosts is None:
         return replies.not_found()
-    return listed(request, broker, admin_objects.list_exchanges(broker, vhosts))
+    items = admin_objects.list_exchanges(broker, vhosts)
+    return listed(request, broker, [_with_rates(request, item) for item in items])
 
 
 async def get_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     try:
         found = admin_objects.get_exchange(broker, params[0], _exchange_name(params[1]))
-        return single(request, found)
     except NotFound:
         return replies.not_found()
+    return single(request, _with_rates(request, found))
+
+
+def _with_rates(request: web.Request, exchange: Json) -> Json:
+    counts = exchange.get("message_stats")
+    if counts is not None:
+        key = ("exchange", exchange["vhost"], exchange["name"])
+        exchange["message_stats"] = rates(request).with_details(key, counts)
+    return exchange
 
 
 async def put_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -143,26 +154,66 @@ async def destination_bindings(
 # --- Queues ---
 
 
+HOME_TIMEOUT_S = 2.0
+HomeCounters = dict[tuple[str, str], dict[str, int]]
+
+
+async def home_counters(broker: Broker, queues: list[tuple[str, str]]) -> HomeCounters:
+    """The counts of those `queues` that are classic queues of other nodes, asked of their
+    homes at once; a home that does not answer in time leaves its queues' counts at 0."""
+    remote: list[RemoteHost] = []
+    for key in queues:
+        host: object = broker.queues.get(key)
+        if isinstance(host, RemoteHost):
+            remote.append(host)
+    if not remote:
+        return {}
+    answers = await asyncio.gather(
+        *(asyncio.wait_for(host.counters(), HOME_TIMEOUT_S) for host in remote),
+        return_exceptions=True,
+    )
+    return {
+        (host.record.vhost, host.name): answer
+        for host, answer in zip(remote, answers, strict=True)
+        if isinstance(answer, dict)
+    }
+
+
 def queue_json(
-    request: web.Request, broker: Broker, vhost: VHost, name: str, *, details: bool = False
+    request: web.Request,
+    broker: Broker,
+    vhost: VHost,
+    name: str,
+    *,
+    details: bool = False,
+    homes: HomeCounters | None = None,
 ) -> dict[str, Any]:
     record = vhost.queues[name]
     info = admin.queue_info(broker, vhost, record)
     counts = queue_counts(broker, vhost.name, name)
+    key: tuple[str, ...] = ("queue", vhost.name, name)
+    home = (homes or {}).get((vhost.name, name))
+    if home is not None:  # the home's counts; the rates are the home's to show
+        ready, unacked = home["messages_ready"], home["messages_unacknowledged"]
+        info.update(home)
+        info["messages"] = ready + unacked
+        info["message_bytes"] = home["message_bytes_ready"] + home["message_bytes_unacknowledged"]
+        counts = {"messages": ready + unacked, "messages_ready": ready}
+        counts["messages_unacknowledged"] = unacked
+        key = ("home-queue", vhost.name, name)
     sampled = rates(request)
-    info.update(sampled.with_details(("queue", vhost.name, name), counts))
+    info.update(sampled.with_details(key, counts))
     host = broker.queue(vhost.name, name)
     shown = queue_message_stats(host.stats) if host is not None else {}
     if shown:
         info["message_stats"] = sampled.with_details(("queue-stats", vhost.name, name), shown)
-    info["exclusive_consumer_tag"] = None
-    info["head_message_timestamp"] = None
-    info["single_active_consumer_tag"] = None
-    info["recoverable_slaves"] = None
-    if host is not None and host.machine.exclusive_consumer is not None:
-        for consumer in admin_live.queue_consumers(broker, vhost.name, name):
-            if consumer["exclusive"]:
-                info["exclusive_consumer_tag"] = consumer["consumer_tag"]
+    # Warren does not time its deliveries: a queue with consumers shows full capacity
+    capacity = 1.0 if info["consumers"] else 0
+    info["consumer_capacity"] = info["consumer_utilisation"] = capacity
+    if info["type"] == "quorum":
+        _quorum_columns(broker, info)
+    else:
+        _classic_columns(broker, host, info)
     if details:
         info["consumer_details"] = admin_live.queue_consumers(broker, vhost.name, name)
         info["incoming"] = []
@@ -170,11 +221,41 @@ def queue_json(
     return info
 
 
+def _classic_columns(broker: Broker, host: Any, info: dict[str, Any]) -> None:
+    info["exclusive_consumer_tag"] = None
+    info["head_message_timestamp"] = None
+    info["single_active_consumer_tag"] = None
+    info["recoverable_slaves"] = None
+    if host is not None and host.machine.exclusive_consumer is not None:
+        for consumer in admin_live.queue_consumers(broker, info["vhost"], info["name"]):
+            if consumer["exclusive"]:
+                info["exclusive_consumer_tag"] = consumer["consumer_tag"]
+    info.update(admin_neutral.ram_counts(info))
+    admin_neutral.fill(info, admin_neutral.CLASSIC_QUEUE)
+
+
+def _quorum_columns(broker: Broker, info: dict[str, Any]) -> None:
+    """RabbitMQ's quorum queue keys: its Raft members (on a single node, the node), which
+    consumer is the single active one, and no classic-only keys."""
+    node = broker.config.node_name
+    info.setdefault("leader", node)
+    info.setdefault("members", [node])
+    info.setdefault("online", info["members"])
+    info["open_files"] = dict.fromkeys(info["online"], 0)
+    info["single_active_consumer_ctag"] = None
+    ram = admin_neutral.ram_counts(info)
+    info["messages_ram"] = ram["messages_ram"]
+    info["message_bytes_ram"] = ram["message_bytes_ram"]
+    admin_neutral.fill(info, admin_neutral.QUEUE)
+
+
 async def list_queues(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     vhosts = visible(request, broker, params)
     if vhosts is None:
         return replies.not_found()
-    items = [queue_json(request, broker, v, name) for v in vhosts for name in sorted(v.queues)]
+    names = [(v, name) for v in vhosts for name in sorted(v.queues)]
+    homes = await home_counters(broker, [(v.name, name) for v, name in names])
+    items = [queue_json(request, broker, v, name, homes=homes) for v, name in names]
     return listed(request, broker, items)
 
 
@@ -182,7 +263,8 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
     vhost = broker.vhosts.get(params[0])
     if vhost is None or params[1] not in vhost.queues:
         return replies.not_found()
-    return single(request, queue_json(request, broker, vhost, params[1], details=True))
+    homes = await home_counters(broker, [(vhost.name, params[1])])
+    return single(request, queue_json(request, broker, vhost, params[1], details=True, homes=homes))
 
 
 async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

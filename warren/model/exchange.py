@@ -54,6 +54,8 @@ class Exchange:
         "durable",
         "internal",
         "name",
+        "publish_in",
+        "publish_out",
         "type",
     )
 
@@ -78,9 +80,18 @@ class Exchange:
         self._router = _ROUTERS[type]()
         self._by_destination: dict[Destination, list[Binding]] = {}
         self._exchange_destinations = 0
+        # Messages published to it, and how many of them it routed (the management API's
+        # message_stats); bumped by whoever publishes.
+        self.publish_in = 0
+        self.publish_out = 0
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.type.value})"
+
+    def count_publish(self, routed: bool) -> None:
+        self.publish_in += 1
+        if routed:
+            self.publish_out += 1
 
     @property
     def bindings(self) -> list[Binding]:

@@ -15,21 +15,33 @@ Theory of operation:
    management users); channels check the expressions on every declare, delete, bind,
    publish, consume, get and purge through `permission_check` (`warren.model.permissions`
    says which operation needs what).
-4. Vhost metadata (description, tags, default queue type) sits beside the model's `VHost`,
+4. A topic permission (RabbitMQ's ``set_topic_permissions``) is two regular expressions
+   (write, read) per user, vhost and topic exchange. `topic_refused` answers for a routing
+   key: published to the exchange (write) or bound from it (read). A user with no topic
+   permission on an exchange may use every routing key, as in RabbitMQ's internal backend;
+   ``{username}`` and ``{vhost}`` in an expression stand for the user's name and the vhost
+   (escaped), and the expression is searched in the key, not anchored.
+5. Vhost metadata (description, tags, default queue type) sits beside the model's `VHost`,
    which knows nothing of it.
-5. Pure bookkeeping: persistence is the caller's (`warren.runtime.admin_access` writes the
+6. Pure bookkeeping: persistence is the caller's (`warren.runtime.admin_access` writes the
    definitions store before it changes anything here).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from warren.model.permissions import PermissionCheck
 from warren.runtime.passwords import DEFAULT_ALGORITHM, Verifier, hash_password, verify
-from warren.storage.definitions import PermissionDefinition, UserDefinition
+from warren.storage.definitions import (
+    PermissionDefinition,
+    TopicPermissionDefinition,
+    UserDefinition,
+)
 
 FULL_ACCESS = ".*"
+CLUSTER_NAME = "cluster_name"  # the global parameter that names the cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,31 @@ class Permission:
         return PermissionDefinition(self.user, self.vhost, self.configure, self.write, self.read)
 
 
+@dataclass(frozen=True, slots=True)
+class TopicPermission:
+    user: str
+    vhost: str
+    exchange: str
+    write: str = FULL_ACCESS
+    read: str = FULL_ACCESS
+
+    def definition(self) -> TopicPermissionDefinition:
+        """The topic permission as the definitions store keeps it."""
+        return TopicPermissionDefinition(
+            self.user, self.vhost, self.exchange, self.write, self.read
+        )
+
+    def allows(self, routing_key: str, *, write: bool) -> bool:
+        """Rule 4: the write (or read) expression, its variables filled in, found in the key."""
+        expression = self.write if write else self.read
+        for variable, value in (("{username}", self.user), ("{vhost}", self.vhost)):
+            expression = expression.replace(variable, re.escape(value))
+        try:
+            return re.search(expression, routing_key) is not None
+        except re.error:
+            return False
+
+
 def permission_check(permission: Permission | None, user: str, vhost: str) -> PermissionCheck:
     """The check for `permission` (None: the user may use nothing in the vhost)."""
     if permission is None:
@@ -76,6 +113,8 @@ class VHostInfo:
 class Access:
     users: dict[str, User] = field(default_factory=dict)
     permissions: dict[tuple[str, str], Permission] = field(default_factory=dict)
+    # (user, vhost, exchange): the topic permission
+    topic_permissions: dict[tuple[str, str, str], TopicPermission] = field(default_factory=dict)
     vhosts: dict[str, VHostInfo] = field(default_factory=dict)
     hashing_algorithm: str = DEFAULT_ALGORITHM  # for new passwords
     verifier: Verifier = field(default_factory=Verifier)
@@ -127,14 +166,36 @@ class Access:
         self.permissions.pop((user, vhost), None)
         self.version += 1
 
+    def set_topic_permission(self, permission: TopicPermission) -> None:
+        self.topic_permissions[permission.user, permission.vhost, permission.exchange] = permission
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        """A user's topic permissions in a vhost: one exchange's, or (None) all of them."""
+        for key in [
+            key
+            for key in self.topic_permissions
+            if key[:2] == (user, vhost) and exchange in (None, key[2])
+        ]:
+            del self.topic_permissions[key]
+
+    def topic_refused(
+        self, user: str, vhost: str, exchange: str, routing_key: str, *, write: bool
+    ) -> bool:
+        permission = self.topic_permissions.get((user, vhost, exchange))
+        return permission is not None and not permission.allows(routing_key, write=write)
+
     def forget_user(self, name: str) -> None:
         self.version += 1
         self.users.pop(name, None)
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
+        for topic_key in [key for key in self.topic_permissions if key[0] == name]:
+            del self.topic_permissions[topic_key]
 
     def forget_vhost(self, name: str) -> None:
         self.version += 1
         self.vhosts.pop(name, None)
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]
+        for topic_key in [key for key in self.topic_permissions if key[1] == name]:
+            del self.topic_permissions[topic_key]

@@ -18,6 +18,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import platform
@@ -36,6 +37,7 @@ from warren.model.policy import (
     make_policy,
 )
 from warren.model.vhost import RESERVED_PREFIX
+from warren.runtime.access import CLUSTER_NAME
 from warren.runtime.passwords import SHA256
 
 if TYPE_CHECKING:
@@ -244,7 +246,7 @@ def overview(broker: Broker) -> Json:
         "product_version": __version__,
         "rabbitmq_version": RABBITMQ_VERSION,
         "python_version": platform.python_version(),
-        "cluster_name": config.node_name,
+        "cluster_name": broker.cluster_name,
         "node": config.node_name,
         "exchange_types": [
             {"name": name, "description": text, "enabled": True} for name, text in EXCHANGE_TYPES
@@ -286,10 +288,22 @@ def _object_totals(broker: Broker) -> Json:
 
 
 def _listeners(broker: Broker) -> list[Json]:
+    """The node's listeners, with RabbitMQ's ``socket_opts`` for what Warren sets."""
     config = broker.config
+    amqp_options = {"backlog": 128, "nodelay": True, "linger": [True, 0], "exit_on_close": False}
+    http_options = {"cowboy_opts": {"sendfile": False}, "port": config.management_port}
     return [
-        {"node": config.node_name, "protocol": protocol, "ip_address": address, "port": port}
-        for protocol, port in (("amqp", config.port), ("http", config.management_port))
+        {
+            "node": config.node_name,
+            "protocol": protocol,
+            "ip_address": address,
+            "port": port,
+            "socket_opts": options,
+        }
+        for protocol, port, options in (
+            ("amqp", config.port, amqp_options),
+            ("http", config.management_port, http_options),
+        )
         for address in config.bind
     ]
 
@@ -315,7 +329,8 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
     Difference from RabbitMQ 3.10.8: only durable exchanges, durable non-exclusive queues
     and the bindings between durable ends are exported (what the definitions store keeps
     over a restart); RabbitMQ also exports transient exchanges and non-exclusive transient
-    queues with their bindings. ``global_parameters`` holds only ``internal_cluster_id``.
+    queues with their bindings. ``global_parameters`` holds ``internal_cluster_id`` and the
+    cluster name once one was set.
     """
     vhosts = _vhosts(broker, vhost)
     objects: Json = {
@@ -371,16 +386,25 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
             }
             for p in sorted(access.permissions.values(), key=lambda p: (p.user, p.vhost))
         ],
-        "topic_permissions": [],
-        "parameters": objects["parameters"],
-        "global_parameters": [
-            {"name": "internal_cluster_id", "value": f"warren-{broker.config.node_name}"}
+        "topic_permissions": [
+            dataclasses.asdict(p) for _key, p in sorted(access.topic_permissions.items())
         ],
+        "parameters": objects["parameters"],
+        "global_parameters": _global_parameters(broker),
         "policies": objects["policies"],
         "queues": objects["queues"],
         "exchanges": objects["exchanges"],
         "bindings": objects["bindings"],
     }
+
+
+def _global_parameters(broker: Broker) -> list[Json]:
+    """``internal_cluster_id``, and ``cluster_name`` once one was set (as RabbitMQ)."""
+    node = broker.config.node_name
+    found = [{"name": "internal_cluster_id", "value": f"warren-{node}"}]
+    if broker.cluster_name != node:
+        found.insert(0, {"name": CLUSTER_NAME, "value": broker.cluster_name})
+    return found
 
 
 def _policy_value(policy: Json) -> Json:
@@ -460,10 +484,11 @@ def import_definitions(broker: Broker, document: object, vhost: str | None = Non
 
     Objects that exist already are left as they are (RabbitMQ's import does the same), so
     importing twice changes nothing; users and permissions are replaced by the
-    document's. Vhosts, users (with their ``password_hash``) and permissions are created;
-    topic permissions, global parameters and parameters other than operator policies are
-    accepted and ignored. With `vhost` (POST /api/definitions/{vhost}) every object
-    goes to that vhost, whatever its own ``vhost`` key says.
+    document's. Vhosts, users (with their ``password_hash``), permissions, topic
+    permissions and the ``cluster_name`` global parameter are set; other global parameters
+    and parameters other than operator policies are accepted and ignored. With `vhost`
+    (POST /api/definitions/{vhost}) every object goes to that vhost, whatever its own
+    ``vhost`` key says.
     """
     if not isinstance(document, dict):
         raise DefinitionsError("failed_to_parse_json")
@@ -547,11 +572,16 @@ def _import_access(broker: Broker, document: Json) -> None:
                 "tags": item.get("tags", ""),
             },
         )
-    for item in _items(document, "permissions"):
-        try:
+    try:
+        for item in _items(document, "permissions"):
             admin_access.put_permission(broker, str(item["vhost"]), str(item["user"]), item)
-        except admin_access.AccessError as refused:
-            raise DefinitionsError(str(refused.reason)) from None
+        for item in _items(document, "topic_permissions"):
+            admin_access.put_topic_permission(broker, str(item["vhost"]), str(item["user"]), item)
+    except admin_access.AccessError as refused:
+        raise DefinitionsError(str(refused.reason)) from None
+    for item in _items(document, "global_parameters"):
+        if item.get("name") == CLUSTER_NAME:
+            admin_access.set_cluster_name(broker, str(item["value"]))
 
 
 def _vhost_metadata(item: Json) -> Json:

@@ -12,12 +12,13 @@ Theory of operation:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
 from warren.errors import HardError, ReplyCode
 from warren.model import VHost
-from warren.runtime.access import Permission, User, VHostInfo
+from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.admin import NotFound
 from warren.runtime.passwords import SHA256, hash_password
 from warren.storage.definitions import VHostDefinition
@@ -190,10 +191,7 @@ def list_permissions(
     broker: Broker, *, user: str | None = None, vhost: str | None = None
 ) -> list[Json]:
     access = broker.access
-    if user is not None and user not in access.users:
-        raise NotFound()
-    if vhost is not None and vhost not in broker.vhosts:
-        raise NotFound()
+    _check_scope(broker, user, vhost)
     found = [
         p
         for p in access.permissions.values()
@@ -201,6 +199,14 @@ def list_permissions(
     ]
     found.sort(key=lambda p: (p.user, p.vhost))
     return [permission_json(p) for p in found]
+
+
+def _check_scope(broker: Broker, user: str | None, vhost: str | None) -> None:
+    """NotFound when a list is asked for a user or vhost that does not exist."""
+    if user is not None and user not in broker.access.users:
+        raise NotFound()
+    if vhost is not None and vhost not in broker.vhosts:
+        raise NotFound()
 
 
 def get_permission(broker: Broker, vhost: str, user: str) -> Json:
@@ -238,3 +244,78 @@ def delete_permission(broker: Broker, vhost: str, user: str) -> None:
     if broker.durability is not None:
         broker.durability.definitions.delete_permission(user, vhost)
     broker.access.clear_permission(user, vhost)
+
+
+# --- Topic permissions and the cluster name ---
+
+TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
+
+
+def topic_permission_json(permission: TopicPermission) -> Json:
+    return dataclasses.asdict(permission)  # user, vhost, exchange, write, read
+
+
+def list_topic_permissions(
+    broker: Broker, *, user: str | None = None, vhost: str | None = None
+) -> list[Json]:
+    access = broker.access
+    _check_scope(broker, user, vhost)
+    return [
+        topic_permission_json(access.topic_permissions[key])
+        for key in sorted(access.topic_permissions)
+        if user in (None, key[0]) and vhost in (None, key[1])
+    ]
+
+
+def get_topic_permissions(broker: Broker, vhost: str, user: str) -> list[Json]:
+    """A user's topic permissions in a vhost (RabbitMQ answers a list); none is a 404."""
+    found = [
+        item
+        for item in list_topic_permissions(broker)
+        if (item["vhost"], item["user"]) == (vhost, user)
+    ]
+    if not found:
+        raise NotFound()
+    return found
+
+
+def put_topic_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
+    """Set a user's topic permission on one exchange; True when it is new."""
+    if vhost not in broker.vhosts or user not in broker.access.users:
+        raise AccessError("vhost_or_user_not_found")
+    for key in ("write", "read"):
+        try:
+            re.compile(str(body[key]))
+        except re.error as refused:
+            raise AccessError(f"invalid_regexp {body[key]!r}: {refused}") from None
+    permission = TopicPermission(
+        user, vhost, str(body["exchange"]), str(body["write"]), str(body["read"])
+    )
+    created = (user, vhost, permission.exchange) not in broker.access.topic_permissions
+    if broker.durability is not None:
+        broker.durability.definitions.put_topic_permission(permission.definition())
+    broker.access.set_topic_permission(permission)
+    return created
+
+
+def delete_topic_permissions(
+    broker: Broker, vhost: str, user: str, exchange: str | None = None
+) -> None:
+    """Clear a user's topic permissions in a vhost (one exchange's, or all)."""
+    present = [
+        key
+        for key in broker.access.topic_permissions
+        if key[:2] == (user, vhost) and exchange in (None, key[2])
+    ]
+    if not present:
+        raise NotFound()
+    if broker.durability is not None:
+        broker.durability.definitions.delete_topic_permissions(user, vhost, exchange)
+    broker.access.clear_topic_permissions(user, vhost, exchange)
+
+
+def set_cluster_name(broker: Broker, name: str) -> None:
+    """RabbitMQ's cluster_name global parameter; in a cluster it reaches every node."""
+    if broker.durability is not None:
+        broker.durability.definitions.put_global_parameter(CLUSTER_NAME, name)
+    broker.cluster_name = name

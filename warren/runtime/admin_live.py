@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from warren.errors import HardError, ReplyCode
-from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_value
+from warren.runtime import admin_neutral, alarms
+from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_arguments, plain_value
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def connection_json(broker: Broker, connection: AmqpConnection) -> Json:
     }
     if provided is not None:
         json["user_provided_name"] = provided
-    return json
+    return admin_neutral.fill(json, admin_neutral.CONNECTION)
 
 
 def find_connection(broker: Broker, name: str) -> AmqpConnection:
@@ -158,7 +159,7 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
         ]
         json["publishes"] = []
         json["deliveries"] = []
-    return json
+    return admin_neutral.fill(json, admin_neutral.PROCESS)
 
 
 def find_channel(broker: Broker, name: str) -> Channel:
@@ -184,7 +185,7 @@ def consumer_json(broker: Broker, channel: Channel, tag: str) -> Json:
         "exclusive": exclusive,
         "active": True,
         "activity_status": "up",
-        "arguments": {},
+        "arguments": plain_arguments(consumer.arguments),
         "queue": {
             "name": host.name if host is not None else "amq.rabbitmq.reply-to",
             "vhost": channel.vhost.name,
@@ -253,7 +254,7 @@ def node_json(broker: Broker) -> Json:
         disk_free = stat.f_bavail * stat.f_frsize
     except OSError:
         disk_free = 0
-    return {
+    node: Json = {
         "name": config.node_name,
         "type": "disc",
         "running": True,
@@ -262,11 +263,13 @@ def node_json(broker: Broker) -> Json:
         "processors": os.cpu_count() or 1,
         "rates_mode": "basic",
         "partitions": [],
-        "mem_used": resident_bytes(),
-        "mem_limit": 0,
+        "mem_used": alarms.used_memory_bytes(),
+        "mem_limit": alarms.memory_limit_bytes(
+            config.vm_memory_high_watermark, alarms.total_memory_bytes()
+        ),
         "mem_alarm": "memory" in broker.alarms,
         "disk_free": disk_free,
-        "disk_free_limit": 50_000_000,
+        "disk_free_limit": alarms.parse_size(config.disk_free_limit),
         "disk_free_alarm": "disk" in broker.alarms,
         "fd_used": fd_used,
         "fd_total": soft_fds,
@@ -292,15 +295,23 @@ def node_json(broker: Broker) -> Json:
         ],
         "cluster_links": [],
         "net_ticktime": 60,
-        "mem_calculation_strategy": "rss",
+        "mem_calculation_strategy": "allocated",
+        "contexts": [management_context(broker)],
+        "context_switches": _context_switches(),
+    }
+    return admin_neutral.fill(node, admin_neutral.NODE)
+
+
+def management_context(broker: Broker) -> Json:
+    """The management listener as RabbitMQ's ``contexts`` describe it (one Cowboy context)."""
+    return {
+        "description": "RabbitMQ Management",
+        "path": "/",
+        "cowboy_opts": "[{sendfile,false}]",
+        "port": str(broker.config.management_port),
     }
 
 
-def resident_bytes() -> int:
-    """The process's resident memory now (Linux /proc; else its peak from getrusage)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            pages = int(statm.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def _context_switches() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.errors import AmqpError, ReplyCode
-from warren.model import Binding, DestinationKind, VHost
+from warren.model import Binding, DestinationKind, Exchange, VHost
 from warren.queue import Discard, Enqueue, Get, Got, Purge, Return, Settle
 from warren.runtime.admin import (
     NotFound,
@@ -33,6 +31,7 @@ from warren.runtime.admin import (
     typed_arguments,
     vhost_of,
 )
+from warren.runtime.admin_phash import properties_key, quote_binding
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -70,14 +69,26 @@ def flag(body: Json, key: str, default: bool) -> bool:
 
 
 def list_exchanges(broker: Broker, vhosts: list[VHost]) -> list[Json]:
-    return [exchange_json(v, v.exchanges[name]) for v in vhosts for name in sorted(v.exchanges)]
+    return [exchange_listed(v, v.exchanges[name]) for v in vhosts for name in sorted(v.exchanges)]
 
 
 def get_exchange(broker: Broker, vhost: str, name: str) -> Json:
     target = broker.vhosts.get(vhost)
     if target is None or name not in target.exchanges:
         raise NotFound()
-    return {**exchange_json(target, target.exchanges[name]), "incoming": [], "outgoing": []}
+    return {**exchange_listed(target, target.exchanges[name]), "incoming": [], "outgoing": []}
+
+
+def exchange_listed(vhost: VHost, exchange: Exchange) -> Json:
+    """An exchange as the API shows it: with ``message_stats`` once published to, as
+    RabbitMQ (rates are added by the HTTP layer), and no record of who declared it."""
+    json = {**exchange_json(vhost, exchange), "user_who_performed_action": ""}
+    if exchange.publish_in:
+        json["message_stats"] = {
+            "publish_in": exchange.publish_in,
+            "publish_out": exchange.publish_out,
+        }
+    return json
 
 
 def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) -> bool:
@@ -133,6 +144,7 @@ def publish(broker: Broker, vhost: str, exchange: str, body: Json) -> bool:
         queues = target.route(exchange, routing_keys, headers)
     except AmqpError as refused:
         raise ObjectError(400, f"{int(refused.code)} {refused.text}") from None
+    target.exchanges[exchange].count_publish(bool(queues))
     ttl_ms = int(properties.expiration) if properties.expiration else None
     enqueue = Enqueue(message, len(payload), ttl_ms, properties.priority or 0)
     for name in queues:
@@ -297,16 +309,6 @@ def _properties_json(properties: BasicProperties) -> Json | list[Any]:
 # --- Bindings ---
 
 
-def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
-    """How a binding is named in a URL: the quoted routing key, then ``~`` and a digest of
-    its arguments when it has any (RabbitMQ uses erlang:phash2 there; Warren its own)."""
-    key = quote(routing_key, safe="") if routing_key else "~"
-    if not arguments:
-        return key
-    digest = hashlib.sha256(repr(sorted(plain_value(dict(arguments)).items())).encode())
-    return key + "~" + base64.urlsafe_b64encode(digest.digest()[:6]).decode("ascii")
-
-
 def binding_json(vhost: VHost, binding: Binding) -> Json:
     return {
         **binding_definition(vhost, binding),
@@ -369,12 +371,17 @@ def find_binding(
     target = broker.vhosts.get(vhost)
     if target is None:
         raise NotFound()
+    # the URL's segment arrives unquoted once: the key as listed, or its parts unquoted
+    named = {key, quote_binding(key)}
+    if "~" in key:
+        routing_key, _, digest = key.rpartition("~")
+        named.add(quote_binding(routing_key) + "~" + quote_binding(digest))
     for binding in target.list_bindings():
         if (
             binding.source == source
             and binding.kind is kind
             and binding.destination == destination
-            and properties_key(binding.routing_key, binding.arguments) in (key, quote(key, safe=""))
+            and properties_key(binding.routing_key, binding.arguments) in named
         ):
             return binding
     raise NotFound()

@@ -1,7 +1,7 @@
 """Resource alarms: stop publishers while the node is short of memory or disk.
 
 Theory of operation (RabbitMQ's "Memory and Disk Alarms" guide):
-1. `ResourceMonitor` samples twice a second the node's memory use (resident set size) and
+1. `ResourceMonitor` samples twice a second the node's memory use (`used_memory_bytes`) and
    the free space of the file system that holds its data directory. Memory above
    `vm_memory_high_watermark` (a fraction of the machine's RAM, ``0.4`` by default, or an
    absolute size such as ``512MiB``) raises the ``memory`` alarm; free disk below
@@ -16,17 +16,26 @@ Theory of operation (RabbitMQ's "Memory and Disk Alarms" guide):
    draining queues, which is what frees the resources. A connection that publishes for
    the first time during an alarm is blocked right after that read. When the last alarm
    clears, blocked connections get ``connection.unblocked`` and are read again.
-3. A blocked connection is not dropped for missed heartbeats: its peer's frames wait in
+3. Memory use is what the process holds *in use*, as RabbitMQ's ``allocated`` strategy
+   counts what its allocators hold: the resident set size less the bytes the C allocator
+   keeps free for reuse (glibc's ``mallinfo2().fordblks``). Python seldom hands freed
+   memory back to the system, so the resident size alone stays above the watermark after
+   the queues drained and the alarm would never clear; freed message bodies go back to
+   the allocator's free lists, so this reading falls again. Where ``mallinfo2`` is
+   missing (not glibc) it is the resident size.
+4. A blocked connection is not dropped for missed heartbeats: its peer's frames wait in
    the socket unread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import re
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, cast
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -88,6 +97,48 @@ def resident_bytes() -> int:
         return 0
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (malloc.h), every field a size_t."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = _MallInfo2
+    function.argtypes = []
+    return cast("Callable[[], _MallInfo2]", function)
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def used_memory_bytes() -> int:
+    """The memory the node holds in use (rule 3): resident less the allocator's free bytes."""
+    resident = resident_bytes()
+    if _MALLINFO2 is None:
+        return resident
+    free_bytes: int = _MALLINFO2().fordblks
+    return max(resident - free_bytes, 0)
+
+
 def free_disk_bytes(path: os.PathLike[str] | str) -> int:
     stats = os.statvfs(path)
     return stats.f_bavail * stats.f_frsize
@@ -125,7 +176,7 @@ class ResourceMonitor:
             self._timer = None
 
     def check(self) -> None:
-        memory = resident_bytes()
+        memory = used_memory_bytes()
         pressed = memory > self.paging_limit_bytes
         if pressed != self.broker.memory_pressure:
             log.info(

@@ -321,6 +321,8 @@ class Broker:
         self.access = Access.with_default(
             config.default_user, config.default_pass, config.password_hashing_module
         )
+        # RabbitMQ's cluster_name global parameter: the node's name until one is set
+        self.cluster_name = config.node_name
         # message counters of closed channels, per vhost (live channels keep their own)
         self.retired_stats: dict[str, MessageStats] = {}
         self.started_at_ms = now_ms()

@@ -27,7 +27,7 @@ import asyncio
 import re
 import secrets
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -52,13 +52,14 @@ from warren.errors import (
     HardError,
     ReplyCode,
     SoftError,
+    access_refused,
     describe_queue,
     not_allowed,
     not_implemented,
     precondition_failed,
     queue_not_found,
 )
-from warren.model import DestinationKind, VHost
+from warren.model import DestinationKind, ExchangeType, VHost
 from warren.model.permissions import Access, PermissionCheck
 from warren.queue import (
     REJECTED_REPLY,
@@ -95,10 +96,17 @@ def _token() -> str:
 
 
 class _Consumer:
-    __slots__ = ("host", "key", "no_ack", "tag", "tag_shortstr")
+    __slots__ = ("arguments", "host", "key", "no_ack", "tag", "tag_shortstr")
 
-    def __init__(self, tag: str, host: QueueHost | None, no_ack: bool) -> None:
+    def __init__(
+        self,
+        tag: str,
+        host: QueueHost | None,
+        no_ack: bool,
+        arguments: Mapping[str, Typed] | None = None,
+    ) -> None:
         self.tag = tag
+        self.arguments = arguments or {}  # basic.consume's, as the management API shows them
         self.tag_shortstr = shortstr(tag)
         self.host = host  # None for the direct reply-to pseudo consumer
         self.no_ack = no_ack
@@ -261,6 +269,8 @@ class Channel:
         be allowed to write to the destination and read from the source, in that order."""
         self._permit(Access.WRITE, kind, destination)
         self._permit(Access.READ, DestinationKind.EXCHANGE, source)
+        if self.access.topic_permissions:
+            self._permit_topic(source, method.routing_key, write=False)
         arguments = _plain_arguments(method.arguments)
         vhost = self.vhost
         change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
@@ -296,6 +306,21 @@ class Channel:
             self._writable_version = access.version
         self._permit(Access.WRITE, DestinationKind.EXCHANGE, exchange)
         self._writable.add(exchange)
+
+    def _permit_topic(self, exchange: str, routing_key: str, *, write: bool) -> None:
+        """403 unless the user's topic permission on a topic exchange (if any) allows the
+        routing key: to publish with it (`write`) or to bind with it."""
+        found = self.vhost.exchanges.get(exchange)
+        user, vhost = self.connection.user, self.vhost.name
+        if (
+            found is not None
+            and found.type is ExchangeType.TOPIC
+            and self.access.topic_refused(user, vhost, exchange, routing_key, write=write)
+        ):
+            raise access_refused(
+                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost"
+                f" '{vhost}' refused for user '{user}'"
+            )
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
         if not getattr(method, "nowait", False):
@@ -454,7 +479,7 @@ class Channel:
             where = describe_queue(name, self.vhost.name)
             raise not_implemented(f"{where} does not support global qos")
         arguments = _typed_arguments(method.arguments)
-        consumer = _Consumer(tag, host, method.no_ack)
+        consumer = _Consumer(tag, host, method.no_ack, arguments)
         command = Checkout(
             consumer=consumer.key,
             channel=self,
@@ -748,7 +773,10 @@ class Channel:
             return
         vhost = self.vhost
         queues = vhost.route(exchange, routing_keys, headers)
+        if self.access.topic_permissions:
+            self._permit_topic(exchange, method.routing_key, write=True)
         self.stats.publish += 1
+        vhost.exchanges[exchange].count_publish(bool(queues))
         broker_queues = self.broker.queues
         vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)

@@ -352,7 +352,6 @@ class AmqpConnection(asyncio.Protocol):
             self._write_now(PROTOCOL_HEADER)
             self._abort()
             return
-        config = self.broker.config
         self.send_method(
             0,
             m.ConnectionStart(
@@ -360,7 +359,7 @@ class AmqpConnection(asyncio.Protocol):
                 9,
                 {
                     "capabilities": CAPABILITIES,
-                    "cluster_name": config.node_name,
+                    "cluster_name": self.broker.cluster_name,
                     "copyright": "Warren contributors",
                     "information": "Licensed under the Apache License 2.0",
                     "platform": "Python",

@@ -36,7 +36,7 @@ from warren.model import DestinationKind, QueueRecord, VHost
 from warren.model.policy import PolicyError, make_policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Restore, Restored
-from warren.runtime.access import Permission, User, VHostInfo
+from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.durability import Durability
 from warren.runtime.paging import PAGED_OUT
 from warren.storage.definitions import (
@@ -139,8 +139,9 @@ def _rebuild(
 
 
 def _restore_access(broker: Broker, definitions: DefinitionsStore, loaded: Definitions) -> None:
-    """Users, permissions and vhost metadata. On a node's first start (no users stored) the
-    default user and its permissions on ``/`` are stored, as RabbitMQ creates them once."""
+    """Users, permissions, topic permissions, vhost metadata and the cluster name. On a
+    node's first start (no users stored) the default user and its permissions on ``/`` are
+    stored, as RabbitMQ creates them once."""
     access = broker.access
     if not loaded.users:
         with definitions.transaction():
@@ -158,6 +159,11 @@ def _restore_access(broker: Broker, definitions: DefinitionsStore, loaded: Defin
             for p in loaded.permissions
         }
         access.version += 1
+    access.topic_permissions = {
+        (p.user, p.vhost, p.exchange): TopicPermission(p.user, p.vhost, p.exchange, p.write, p.read)
+        for p in loaded.topic_permissions
+    }
+    broker.cluster_name = loaded.global_parameters.get(CLUSTER_NAME, broker.cluster_name)
     for stored in loaded.vhosts:
         access.vhosts[stored.name] = VHostInfo(
             stored.name, stored.description, stored.tags, stored.default_queue_type

@@ -1,5 +1,6 @@
-"""The durable definitions of a node, in SQLite: vhosts, users, permissions, exchanges,
-queues, bindings, policies and operator policies.
+"""The durable definitions of a node, in SQLite: vhosts, users, permissions, topic
+permissions, exchanges, queues, bindings, policies, operator policies and global
+parameters (the cluster name).
 
 Theory of operation:
 1. One SQLite database file in WAL mode with ``synchronous=FULL``: a commit returns only
@@ -13,7 +14,8 @@ Theory of operation:
    field-table encoding from ``warren.amqp.table.encode_table`` is the intended content:
    lossless for AMQP types, and storage may not import amqp). Policy definitions are JSON.
 4. Cascades follow RabbitMQ: deleting a queue deletes the bindings to it; deleting an
-   exchange deletes the bindings from and to it; deleting a user deletes its permissions;
+   exchange deletes the bindings from and to it; deleting a user deletes its permissions
+   and topic permissions;
    deleting a vhost deletes everything in it.
 5. Each queue row has an `incarnation` number (SQLite AUTOINCREMENT: never reused, even
    after a delete). A queue deleted and declared again gets a new one, so records in the
@@ -32,7 +34,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +47,7 @@ __all__ = [
     "PermissionDefinition",
     "PolicyDefinition",
     "QueueDefinition",
+    "TopicPermissionDefinition",
     "UserDefinition",
     "VHostDefinition",
 ]
@@ -123,9 +126,24 @@ CREATE TABLE operator_policies (
 );
 """
 
+# Added after schema version 1 without a version of their own (CREATE IF NOT EXISTS), so
+# a store of any version gets them.
+_ADDED_TABLES: Final = (
+    """CREATE TABLE IF NOT EXISTS topic_permissions (
+    user TEXT NOT NULL,
+    vhost TEXT NOT NULL,
+    exchange TEXT NOT NULL,
+    write TEXT NOT NULL,
+    read TEXT NOT NULL,
+    PRIMARY KEY (user, vhost, exchange)
+)""",
+    "CREATE TABLE IF NOT EXISTS global_parameters (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+
 _POLICY_TABLES: Final = ("policies", "operator_policies")
 _VHOST_TABLES: Final = (
     "permissions",
+    "topic_permissions",
     "exchanges",
     "queues",
     "bindings",
@@ -159,6 +177,15 @@ class PermissionDefinition:
     user: str
     vhost: str
     configure: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPermissionDefinition:
+    user: str
+    vhost: str
+    exchange: str
     write: str
     read: str
 
@@ -215,6 +242,8 @@ class Definitions:
     bindings: tuple[BindingDefinition, ...] = ()
     policies: tuple[PolicyDefinition, ...] = ()
     operator_policies: tuple[PolicyDefinition, ...] = ()
+    topic_permissions: tuple[TopicPermissionDefinition, ...] = ()
+    global_parameters: Mapping[str, Any] = field(default_factory=dict)  # name: JSON value
 
 
 def _tags(tags: tuple[str, ...]) -> str:
@@ -310,6 +339,7 @@ class DefinitionsStore:
         with self.transaction():
             self._execute("DELETE FROM users WHERE name = ?", (name,))
             self._execute("DELETE FROM permissions WHERE user = ?", (name,))
+            self._execute("DELETE FROM topic_permissions WHERE user = ?", (name,))
 
     def put_permission(self, permission: PermissionDefinition) -> None:
         with self.transaction():
@@ -327,6 +357,38 @@ class DefinitionsStore:
     def delete_permission(self, user: str, vhost: str) -> None:
         with self.transaction():
             self._execute("DELETE FROM permissions WHERE user = ? AND vhost = ?", (user, vhost))
+
+    def put_topic_permission(self, permission: TopicPermissionDefinition) -> None:
+        with self.transaction():
+            self._execute(
+                "INSERT OR REPLACE INTO topic_permissions VALUES (?, ?, ?, ?, ?)",
+                (
+                    permission.user,
+                    permission.vhost,
+                    permission.exchange,
+                    permission.write,
+                    permission.read,
+                ),
+            )
+
+    def delete_topic_permissions(self, user: str, vhost: str, exchange: str | None) -> None:
+        """Delete a user's topic permissions in a vhost: one exchange's, or all of them."""
+        with self.transaction():
+            if exchange is None:
+                self._execute(
+                    "DELETE FROM topic_permissions WHERE user = ? AND vhost = ?", (user, vhost)
+                )
+            else:
+                self._execute(
+                    "DELETE FROM topic_permissions WHERE user = ? AND vhost = ? AND exchange = ?",
+                    (user, vhost, exchange),
+                )
+
+    def put_global_parameter(self, name: str, value: Any) -> None:
+        with self.transaction():
+            self._execute(
+                "INSERT OR REPLACE INTO global_parameters VALUES (?, ?)", (name, json.dumps(value))
+            )
 
     # --- exchanges, queues, bindings -------------------------------------------------------
 
@@ -533,6 +595,18 @@ class DefinitionsStore:
                 ),
                 policies=self._load_policies("policies"),
                 operator_policies=self._load_policies("operator_policies"),
+                topic_permissions=tuple(
+                    TopicPermissionDefinition(*row)
+                    for row in self._execute(
+                        "SELECT * FROM topic_permissions ORDER BY user, vhost, exchange"
+                    )
+                ),
+                global_parameters={
+                    name: json.loads(value)
+                    for name, value in self._execute(
+                        "SELECT * FROM global_parameters ORDER BY name"
+                    )
+                },
             )
 
     def _load_policies(self, table: str) -> tuple[PolicyDefinition, ...]:
@@ -557,6 +631,8 @@ def _prepare(connection: sqlite3.Connection) -> None:
         connection.execute(
             "CREATE TABLE IF NOT EXISTS cluster_state (key TEXT PRIMARY KEY, value INTEGER)"
         )
+        for statement in _ADDED_TABLES:
+            connection.execute(statement)
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             for statement in _SCHEMA.split(";"):

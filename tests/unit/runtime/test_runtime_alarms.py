@@ -66,7 +66,7 @@ def test_an_alarm_blocks_publishing_connections_until_it_clears(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     readings = {"memory": 10, "disk": 10**12}
-    monkeypatch.setattr(alarms, "resident_bytes", lambda: readings["memory"])
+    monkeypatch.setattr(alarms, "used_memory_bytes", lambda: readings["memory"])
     monkeypatch.setattr(alarms, "free_disk_bytes", lambda path: readings["disk"])
 
     async def test() -> None:
@@ -95,3 +95,14 @@ def test_an_alarm_blocks_publishing_connections_until_it_clears(
             connection.connection_lost(None)
 
     asyncio.run(test())
+
+
+def test_memory_in_use_falls_when_freed_memory_stays_with_the_process():
+    """Freed bodies go back to the allocator, not the system: the reading falls anyway."""
+    before = alarms.used_memory_bytes()
+    bodies = [bytes(100_000) + bytes([n % 256]) for n in range(500)]  # about 50 MB
+    held = alarms.used_memory_bytes()
+    del bodies
+    after = alarms.used_memory_bytes()
+    assert held - before > 40_000_000
+    assert after - before < 10_000_000

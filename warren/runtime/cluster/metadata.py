@@ -15,7 +15,8 @@ Theory of operation:
    that two nodes declaring one name at once end with one queue (the first in the log)
    everywhere; the same holds for a queue's member list and for the address of a node
    that joins (kept in the store, so every node can reach it after a restart).
-4. What is replicated: vhosts, users, permissions, policies and operator policies, durable
+4. What is replicated: vhosts, users, permissions, topic permissions, the cluster name
+   (a global parameter), policies and operator policies, durable
    exchanges and quorum queues through the store; through `TransientDefinitions` (the
    durability's observer) what the store does not keep or keeps on one node only: every
    classic queue with its home node (the node that declared it: the others get a proxy,
@@ -36,6 +37,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import pickle
 from collections import Counter
@@ -47,7 +49,7 @@ from warren.model import DestinationKind, Exchange, QueueType, VHost
 from warren.model.binding import Binding
 from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime import recovery
-from warren.runtime.access import Permission, User, VHostInfo
+from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.admin import apply_policies
 from warren.runtime.admin_access import delete_vhost
 from warren.runtime.broker import Broker, QueueHost
@@ -111,6 +113,18 @@ class ReplicatedDefinitions:
     def delete_permission(self, user: str, vhost: str) -> None:
         self.store.delete_permission(user, vhost)
         self.replicate("delete_permission", user, vhost)
+
+    def put_topic_permission(self, permission: Any) -> None:
+        self.store.put_topic_permission(permission)
+        self.replicate("put_topic_permission", permission)
+
+    def delete_topic_permissions(self, user: str, vhost: str, exchange: str | None) -> None:
+        self.store.delete_topic_permissions(user, vhost, exchange)
+        self.replicate("delete_topic_permissions", user, vhost, exchange)
+
+    def put_global_parameter(self, name: str, value: Any) -> None:
+        self.store.put_global_parameter(name, value)
+        self.replicate("put_global_parameter", name, value)
 
     def put_exchange(self, exchange: Any) -> None:
         self.store.put_exchange(exchange)
@@ -202,6 +216,7 @@ _IDENTITY: Final = {
     "vhost": ("name",),
     "user": ("name",),
     "permission": ("user", "vhost"),
+    "topic_permission": ("user", "vhost", "exchange"),
     "exchange": ("vhost", "name"),
     "policy": ("vhost", "name"),
     "operator_policy": ("vhost", "name"),
@@ -388,6 +403,10 @@ class MetadataMachine:
                 self._put_user(user)
             for permission in loaded.permissions:
                 self._put_permission(permission)
+            for topic_permission in loaded.topic_permissions:
+                self._put_topic_permission(topic_permission)
+            for name, value in loaded.global_parameters.items():
+                self._put_global_parameter(name, value)
             for policy in loaded.policies:
                 self._put_policy(policy, False)
             for policy in loaded.operator_policies:
@@ -447,6 +466,19 @@ class MetadataMachine:
     def _delete_permission(self, user: str, vhost: str) -> None:
         self.cluster.definitions.store.delete_permission(user, vhost)
         self.broker.access.clear_permission(user, vhost)
+
+    def _put_topic_permission(self, permission: Any) -> None:
+        self.cluster.definitions.store.put_topic_permission(permission)
+        self.broker.access.set_topic_permission(TopicPermission(**dataclasses.asdict(permission)))
+
+    def _delete_topic_permissions(self, user: str, vhost: str, exchange: str | None) -> None:
+        self.cluster.definitions.store.delete_topic_permissions(user, vhost, exchange)
+        self.broker.access.clear_topic_permissions(user, vhost, exchange)
+
+    def _put_global_parameter(self, name: str, value: Any) -> None:
+        self.cluster.definitions.store.put_global_parameter(name, value)
+        if name == CLUSTER_NAME:
+            self.broker.cluster_name = value
 
     def _put_policy(self, policy: Any, operator: bool) -> None:
         store = self.cluster.definitions.store
@@ -590,6 +622,9 @@ _APPLY: dict[str, Callable[..., object]] = {
     "delete_user": MetadataMachine._delete_user,
     "put_permission": MetadataMachine._put_permission,
     "delete_permission": MetadataMachine._delete_permission,
+    "put_topic_permission": MetadataMachine._put_topic_permission,
+    "delete_topic_permissions": MetadataMachine._delete_topic_permissions,
+    "put_global_parameter": MetadataMachine._put_global_parameter,
     "put_policy": lambda machine, policy: machine._put_policy(policy, False),
     "delete_policy": lambda machine, vhost, name: machine._delete_policy(vhost, name, False),
     "put_operator_policy": lambda machine, policy: machine._put_policy(policy, True),

@@ -37,6 +37,9 @@ Theory of operation:
    classic queues as they are now: the other makes what it misses and drops its proxies
    of queues the node no longer has (a non-durable queue does not survive its home's
    restart, as in RabbitMQ).
+7. The management API of a node shows another node's classic queue with the counts its
+   home answers when asked (``counters``): ready and unacknowledged messages and bytes,
+   and consumers.
 """
 
 from __future__ import annotations
@@ -202,6 +205,10 @@ class RemoteHost:
 
     def counts(self) -> asyncio.Future[Any]:
         return self._call("counts")
+
+    def counters(self) -> asyncio.Future[Any]:
+        """The home's message and consumer counts, for the management API (module doc, 7)."""
+        return self._call("counters")
 
     def delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[Any]:
         """queue.delete at the home; its answer is the ready count."""
@@ -436,6 +443,22 @@ class RemoteQueues:
         if host is not None:
             self._answer(node, number, (host.machine.ready_count, host.machine.consumer_count))
 
+    def _counters(self, node: str, vhost: str, name: str, number: int) -> None:
+        host = self._local(node, vhost, name, number)
+        if host is not None:
+            machine = host.machine
+            self._answer(
+                node,
+                number,
+                {
+                    "messages_ready": machine.ready_count,
+                    "messages_unacknowledged": machine.unacked_count,
+                    "message_bytes_ready": machine.ready_bytes,
+                    "message_bytes_unacknowledged": getattr(machine, "unacked_bytes", 0),
+                    "consumers": machine.consumer_count,
+                },
+            )
+
     def _consume(
         self,
         node: str,
@@ -556,6 +579,7 @@ class RemoteQueues:
 _HANDLERS: Mapping[str, Callable[..., None]] = {
     "command": RemoteQueues._command,
     "counts": RemoteQueues._counts,
+    "counters": RemoteQueues._counters,
     "consume": RemoteQueues._consume,
     "cancel": RemoteQueues._cancel,
     "delete": RemoteQueues._delete,

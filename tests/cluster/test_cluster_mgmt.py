@@ -1,0 +1,108 @@
+"""The management API on a cluster: one cluster name for all nodes, topic permissions
+that hold on every node, and a classic queue's counts on nodes that are not its home."""
+
+from __future__ import annotations
+
+import urllib.error
+
+import pika
+import pika.exceptions
+import pytest
+
+from tests.cluster.conftest import connect, until
+from warren.testing.cluster import LocalCluster
+
+OTHERS = ("warren-b", "warren-c")
+
+
+def test_a_classic_queue_shows_its_homes_counts_on_every_node(
+    cluster: LocalCluster, name: str
+) -> None:
+    home = connect(cluster, "warren-a")
+    channel = home.channel()
+    channel.queue_declare(name)
+    for number in range(3):
+        channel.basic_publish("", name, b"m%d" % number)
+    until(lambda: _counts(cluster, "warren-c", name), bool)  # the queue reached c
+    consumer = connect(cluster, "warren-c")
+    try:
+        consuming = consumer.channel()
+        consuming.basic_qos(prefetch_count=1)
+        consuming.basic_consume(name, lambda *args: None)
+        want = {
+            "node": "warren-a",
+            "messages": 3,
+            "messages_ready": 2,
+            "messages_unacknowledged": 1,
+            "message_bytes": 6,
+            "consumers": 1,
+        }
+        for node in ("warren-a", *OTHERS):
+            shown = until(lambda node=node: _counts(cluster, node, name), lambda got: got == want)
+            assert shown == want, node
+        listed = cluster.api("warren-b", "/api/queues/%2F")
+        assert {q["name"]: q["messages"] for q in listed}[name] == 3
+    finally:
+        consumer.close()
+        channel.queue_delete(name)
+        home.close()
+
+
+def _counts(cluster: LocalCluster, node: str, queue: str) -> dict[str, object] | None:
+    try:
+        shown = cluster.queue(node, queue)
+    except urllib.error.HTTPError as missing:
+        missing.close()
+        return None  # not there yet
+    keys = ("node", "messages", "messages_ready", "messages_unacknowledged", "message_bytes")
+    return {key: shown[key] for key in (*keys, "consumers")}
+
+
+def test_one_cluster_name_for_every_node(cluster: LocalCluster) -> None:
+    assert cluster.api("warren-a", "/api/cluster-name", "PUT", {"name": "blue"}) is None
+    for node in ("warren-a", *OTHERS):
+        got = until(
+            lambda node=node: cluster.api(node, "/api/cluster-name"), lambda g: g["name"] == "blue"
+        )
+        assert got == {"name": "blue"}, node
+        assert cluster.api(node, "/api/overview")["cluster_name"] == "blue"
+
+
+def test_a_topic_permission_set_on_one_node_holds_on_the_others(
+    cluster: LocalCluster, name: str
+) -> None:
+    user = f"{name}.user"
+    cluster.api("warren-a", f"/api/users/{user}", "PUT", {"password": "pw", "tags": ""})
+    full = {"configure": ".*", "write": ".*", "read": ".*"}
+    cluster.api("warren-a", f"/api/permissions/%2F/{user}", "PUT", full)
+    topic = {"exchange": "amq.topic", "write": "^a", "read": ".*"}
+    cluster.api("warren-a", f"/api/topic-permissions/%2F/{user}", "PUT", topic)
+    try:
+        for node in OTHERS:
+            until(
+                lambda node=node: cluster.api(node, "/api/topic-permissions"),
+                lambda found: any(p["user"] == user for p in found),
+            )
+            port = cluster.nodes[node].port
+            parameters = pika.ConnectionParameters(
+                "127.0.0.1", port, "/", pika.PlainCredentials(user, "pw")
+            )
+            connection = pika.BlockingConnection(parameters)
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("amq.topic", "a.b", b"allowed")
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+                channel.basic_publish("amq.topic", "b.c", b"refused")
+            assert closed.value.reply_code == 403
+            connection.close()
+    finally:
+        cluster.api("warren-a", f"/api/users/{user}", "DELETE")
+
+
+def test_the_node_health_check_names_any_node_of_the_cluster(cluster: LocalCluster) -> None:
+    for node in ("warren-a", *OTHERS):
+        assert cluster.api("warren-a", f"/api/healthchecks/node/{node}") == {"status": "ok"}
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        cluster.api("warren-a", "/api/healthchecks/node/nope@nowhere")
+    missing.value.close()
+    assert missing.value.code == 404
