@@ -251,6 +251,20 @@ def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     return dataclasses.replace(Config(), **converted)
 
 
+SECRETS = ("default_pass", "cluster_cookie")
+
+
+def environment(config: Config) -> dict[str, Any]:
+    """Every setting with its effective value, as TOML would spell it; secrets hidden."""
+    shown: dict[str, Any] = {}
+    for item in fields(Config):
+        value = getattr(config, item.name)
+        if item.name in SECRETS and value:
+            value = "********"
+        shown[item.name] = str(value) if isinstance(value, Path) else value
+    return shown
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
