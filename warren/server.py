@@ -186,7 +186,15 @@ async def _serve(config: Config, listeners: list[Listener]) -> int:
     try:
         if cluster is not None:
             cluster.attach(durability)
-            await cluster.start()
+            try:
+                await cluster.start()
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                raise StartError(
+                    f"cluster port {config.cluster_port} is in use by another program: stop"
+                    " it, or choose another port with --cluster-port (WARREN_CLUSTER_PORT)"
+                ) from None
         await _run(broker, stop, listeners, monitor)
     finally:
         if cluster is not None:

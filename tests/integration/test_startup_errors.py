@@ -1,6 +1,6 @@
 """A node that cannot start says why in one line naming the thing and the fix, exits 1,
-and leaves nothing listening: port in use (AMQP or management), data directory in use,
-a bad setting, an unreadable or unusable certificate.
+and leaves nothing listening: port in use (AMQP, management or cluster), data directory in
+use, a bad setting, an unreadable or unusable certificate.
 
 Each case runs ``python -m warren`` as an operator would and checks its whole stderr.
 """
@@ -69,6 +69,21 @@ def test_management_port_in_use(tmp_path: Path, held_port: int) -> None:
         f"warren-server: management API (HTTP) port {held_port} on 127.0.0.1 is in use by"
         " another program: stop it, or choose another port with --management-port"
         " (WARREN_MANAGEMENT_PORT)\n",
+    )
+
+
+def test_cluster_port_in_use(tmp_path: Path, held_port: int) -> None:
+    nodes = f"a@localhost=127.0.0.1:{held_port},b@localhost=127.0.0.1:{free_port()}"
+    status, stderr = start(
+        tmp_path,
+        *("--port", str(free_port()), "--management-port", str(free_port())),
+        *("--node-name", "a@localhost", "--cluster-nodes", nodes, "--cluster-cookie", "c"),
+        *("--cluster-port", str(held_port), "--log-level", "error"),
+    )
+    assert (status, stderr) == (
+        1,
+        f"warren-server: cluster port {held_port} is in use by another program: stop it, or"
+        " choose another port with --cluster-port (WARREN_CLUSTER_PORT)\n",
     )
 
 
