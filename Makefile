@@ -1,8 +1,22 @@
-# The two commands of the quick start: `make run` and `make test`.
+# The quick start: `make run` (a node, from nothing but Python 3.11+), `make pipeline`
+# (the Spark pipeline's tools), `make test` (everything the suite needs, then the suite).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# pip without its upgrade notice; every install is quiet unless it fails.
+PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip install --quiet
+# One stamp per set of extras, each redone when pyproject.toml changes, so `make run` then
+# `make test` in one checkout upgrades the environment rather than finding it "installed".
+RUN_STAMP := $(VENV)/.installed-run
+PIPELINE_STAMP := $(VENV)/.installed-spark
+TEST_STAMP := $(VENV)/.installed-test
+# `make run PORT=5673 MGMT_PORT=15673 DATA_DIR=/tmp/warren`: each given one becomes a flag;
+# those not given are left to warren-server (WARREN_PORT, WARREN_DATA_DIR …, then defaults).
+PORT ?=
+MGMT_PORT ?=
+DATA_DIR ?=
+# Debian packages, as root, without recommended extras and without apt's chatter.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 # The web UI's end-to-end test drives Debian's chromium (never a browser Playwright downloads).
 CHROMIUM := /usr/bin/chromium
 # The real rabbitmqadmin (v1) the suite runs against Warren: taken from Debian's
@@ -12,47 +26,64 @@ RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 # The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
 JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: run test lint bench clean
+.PHONY: run pipeline test java lint bench clean
 
 $(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Warren needs Python 3.11 or newer: make PYTHON=python3.11 …")'
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	@# The Spark pipeline (warren.spark, tests/spark) runs on a Java 17+ runtime.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	touch $@
+
+$(PIPELINE_STAMP): pyproject.toml | $(BIN)/python java
+	$(PIP) -e '.[spark]'
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python java
+	$(PIP) -e '.[test]'
+	touch $@
+
+# The Spark pipeline (warren.spark, tests/spark) runs on a Java 17+ runtime; the broker never does.
+java:
 	@major=$$($(JAVA) -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1); \
 	if [ "$${major:-0}" -lt 17 ]; then \
 		if [ "$$(id -u)" = 0 ] && [ -z "$(JAVA_HOME)" ] && command -v apt-get >/dev/null 2>&1; then \
-			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; \
+			echo "Installing a Java 17 runtime for Spark (openjdk-17-jre-headless)"; \
+			apt-get update -qq && $(APT_INSTALL) openjdk-17-jre-headless >/dev/null; \
 		else \
 			echo "Spark needs a Java 17+ runtime ($(JAVA) gave '$${major:-none}'): install openjdk-17-jre-headless, or set JAVA_HOME to a JRE 17+" >&2; \
 			exit 1; \
 		fi; \
 	fi
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
 
 $(CHROMIUM):
 	@if [ "$$(id -u)" -eq 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		echo "Installing Debian's chromium for the web UI test"; \
+		apt-get update -qq && $(APT_INSTALL) chromium >/dev/null; \
 	else \
 		echo "make test needs Debian's chromium at $(CHROMIUM) for the web UI test;" \
-			"install it as root: apt-get install chromium" >&2; \
+			"install it as root: apt-get install --no-install-recommends chromium" >&2; \
 		exit 1; \
 	fi
 
-run: $(STAMP)
-	$(BIN)/warren-server --data-dir ./data
+run: $(RUN_STAMP)
+	$(BIN)/warren-server $(if $(PORT),--port $(PORT)) $(if $(MGMT_PORT),--management-port $(MGMT_PORT)) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+
+pipeline: $(PIPELINE_STAMP)
+	@echo "The pipeline's tools are in $(BIN): $(BIN)/warren-pipeline --help"
 
 $(RABBITMQADMIN): | $(BIN)/python
 	mkdir -p $(RABBITMQADMIN_DIR)
-	cd $(RABBITMQADMIN_DIR) && rm -rf package *.deb && apt-get download rabbitmq-server \
+	@# apt's sandbox user may not write here; root downloads it itself instead of warning.
+	cd $(RABBITMQADMIN_DIR) && rm -rf package *.deb \
+		&& apt-get download -qq -o APT::Sandbox::User=root rabbitmq-server \
 		&& dpkg -x rabbitmq-server_*.deb package
 	cp -L "$$(find $(RABBITMQADMIN_DIR)/package -name rabbitmqadmin -type f | head -n 1)" $@
 	rm -rf $(RABBITMQADMIN_DIR)/package $(RABBITMQADMIN_DIR)/*.deb
 	chmod +x $@
 
-test: $(STAMP) $(CHROMIUM) $(RABBITMQADMIN)
+test: $(TEST_STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -60,11 +91,11 @@ test: $(STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 	@# pytest exits 5 when it collected no tests: not a failure of the code.
 	WARREN_RABBITMQADMIN=$(RABBITMQADMIN) $(BIN)/pytest $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
 
-bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[bench]'
+bench: $(TEST_STAMP)
+	$(PIP) -e '.[bench]'
 	$(BIN)/python -m bench.run
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 

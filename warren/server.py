@@ -1,18 +1,31 @@
 """`warren-server`: the composition root. It builds a node from its config, starts the
 management API and the AMQP listeners, and serves until SIGINT or SIGTERM.
 
+Theory of operation:
+1. Start-up does what can fail on the operator's side first, before any state is loaded
+   or anything listens: settings (`config.load`), the TLS files, the data directory's lock
+   (one node per directory) and the bind of every port, AMQP first. A failure is one line
+   on stderr naming the thing and the fix, exit status 1, and nothing left bound.
+2. Then durable state comes back, and only then do the bound sockets listen: the
+   management API first, so a client that sees the AMQP port open can use it too.
+
 It sits above every layer (runtime and mgmt both), so nothing imports it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import logging
+import os
 import signal
 import socket
 import ssl
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from warren import __version__
 from warren.mgmt import start_management
@@ -22,7 +35,6 @@ from warren.runtime.broker import Broker
 from warren.runtime.cluster.node import ClusterNode
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
-from warren.runtime.passwords import ALGORITHMS
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 
@@ -32,60 +44,139 @@ log = logging.getLogger("warren")
 # 5 ms switch interval it waits that long for it, and group commit stalls at ~50 syncs/s
 # under load. 0.2 ms lets the sync thread back in promptly.
 SWITCH_INTERVAL_S = 0.0002
-MESSAGE_SIZE_MAX = 512 * 1024 * 1024  # RabbitMQ's cap on max_message_size
+DATA_DIR_LOCK = "node.lock"  # flock'ed by the running node; holds its pid
 
 
-async def start_listeners(
-    broker: Broker, tls: ssl.SSLContext | None = None
-) -> list[asyncio.Server]:
-    """Listen on every configured address (and with TLS on the TLS port too); an address
-    this host lacks (no IPv6) is skipped."""
-    config = broker.config
-    loop = asyncio.get_running_loop()
-    servers: list[asyncio.Server] = []
-    ports = [(config.port, None, "AMQP")]
+class StartError(Exception):
+    """Why the node cannot start, in one line naming the thing and the fix."""
+
+
+@dataclass(slots=True)
+class Listener:
+    """A socket bound (not yet listening) for one of the node's ports."""
+
+    label: str  # what it serves, in log lines and errors
+    setting: str  # the config setting that chose its port
+    sock: socket.socket
+    tls: ssl.SSLContext | None
+
+
+def bind_listeners(config: Config, tls: ssl.SSLContext | None) -> list[Listener]:
+    """Bind every port the node serves on every address of `config.bind`, AMQP first, so a
+    port in use fails the start before anything listens (rule 2). An address this host
+    lacks (no IPv6) is skipped when there are others."""
+    ports: list[tuple[str, str, int, ssl.SSLContext | None]] = [("AMQP", "port", config.port, None)]
     if tls is not None:
-        ports.append((config.ssl_port, tls, "AMQPS"))
-    for port, context, label in ports:
-        for host in config.bind:
-            try:
-                server = await loop.create_server(
-                    lambda: AmqpConnection(broker),
-                    host,
-                    port,
-                    reuse_address=True,
-                    backlog=1024,
-                    ssl=context,
-                )
-            except OSError as error:
-                if host == "::1" and len(config.bind) > 1:
-                    log.warning("%s not listening on [::1]:%s: %s", label, port, error)
-                    continue
-                raise
-            for sock in server.sockets:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            servers.append(server)
-            log.info("%s listening on %s:%s", label, host, port)
-    return servers
+        ports.append(("AMQPS", "ssl_port", config.ssl_port, tls))
+    ports.append(("management API (HTTP)", "management_port", config.management_port, None))
+    if tls is not None:
+        ports.append(
+            ("management API (HTTPS)", "management_ssl_port", config.management_ssl_port, tls)
+        )
+    listeners: list[Listener] = []
+    try:
+        for label, setting, port, context in ports:
+            for host in config.bind:
+                try:
+                    for sock in _bind(host, port):
+                        listeners.append(Listener(label, setting, sock, context))
+                except OSError as error:
+                    flag = "--" + setting.replace("_", "-")
+                    if error.errno == errno.EADDRINUSE:
+                        raise StartError(
+                            f"{label} port {port} on {host} is in use by another program:"
+                            f" stop it, or choose another port with {flag}"
+                            f" (WARREN_{setting.upper()})"
+                        ) from None
+                    if host == "::1" and len(config.bind) > 1:
+                        log.warning("%s not listening on [::1]:%s: %s", label, port, error)
+                        continue
+                    raise StartError(
+                        f"cannot listen on {host} port {port} for {label}: {error.strerror};"
+                        f" check --bind and {flag}"
+                    ) from None
+    except BaseException:
+        for listener in listeners:
+            listener.sock.close()
+        raise
+    return listeners
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address `host` resolves to, as `create_server` would bind."""
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        ):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.bind(address)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Create `data_dir` and hold its lock for the life of the process (one node per data
+    directory); returns the lock file's descriptor."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(data_dir / DATA_DIR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise StartError(
+            f"cannot use data directory {data_dir}: {error.strerror};"
+            " choose another with --data-dir (WARREN_DATA_DIR)"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StartError(
+            f"data directory {data_dir} is in use by another Warren node (pid {holder}):"
+            " stop that node, or give this one its own with --data-dir (WARREN_DATA_DIR)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 async def serve(config: Config) -> int:
-    """Run the node until SIGINT/SIGTERM; the exit status (non-zero if the log failed)."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    """Run the node until SIGINT/SIGTERM; the exit status (non-zero if the log failed).
+    Raises StartError, with nothing left listening or locked, if it cannot start."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
-        if not 0 < config.max_message_size <= MESSAGE_SIZE_MAX:
-            raise ValueError(f"max_message_size must be between 1 and {MESSAGE_SIZE_MAX}")
-        if config.password_hashing_module not in ALGORITHMS:
-            raise ValueError(f"password_hashing_module must be one of {', '.join(ALGORITHMS)}")
-        broker = Broker(config)
         tls = server_context(config)
-        monitor = ResourceMonitor(broker)
-        stop = asyncio.Event()
+    except ValueError as error:
+        raise StartError(str(error)) from None
+    lock = lock_data_dir(config.data_dir)
+    try:
+        listeners = bind_listeners(config, tls)
+        try:
+            return await _serve(config, listeners)
+        finally:
+            for listener in listeners:
+                listener.sock.close()
+    finally:
+        os.close(lock)
+
+
+async def _serve(config: Config, listeners: list[Listener]) -> int:
+    broker = Broker(config)
+    monitor = ResourceMonitor(broker)
+    stop = asyncio.Event()
+    try:
         cluster = ClusterNode(broker, config, stop.set) if config.cluster_nodes else None
-    except (ValueError, OSError, ssl.SSLError) as error:
-        log.critical("cannot start: %s", error)
-        return 2
+    except ValueError as error:  # cluster_nodes or cluster_cookie
+        raise StartError(str(error)) from None
     if cluster is not None:
         await cluster.open()  # quorum queues find their Raft groups as definitions return
     # Durable state is back before anything listens: a client never sees a half-loaded node.
@@ -95,8 +186,16 @@ async def serve(config: Config) -> int:
     try:
         if cluster is not None:
             cluster.attach(durability)
-            await cluster.start()
-        await _run(broker, stop, tls, monitor)
+            try:
+                await cluster.start()
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                raise StartError(
+                    f"cluster port {config.cluster_port} is in use by another program: stop"
+                    " it, or choose another port with --cluster-port (WARREN_CLUSTER_PORT)"
+                ) from None
+        await _run(broker, stop, listeners, monitor)
     finally:
         if cluster is not None:
             await cluster.close()
@@ -110,15 +209,35 @@ async def serve(config: Config) -> int:
     return 0
 
 
+async def start_listeners(broker: Broker, listeners: list[Listener]) -> list[asyncio.Server]:
+    """Start listening for AMQP (and AMQPS) on the bound sockets."""
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.Server] = []
+    for listener in listeners:
+        if listener.setting in ("port", "ssl_port"):
+            server = await loop.create_server(
+                lambda: AmqpConnection(broker), sock=listener.sock, backlog=1024, ssl=listener.tls
+            )
+            servers.append(server)
+            log.info("%s listening on %s", listener.label, _address(listener.sock))
+    return servers
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def _run(
-    broker: Broker, stop: asyncio.Event, tls: ssl.SSLContext | None, monitor: ResourceMonitor
+    broker: Broker, stop: asyncio.Event, listeners: list[Listener], monitor: ResourceMonitor
 ) -> None:
     config = broker.config
     monitor.start()
-    # The management API is up before AMQP, so a client that sees the AMQP port open can
-    # use it too.
-    management = await start_management(broker, tls)
-    servers = await start_listeners(broker, tls)
+    management = await start_management(
+        broker,
+        [(item.sock, item.tls) for item in listeners if item.setting.startswith("management")],
+    )
+    servers = await start_listeners(broker, listeners)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -139,7 +258,11 @@ async def _run(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    config = config_module.load(argv)
+    """Run a node; exit status 1 with one line on stderr if it cannot start (rule 1)."""
+    try:
+        config = config_module.load(argv)
+    except config_module.ConfigError as error:
+        sys.exit(f"warren-server: {error}")
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -147,8 +270,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
-        status = asyncio.run(serve(config))
+        run = asyncio.run
     else:
-        status = uvloop.run(serve(config))
+        run = uvloop.run
+    try:
+        status = run(serve(config))
+    except StartError as error:
+        sys.exit(f"warren-server: {error}")
     if status:
         sys.exit(status)

@@ -13,6 +13,8 @@ Theory of operation:
 3. ``cluster_status`` prints rabbitmqctl's sections (Basics, Disk Nodes, Running Nodes,
    Network Partitions as this node sees them) and one of Warren's own: the metadata Raft
    group. Every Warren node keeps its definitions on disk, so every node is a disk node.
+   A node on its own (or a RabbitMQ, which has no /api/warren) is a one-node cluster, as
+   rabbitmqctl shows one: its name, versions, alarms and listeners.
 4. ``rebalance`` prints rabbitmq-queues' summary (leaders per node): the leaders the
    queues had before, with the moves the node reports applied to them.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from warren.cli import formatters
 from warren.cli.client import Reply
 from warren.cli.commands import EX_OK, EX_SOFTWARE, Context, _done, _tabular
+from warren.cli.diagnostics import alarm_lines, listener_address, missing_resource
 from warren.cli.formatters import Formatter
 from warren.cli.verbs import fetch_all
 
@@ -67,6 +70,8 @@ def _show_rows(ctx: Context, columns: tuple[str, ...], rows: list[list[Any]]) ->
 
 def cluster_status(ctx: Context) -> int:
     reply = _cluster(ctx)
+    if missing_resource(reply) or (reply.status, reply.reason) == (400, "not_clustered"):
+        return _single_node_status(ctx)  # Warren on its own, or RabbitMQ (no /api/warren)
     if reply.status != 200:
         return _refused(ctx, reply)
     status = reply.body
@@ -106,6 +111,45 @@ def cluster_status(ctx: Context) -> int:
         f"Learners: {', '.join(meta.get('learners', [])) or '(none)'}",
         f"Commit index: {meta.get('commit')}, last applied: {meta.get('applied')}",
         f"Quorum queues: {status['quorum_queues']}",
+    ]
+    ctx.show("\n".join(lines))
+    return EX_OK
+
+
+def _single_node_status(ctx: Context) -> int:
+    """A node on its own is a cluster of one, as rabbitmqctl shows it (rule 3)."""
+    overview, nodes = ctx.client.get("overview"), ctx.client.get("nodes")
+    if overview.status != 200 or nodes.status != 200 or not nodes.body:
+        return ctx.unexpected(overview if overview.status != 200 else nodes)
+    info, node = overview.body, nodes.body[0]
+    name = info.get("node", "")
+    ctx.banner(f"Cluster status of node {name} ...")
+    alarms = [line for line in alarm_lines(node) if line != "(none)"]
+    if ctx.formatter is Formatter.JSON:
+        summary = {
+            "cluster_name": info.get("cluster_name", name),
+            "disk_nodes": [name],
+            "ram_nodes": [],
+            "running_nodes": [name],
+            "partitions": {},
+            "alarms": alarms,
+        }
+        ctx.show(formatters.compact_json(summary))
+        return EX_OK
+    runtime = (
+        f"Erlang {info['erlang_version']}"
+        if "erlang_version" in info
+        else f"Python {info.get('python_version', '')}"
+    )
+    lines = ["Basics", "", f"Cluster name: {info.get('cluster_name', name)}"]
+    lines += ["", "Disk Nodes", "", name, "", "Running Nodes", "", name]
+    lines += ["", "Versions", ""]
+    lines += [f"{name}: {info.get('product_name')} {info.get('product_version')} on {runtime}"]
+    lines += ["", "Alarms", "", *alarm_lines(node), "", "Network Partitions", "", "(none)"]
+    lines += ["", "Listeners", ""]
+    lines += [
+        f"Node: {name}, interface: {listener_address(listener)}"
+        for listener in info.get("listeners", [])
     ]
     ctx.show("\n".join(lines))
     return EX_OK

@@ -94,6 +94,11 @@ class Context:
     def show(self, text: str) -> None:
         print(text, file=self.out)
 
+    def show_listing(self, text: str) -> None:
+        """A list_* verb's rows: none print nothing (not an empty line), as in rabbitmqctl."""
+        if text:
+            self.show(text)
+
     def fail(self, text: str, code: int = EX_UNAVAILABLE) -> int:
         print(text, file=self.err)
         return code
@@ -265,7 +270,7 @@ def list_queues(ctx: Context, columns: Sequence[str], timeout_s: float) -> int:
         [_text_cell(ctx.formatter, column, queue.get(column)) for column in columns]
         for queue in queues
     ]
-    ctx.show(_tabular(ctx, columns, rows))
+    ctx.show_listing(_tabular(ctx, columns, rows))
     return EX_OK
 
 

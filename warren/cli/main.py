@@ -7,7 +7,9 @@ Theory of operation:
    suppressed, and `_settings` fills in the defaults after parsing.
 2. A usage error prints rabbitmqctl's ``Error (argument validation): …`` and the verb's
    usage to stderr and exits 64; an unreachable API prints ``Error: unable to perform an
-   operation …`` and exits 69.
+   operation …`` and exits 69. A verb that does not exist names the nearest ones
+   (`diagnostics.UnknownVerb`) and exits 64.
+3. Each verb's help text is also its parser's description, which ``help`` shows.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from warren.cli import cluster, commands
+from warren.cli import cluster, commands, diagnostics
 from warren.cli import verbs as actions
 from warren.cli.client import DEFAULT_URL, Client, Unreachable
 from warren.cli.commands import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, Context
@@ -48,6 +50,11 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.format_usage())
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            raise diagnostics.UnknownVerb(value, sorted(action.choices))
+        super()._check_value(action, value)
 
 
 def global_flags() -> Parser:
@@ -103,7 +110,34 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
         lister = verbs.add_parser(verb, parents=[flags], help=verb.replace("_", " "))
         lister.add_argument("columns", nargs="*", metavar="column")
     _everyday_verbs(verbs, flags)
+    _diagnostic_verbs(verbs, flags)
+    for choice in verbs._choices_actions:
+        verbs.choices[choice.dest].description = choice.help
     return parser, dict(verbs.choices)
+
+
+def _diagnostic_verbs(verbs: Any, flags: Parser) -> None:
+    """rabbitmqctl's and rabbitmq-diagnostics' verbs for a node's first hour."""
+    helper = verbs.add_parser("help", parents=[flags], help="displays usage information")
+    helper.add_argument("command", nargs="?", help="the command to describe")
+    verbs.add_parser("version", parents=[flags], help="displays the warrenctl version")
+    verbs.add_parser("ping", parents=[flags], help="checks that the node's management API answers")
+    verbs.add_parser(
+        "await_startup", parents=[flags], help="waits for the node to start (--timeout, 300 s)"
+    )
+    verbs.add_parser("environment", parents=[flags], help="displays the node's effective settings")
+    verbs.add_parser(
+        "report", parents=[flags], help="a status report: status, settings and every listing"
+    )
+    unresponsive = verbs.add_parser(
+        "list_unresponsive_queues",
+        parents=[flags],
+        help="lists the queues that cannot answer (a quorum queue without a leader)",
+    )
+    unresponsive.add_argument("columns", nargs="*", metavar="column")
+    # accepted as rabbitmqctl accepts them; a Warren node has one set of queues and no waits
+    unresponsive.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
+    unresponsive.add_argument("--queue-timeout", help=argparse.SUPPRESS)
 
 
 def _everyday_verbs(verbs: Any, flags: Parser) -> None:
@@ -157,7 +191,10 @@ def _everyday_verbs(verbs: Any, flags: Parser) -> None:
 
 
 def _settings(args: argparse.Namespace, formatter: str) -> None:
-    for name, default in (DEFAULTS | {"formatter": formatter}).items():
+    defaults = DEFAULTS | {"formatter": formatter}
+    if args.verb == "await_startup":
+        defaults["timeout"] = diagnostics.AWAIT_STARTUP_TIMEOUT
+    for name, default in defaults.items():
         if not hasattr(args, name):
             setattr(args, name, default)
 
@@ -180,12 +217,21 @@ def _run(args: argparse.Namespace, usage: str) -> int:
     ctx = context(args, usage)
     timeout_s = ctx.client.timeout_s
     verb: str = args.verb
+    if verb == "help":
+        accepted = {name: tuple(listing.fields) for name, listing in LISTINGS.items()}
+        accepted["list_queues"] = commands.QUEUE_COLUMNS
+        accepted["list_unresponsive_queues"] = commands.QUEUE_COLUMNS
+        return diagnostics.show_help(ctx, build_parser()[1], args.command, accepted)
+    if verb == "report":
+        return _report(ctx)
+    if verb == "list_unresponsive_queues":
+        chosen = args.columns or ["name"]
+        _check_columns(chosen, commands.QUEUE_COLUMNS, usage)
+        return diagnostics.list_unresponsive_queues(ctx, chosen)
     if verb in LISTINGS:
         listing = LISTINGS[verb]
         chosen = args.columns or list(listing.default_columns)
-        unknown = [column for column in chosen if column not in listing.fields]
-        if unknown:
-            raise UsageError(f"Info key(s) {','.join(unknown)} are not supported", usage)
+        _check_columns(chosen, listing.fields, usage)
         return actions.run_listing(ctx, verb, chosen, timeout_s)
     everyday = _everyday(ctx, args)
     if everyday is not None:
@@ -213,10 +259,41 @@ def _run(args: argparse.Namespace, usage: str) -> int:
     if verb.endswith("policies"):
         return commands.list_policies(ctx, operator=args.operator)
     columns = args.columns or list(commands.DEFAULT_QUEUE_COLUMNS)
-    unknown = [column for column in columns if column not in commands.QUEUE_COLUMNS]
+    _check_columns(columns, commands.QUEUE_COLUMNS, usage)
+    return commands.list_queues(ctx, columns, timeout_s)
+
+
+def _check_columns(columns: Sequence[str], known: Collection[str], usage: str) -> None:
+    unknown = [column for column in columns if column not in known]
     if unknown:
         raise UsageError(f"Info key(s) {','.join(unknown)} are not supported", usage)
-    return commands.list_queues(ctx, columns, timeout_s)
+
+
+def _report(ctx: Context) -> int:
+    """rabbitmqctl's report: node-wide sections, then each vhost's listings."""
+    timeout_s = ctx.client.timeout_s
+
+    def listing(verb: str) -> Callable[[Context], int]:
+        columns = list(LISTINGS[verb].default_columns)
+        return lambda scoped: actions.run_listing(scoped, verb, columns, timeout_s)
+
+    node_sections = [
+        actions.status,
+        cluster.cluster_status,
+        diagnostics.environment,
+        listing("list_connections"),
+        listing("list_channels"),
+    ]
+    queues = list(commands.DEFAULT_QUEUE_COLUMNS)
+    vhost_sections = [
+        lambda scoped: commands.list_queues(scoped, queues, timeout_s),
+        listing("list_exchanges"),
+        listing("list_bindings"),
+        listing("list_consumers"),
+        listing("list_permissions"),
+        lambda scoped: commands.list_policies(scoped, operator=False),
+    ]
+    return diagnostics.report(ctx, node_sections, vhost_sections)
 
 
 def _everyday(ctx: Context, args: argparse.Namespace) -> int | None:
@@ -246,6 +323,10 @@ def _everyday(ctx: Context, args: argparse.Namespace) -> int | None:
             ctx, args.connection_name, args.explanation
         ),
         "cluster_status": lambda: cluster.cluster_status(ctx),
+        "version": lambda: diagnostics.version(ctx),
+        "ping": lambda: diagnostics.ping(ctx),
+        "await_startup": lambda: diagnostics.await_startup(ctx),
+        "environment": lambda: diagnostics.environment(ctx),
         "join_cluster": lambda: cluster.join_cluster(ctx, args.node),
         "forget_cluster_node": lambda: cluster.forget_cluster_node(ctx, args.node),
     }
@@ -276,6 +357,9 @@ def execute(
         args = parser.parse_args(arguments)
         _settings(args, (formatters or {}).get(args.verb, "table"))
         return run(args, verbs[args.verb].format_usage())
+    except diagnostics.UnknownVerb as error:
+        print(error.text(), end="", file=sys.stderr)
+        return EX_USAGE
     except UsageError as error:
         print(f"Error (argument validation): {error}", file=sys.stderr)
         print("Arguments given:\n\t" + " ".join(arguments) + "\n", file=sys.stderr)

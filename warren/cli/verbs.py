@@ -31,6 +31,7 @@ from warren.cli.commands import (
     _done,
     _tabular,
 )
+from warren.cli.diagnostics import alarm_lines, listener_address
 from warren.cli.formatters import Formatter
 
 PAGE_SIZE = 500
@@ -236,8 +237,10 @@ def run_listing(ctx: Context, verb: str, columns: Sequence[str], timeout_s: floa
     else:
         ctx.banner(listing.banner)
     reply = fetch_all(ctx, listing.path(ctx.vhost))
-    if reply.status == 404:
+    if reply.status == 404 and verb == "list_permissions":
         return ctx.missing_vhost()
+    if reply.status == 404:
+        reply = Reply(200, [])  # rabbitmqctl lists nothing for a missing vhost
     if reply.status != 200:
         return ctx.unexpected(reply)
     rows_data = [
@@ -254,7 +257,7 @@ def run_listing(ctx: Context, verb: str, columns: Sequence[str], timeout_s: floa
         ctx.show(formatters.json_lines(objects))
         return EX_OK
     rows = [[_text_cell(ctx.formatter, c, row[c]) for c in columns] for row in rows_data]
-    ctx.show(_tabular(ctx, columns, rows))
+    ctx.show_listing(_tabular(ctx, columns, rows))
     return EX_OK
 
 
@@ -496,6 +499,10 @@ def status(ctx: Context) -> int:
         "",
         f"Node data directory: {node.get('db_dir')}",
         "",
+        "Alarms",
+        "",
+        *alarm_lines(node),
+        "",
         "Resource usage",
         "",
         f"Memory used: {node.get('mem_used')} bytes",
@@ -512,9 +519,6 @@ def status(ctx: Context) -> int:
         "",
     ]
     for listener in overview.body.get("listeners", []):
-        lines.append(
-            f"Interface: {listener['ip_address']}, port: {listener['port']}, "
-            f"protocol: {listener['protocol']}"
-        )
+        lines.append(f"Interface: {listener_address(listener)}")
     ctx.show("\n".join(lines))
     return EX_OK

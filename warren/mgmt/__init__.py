@@ -1,8 +1,9 @@
 """The HTTP management API: RabbitMQ's paths, JSON shapes and status codes, over aiohttp.
 
 Theory of operation:
-1. `start_management(broker)` serves the API on `config.management_port` at every address
-   of `config.bind`, as the AMQP listener does, and returns the runner to clean up.
+1. `start_management(broker, sockets)` serves the API on the sockets the node bound for
+   it (`config.management_port` at every address of `config.bind`) and returns the runner
+   to clean up.
 2. `server` authenticates (HTTP basic with the broker's users, loopback-only users as for
    AMQP) and dispatches on the raw path, so that the vhost ``/`` arrives as ``%2F``;
    `resources` implements one handler per RabbitMQ resource over `warren.runtime.admin`;

@@ -16,7 +16,7 @@ from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
-from warren.runtime import admin, admin_live, admin_neutral
+from warren.runtime import admin, admin_live, admin_neutral, config
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
 
@@ -77,6 +77,12 @@ async def extensions(request: web.Request, broker: Broker, params: list[str]) ->
 
 async def list_nodes(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     return listed(request, broker, [admin_live.node_json(broker)])
+
+
+async def environment(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
+    """Warren's own: the node's settings for `warrenctl environment` (secrets hidden)."""
+    settings = config.environment(broker.config)
+    return replies.ok({"node": broker.config.node_name, "settings": settings})
 
 
 async def get_node(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -288,6 +294,7 @@ def routes() -> dict[str, dict[str, tuple[Any, Level, int | None]]]:
         "extensions": {"GET": (extensions, MANAGEMENT, None)},
         "nodes": {"GET": (list_nodes, MONITOR, None)},
         "nodes/{}": {"GET": (get_node, MONITOR, None)},
+        "warren/environment": {"GET": (environment, Level.ADMINISTRATOR, None)},
         "connections": {"GET": (list_connections, MANAGEMENT, None)},
         "connections/{}": {
             "GET": (get_connection, MANAGEMENT, None),

@@ -12,9 +12,9 @@ Theory of operation:
    vhost ``/`` and never a separator; `resources.route` finds the handlers. HEAD is
    answered by the GET handler (aiohttp drops the body). An unknown path is RabbitMQ's
    404, a known path with another method 405.
-3. `start_management` binds every address of `config.bind` on `config.management_port`
-   (and, given the node's TLS context, on `config.management_ssl_port` over HTTPS); like
-   the AMQP listener it skips ``::1`` on a host without IPv6.
+3. `start_management` listens on the sockets `warren.server` bound for it, on every
+   address of `config.bind`, `config.management_port` (and `config.management_ssl_port`
+   over HTTPS with the node's TLS context).
 4. Everything outside /api/ is the web UI's static files (`warren/mgmt/ui`), served
    without credentials as RabbitMQ serves its own; the UI asks for them and sends them
    on its API calls.
@@ -30,8 +30,9 @@ import binascii
 import contextlib
 import ipaddress
 import logging
+import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -71,28 +72,18 @@ async def _sampler(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def start_management(broker: Broker, tls: ssl.SSLContext | None = None) -> web.AppRunner:
-    """Serve the management API (with `tls`, over HTTPS on its own port too); the caller
-    awaits `runner.cleanup()` to stop it."""
-    config = broker.config
+async def start_management(
+    broker: Broker, sockets: Sequence[tuple[socket.socket, ssl.SSLContext | None]]
+) -> web.AppRunner:
+    """Serve the management API on bound `sockets` (HTTPS on those with a TLS context); the
+    caller awaits `runner.cleanup()` to stop it."""
     runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
     await runner.setup()
-    ports: list[tuple[int, ssl.SSLContext | None]] = [(config.management_port, None)]
-    if tls is not None:
-        ports.append((config.management_ssl_port, tls))
-    for port, context in ports:
-        for host in config.bind:
-            site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=context)
-            try:
-                await site.start()
-            except OSError as error:
-                if host == "::1" and len(config.bind) > 1:
-                    log.warning("management not listening on [::1]:%s: %s", port, error)
-                    continue
-                await runner.cleanup()
-                raise
-            scheme = "HTTPS" if context is not None else "HTTP"
-            log.info("management API (%s) listening on %s:%s", scheme, host, port)
+    for sock, context in sockets:
+        await web.SockSite(runner, sock, ssl_context=context).start()
+        host, port = sock.getsockname()[:2]
+        scheme = "HTTPS" if context is not None else "HTTP"
+        log.info("management API (%s) listening on %s:%s", scheme, host, port)
     return runner
 
 

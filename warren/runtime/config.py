@@ -11,12 +11,15 @@ import argparse
 import dataclasses
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from warren.model.settings import DEAD_LETTER_PREFETCH_DEFAULT
+from warren.runtime.alarms import memory_limit_bytes, parse_size
+from warren.runtime.passwords import ALGORITHMS
+from warren.runtime.tls import LOGIN_FROM, VERIFY_MODES
 
 
 @dataclass(slots=True)
@@ -137,20 +140,63 @@ _HELP = {
 
 
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+MESSAGE_SIZE_MAX = 512 * 1024 * 1024  # RabbitMQ's cap on max_message_size
+
+
+class ConfigError(ValueError):
+    """A setting the node cannot start with, worded for the person who set it: one line
+    naming the setting, where it came from and what it takes."""
+
+
+def _check_max_message_size(size: int) -> None:
+    if not 0 < size <= MESSAGE_SIZE_MAX:
+        raise ValueError(f"must be between 1 and {MESSAGE_SIZE_MAX}")
+
+
+def _check_fraction(ratio: float) -> None:
+    if not 0 <= ratio <= 1:
+        raise ValueError("must be between 0 and 1")
+
+
+def _check_one_of(*choices: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+
+    return check
+
+
+# Checks of values that convert but make no sense; each raises ValueError saying what fits.
+_CHECKS: dict[str, Callable[[Any], object]] = {
+    "max_message_size": _check_max_message_size,
+    "password_hashing_module": _check_one_of(*ALGORITHMS),
+    "log_level": lambda level: _check_one_of(*LOG_LEVELS)(level.lower()),
+    "ssl_verify": _check_one_of(*VERIFY_MODES),
+    "ssl_cert_login_from": _check_one_of(*LOGIN_FROM),
+    "vm_memory_high_watermark_paging_ratio": _check_fraction,
+    "vm_memory_high_watermark": lambda text: memory_limit_bytes(text, 1),
+    "disk_free_limit": parse_size,
+}
 
 
 def _convert(name: str, value: Any) -> Any:
     kind = {f.name: f for f in fields(Config)}[name].type
     if kind == "int":
+        if isinstance(value, bool) or not str(value).strip().lstrip("+-").isdigit():
+            raise ValueError("must be a whole number")
         return int(value)
     if kind == "float":
-        return float(value)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError("must be a number") from None
     if kind == "bool":
         if isinstance(value, bool):
             return value
         text = str(value).strip().lower()
         if text not in _BOOLEANS:
-            raise ValueError(f"{name} must be true or false, not {value!r}")
+            raise ValueError("must be true or false")
         return _BOOLEANS[text]
     if kind == "Path":
         return Path(value)
@@ -162,6 +208,8 @@ def _convert(name: str, value: Any) -> Any:
 
 
 def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """The node's settings; raises ConfigError for a file it cannot read or a value that
+    does not fit (argparse still exits on flags it does not know)."""
     parser = argparse.ArgumentParser(prog="warren-server", description="Run a Warren node.")
     parser.add_argument("--config", type=Path, help="TOML configuration file")
     for item in fields(Config):
@@ -169,26 +217,59 @@ def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = parser.parse_args(argv)
     environ = os.environ if environ is None else environ
 
-    values: dict[str, Any] = {}
+    values: dict[str, tuple[Any, str]] = {}  # name: (value, where it was set)
     config_file = args.config or (
         Path(environ["WARREN_CONFIG"]) if "WARREN_CONFIG" in environ else None
     )
     if config_file is not None:
-        with open(config_file, "rb") as handle:
-            document = tomllib.load(handle)
+        document = _read_toml(config_file)
         unknown = set(document) - {f.name for f in fields(Config)}
         if unknown:
-            parser.error(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
-        values.update(document)
+            raise ConfigError(
+                f"unknown settings in {config_file}: {', '.join(sorted(unknown))}"
+                " (warren-server --help lists them)"
+            )
+        values.update((name, (value, str(config_file))) for name, value in document.items())
     for item in fields(Config):
         env_name = "WARREN_" + item.name.upper()
         if env_name in environ:
-            values[item.name] = environ[env_name]
+            values[item.name] = (environ[env_name], env_name)
         flag = getattr(args, item.name)
         if flag is not None:
-            values[item.name] = flag
-    try:
-        converted = {name: _convert(name, value) for name, value in values.items()}
-    except ValueError as error:
-        parser.error(str(error))
+            values[item.name] = (flag, "--" + item.name.replace("_", "-"))
+    converted: dict[str, Any] = {}
+    for name, (value, source) in values.items():
+        try:
+            converted[name] = _convert(name, value)
+            _CHECKS.get(name, lambda _: None)(converted[name])
+        except ValueError as error:
+            default = getattr(Config(), name)
+            raise ConfigError(
+                f"bad {name} = {value!r} (from {source}): {error};"
+                f" fix it, or leave it out for the default {default}"
+            ) from None
     return dataclasses.replace(Config(), **converted)
+
+
+SECRETS = ("default_pass", "cluster_cookie")
+
+
+def environment(config: Config) -> dict[str, Any]:
+    """Every setting with its effective value, as TOML would spell it; secrets hidden."""
+    shown: dict[str, Any] = {}
+    for item in fields(Config):
+        value = getattr(config, item.name)
+        if item.name in SECRETS and value:
+            value = "********"
+        shown[item.name] = str(value) if isinstance(value, Path) else value
+    return shown
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as error:
+        raise ConfigError(f"cannot read the config file {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"the config file {path} is not valid TOML: {error}") from None

@@ -41,22 +41,43 @@ _SHORT_NAMES = {
 
 def server_context(config: Config) -> ssl.SSLContext | None:
     """The listeners' TLS context, or None without a certificate (rule 1). Raises
-    ValueError for settings that make no sense, OSError/ssl.SSLError for unusable files."""
+    ValueError, one line naming the setting and the fix, for settings or files it cannot
+    use (`config.load` has already checked `ssl_verify` and `ssl_cert_login_from`)."""
     if not config.ssl_certfile and not config.ssl_keyfile:
         return None
     if not config.ssl_certfile or not config.ssl_keyfile:
-        raise ValueError("TLS needs both ssl_certfile and ssl_keyfile")
-    if config.ssl_verify not in VERIFY_MODES:
-        raise ValueError(f"ssl_verify must be one of {', '.join(VERIFY_MODES)}")
-    if config.ssl_cert_login_from not in LOGIN_FROM:
-        raise ValueError(f"ssl_cert_login_from must be one of {', '.join(LOGIN_FROM)}")
+        raise ValueError("TLS needs both ssl_certfile and ssl_keyfile: set the other one too")
+    verify_peer = config.ssl_verify == "verify_peer"
+    if verify_peer and not config.ssl_cacertfile:
+        raise ValueError("ssl_verify = verify_peer needs ssl_cacertfile: set it to a CA bundle")
+    files = {"ssl_certfile": config.ssl_certfile, "ssl_keyfile": config.ssl_keyfile}
+    if verify_peer:
+        files["ssl_cacertfile"] = config.ssl_cacertfile
+    for setting, path in files.items():
+        try:
+            open(path, "rb").close()
+        except OSError as error:
+            raise ValueError(
+                f"cannot read {setting} {path}: {error.strerror}; fix the path or its permissions"
+            ) from None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
-    if config.ssl_verify == "verify_peer":
-        if not config.ssl_cacertfile:
-            raise ValueError("ssl_verify = verify_peer needs ssl_cacertfile")
-        context.load_verify_locations(config.ssl_cacertfile)
+    try:
+        context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+        if verify_peer:
+            context.load_verify_locations(config.ssl_cacertfile)
+    except ssl.SSLError as error:
+        raise ValueError(
+            f"cannot load the TLS certificate ({error.reason or error}): ssl_certfile"
+            f" {config.ssl_certfile} and ssl_keyfile {config.ssl_keyfile} must be a PEM"
+            " certificate and its private key"
+            + (
+                f", ssl_cacertfile {config.ssl_cacertfile} PEM CA certificates"
+                if verify_peer
+                else ""
+            )
+        ) from None
+    if verify_peer:
         context.verify_mode = (
             ssl.CERT_REQUIRED if config.ssl_fail_if_no_peer_cert else ssl.CERT_OPTIONAL
         )

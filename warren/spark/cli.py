@@ -1,8 +1,11 @@
 """`warren-pipeline`: the pipeline's Spark jobs from the command line.
 
-Every command builds one SparkSession (`--master`, local mode by default), runs its job from
-`warren.spark.jobs` and shows progress on stderr while Spark works; results go to stdout.
-Exit status: 0 done, 1 the job failed, 2 bad usage or no Java.
+Every command first checks that the broker of `--uri` answers (a TCP connection, so a
+broker that is down is one line, not a Spark start and its traces), then builds one
+SparkSession (`--master`, local mode by default), runs its job from `warren.spark.jobs` and
+shows progress on stderr while Spark works; results go to stdout. Ctrl-C stops the job and
+says how far it got. Exit status: 0 done, 1 the job failed or the broker is unreachable,
+2 bad usage or no Java, 130 stopped by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
+import socket
 import sys
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -37,22 +44,58 @@ from warren.spark.session import JavaMissingError, build_session
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 URI_ENV = "WARREN_AMQP_URI"
 POLL_S = 1  # StreamingQuery.awaitTermination takes whole seconds
+CONNECT_TIMEOUT_S = 5.0
+INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped a streaming job after `rows` messages."""
+
+    def __init__(self, what: str, rows: int) -> None:
+        super().__init__(f"{what}: stopped by Ctrl-C after {rows} messages")
+
+
+def check_broker(uri: str) -> str | None:
+    """None if the broker of `uri` accepts a connection, else the one line saying it does not."""
+    parts = urlsplit(uri)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (5671 if parts.scheme == "amqps" else 5672)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        return (
+            f"no broker at {host}:{port} ({reason}): start one (make run), or point"
+            f" --uri or {URI_ENV} at yours"
+        )
+    return None
 
 
 def watch(query: StreamingQuery, console: Console, what: str) -> int:
-    """Show rows and batches while `query` runs; the number of rows it read."""
+    """Show rows and batches while `query` runs; the number of rows it read. Ctrl-C stops
+    the query between two polls and raises `Interrupted`: PySpark's own handler would raise
+    inside a call to the JVM, which py4j reports with tracebacks."""
     rows_by_batch: dict[int, int] = {}
-    with console.status(f"{what}: starting Spark") as status:
-        try:
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
+    try:
+        with console.status(f"{what}: starting Spark") as status:
             while not query.awaitTermination(POLL_S):
+                if interrupted.is_set():
+                    # the batch under way is cut short on purpose: not Spark's errors to log
+                    SparkSession.active().sparkContext.setLogLevel("OFF")
+                    query.stop()
+                    break
                 for progress in query.recentProgress:
                     rows_by_batch[progress["batchId"]] = progress["numInputRows"]
                 rows = sum(rows_by_batch.values())
                 status.update(f"{what}: {rows} messages in {len(rows_by_batch)} batches")
-        except KeyboardInterrupt:
-            query.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     for progress in query.recentProgress:
         rows_by_batch[progress["batchId"]] = progress["numInputRows"]
+    if interrupted.is_set():
+        raise Interrupted(what, sum(rows_by_batch.values()))
     return sum(rows_by_batch.values())
 
 
@@ -143,7 +186,8 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument(
         "--uri",
         default=os.environ.get(URI_ENV, DEFAULT_URI),
-        help=f"AMQP URI of the broker (env {URI_ENV}; default {DEFAULT_URI})",
+        # argparse expands % in help texts, and the default vhost is %2F
+        help=f"AMQP URI of the broker (env {URI_ENV}; default {DEFAULT_URI})".replace("%", "%%"),
     )
     root.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     root.add_argument(
@@ -193,16 +237,29 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(stderr=True)
+    unreachable = check_broker(args.uri)
+    if unreachable is not None:
+        console.print(f"[red]warren-pipeline: {unreachable}[/red]", soft_wrap=True)
+        return 1
     try:
         spark = build_session(args.master)
     except JavaMissingError as error:
         console.print(f"[red]warren-pipeline: {error}[/red]", soft_wrap=True)
         return 2
+    except KeyboardInterrupt:
+        console.print("warren-pipeline: stopped by Ctrl-C while Spark started", soft_wrap=True)
+        return INTERRUPTED
     try:
         status: int = args.run(spark, args, console)
     except (PySparkException, ValueError) as error:
         console.print(f"[red]warren-pipeline {args.command} failed: {error}[/red]", soft_wrap=True)
         return 1
+    except Interrupted as stopped:
+        console.print(f"warren-pipeline {args.command}: {stopped}", soft_wrap=True)
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        console.print(f"warren-pipeline {args.command}: stopped by Ctrl-C", soft_wrap=True)
+        return INTERRUPTED
     return status
 
 

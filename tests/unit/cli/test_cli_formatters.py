@@ -1,22 +1,18 @@
 """warrenctl's formatters and argument renderings, against rabbitmqctl 3.10.8's output.
 
-The pretty tables are the ones printed in the length-limit guide (shared/seeds/004_*.txt);
+The pretty tables are the ones printed in RabbitMQ's length-limit guide, kept in
+`data/length-limit-guide-tables.txt`;
 the argument texts are what rabbitmqctl printed for a queue declared by pika with the same
 arguments.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import pytest
 
 from warren.cli import formatters, terms
 
-SEEDS_DIR = Path(
-    os.environ.get("WARREN_SEEDS_DIR", Path(__file__).resolve().parents[4] / "shared" / "seeds")
-)
+GUIDE_TABLES = Path(__file__).parent / "data" / "length-limit-guide-tables.txt"
 
 ARGUMENTS = {
     "x-dead-letter-exchange": "dlx",
@@ -30,12 +26,9 @@ ARGUMENTS = {
 
 def guide_tables() -> list[str]:
     """The pretty tables printed in the length-limit guide (``# => `` lines), in order."""
-    found = sorted(SEEDS_DIR.glob("004_*.txt"))
-    if not found:
-        pytest.skip(f"length-limit guide not found in {SEEDS_DIR} (set WARREN_SEEDS_DIR)")
     tables: list[list[str]] = []
     previous_was_table = False
-    for line in found[0].read_text().splitlines():
+    for line in GUIDE_TABLES.read_text().splitlines():
         is_table = line.startswith("# => ")
         if is_table and not previous_was_table:
             tables.append([])
