@@ -207,19 +207,20 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._schema = schema
         self._session = secrets.token_hex(8)
         self._seq = 0
-        self._inbox = Inbox()
+        self._inbox: Inbox | None = None  # made with the consumers: it does not pickle
         self._consumers: list[Consumer] = []
         self._ready_at_start = 0
         self._handed_out: list[HandedOut] = []
         self._remaining: int | None = None  # messages left to read under Trigger.AvailableNow
 
-    def _connected(self) -> list[Consumer]:
-        if not self._consumers:
+    def _connected(self) -> Inbox:
+        if self._inbox is None:
+            self._inbox = Inbox()
             # one after the other: the first counts the queues before anyone consumes (rule 6)
             for index in range(self._options.partitions):
                 self._consumers.append(Consumer(self._options, index, self._inbox))
             self._ready_at_start = self._consumers[0].ready_at_start
-        return self._consumers
+        return self._inbox
 
     def _offset(self) -> dict[str, Any]:
         return {"session": self._session, "seq": self._seq}
@@ -237,7 +238,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._acknowledge_through(start)  # rule 4: the batch ending at `start` is written
-        self._connected()
+        inbox = self._connected()
         count_max = self._options.batch_size
         if isinstance(limit, ReadMaxRows):
             count_max = min(count_max, limit.max_rows)
@@ -247,7 +248,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if count_max > 0:
             available_now = self._remaining is not None
             wait_s = self._options.max_wait_ms / 1000
-            taken = self._inbox.take(count_max, wait_s, while_arriving=available_now)
+            taken = inbox.take(count_max, wait_s, while_arriving=available_now)
         if self._remaining is not None:
             # Under AvailableNow a quiet queue ends the run: what was there has been read.
             self._remaining = self._remaining - len(taken) if taken else 0
@@ -290,9 +291,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last_tags: dict[int, int] = {}
         for entry in written:
             last_tags.update(entry.last_delivery_tags)
-        consumers = self._connected()
         for index, tag in last_tags.items():
-            consumers[index].ack_up_to(tag)
+            self._consumers[index].ack_up_to(tag)
 
     def stop(self) -> None:
         for consumer in self._consumers:
