@@ -44,26 +44,30 @@ LANDED_AT, NO_ID_KEY = "_warren_landed_at", "_warren_no_id_key"  # dropped befor
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where messages come from: a broker and a queue."""
+    """Where messages come from: a broker and a queue (or several, separated by commas),
+    read by `partitions` consumers and tasks (None: as many as Spark runs tasks at once)."""
 
     uri: str
     queue: str
     batch_size: int = 10_000
     max_wait_ms: int = 500
+    partitions: int | None = None
 
-    def options(self) -> dict[str, str]:
+    def options(self, spark: SparkSession) -> dict[str, str]:
+        partitions = self.partitions or spark.sparkContext.defaultParallelism
         return {
             "uri": self.uri,
             "queue": self.queue,
-            "batchSize": str(self.batch_size),
+            "maxMessagesPerTrigger": str(self.batch_size),
             "maxWaitMs": str(self.max_wait_ms),
+            "numPartitions": str(partitions),
         }
 
     def peek(self, spark: SparkSession) -> DataFrame:
-        return spark.read.format("amqp").options(**self.options()).load()
+        return spark.read.format("amqp").options(**self.options(spark)).load()
 
     def stream(self, spark: SparkSession) -> DataFrame:
-        return spark.readStream.format("amqp").options(**self.options()).load()
+        return spark.readStream.format("amqp").options(**self.options(spark)).load()
 
 
 def deduplicated(messages: DataFrame, window: str = DEDUPLICATION_WINDOW) -> DataFrame:
