@@ -12,7 +12,7 @@ RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 # The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
 JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean spark-cluster-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ test: $(STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench.run
+
+# The pipeline's jobs on a Spark standalone master and two workers on loopback (also in `make test`).
+spark-cluster-test: $(STAMP)
+	$(BIN)/python -m pytest tests/spark/test_cluster.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format .

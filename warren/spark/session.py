@@ -9,6 +9,13 @@ Theory of operation:
    workers see the same packages (pika, warren) as the driver.
 3. In local mode the driver binds to 127.0.0.1, so a machine whose host name does not resolve
    (containers, laptops on a train) still works and nothing listens on a public address.
+4. Start-up: Spark puts `$SPARK_HOME/python/lib/pyspark.zip` first on every Python worker's
+   path, and Python compiles what it imports from a zip on every start (it caches no
+   bytecode there): 1.8 s of CPU per worker process instead of 0.6 s from site-packages, and
+   a job starts several (the streaming source's, each task's). Without `SPARK_HOME`,
+   `build_session` points Spark at a copy of pyspark's own home made of symbolic links,
+   without `python/lib`, so the workers import the installed pyspark instead. A
+   `SPARK_HOME` the user set is left alone.
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 
 from warren.spark.source import AmqpDataSource
@@ -67,12 +76,32 @@ def _check_version(java: str) -> None:
         )
 
 
+def spark_home_without_zips() -> Path:
+    """Rule 4: pyspark's SPARK_HOME, linked entry by entry, without `python/lib` (made once
+    per pyspark version and user, in the temporary directory)."""
+    installed = Path(pyspark.__file__).parent
+    home = Path(tempfile.gettempdir()) / f"warren-spark-home-{pyspark.__version__}-{os.getuid()}"
+    if home.is_dir():
+        return home
+    building = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
+    for entry in installed.iterdir():
+        if entry.name != "python":
+            (building / entry.name).symlink_to(entry)
+    try:
+        building.rename(home)
+    except OSError:  # another process made it first
+        shutil.rmtree(building)
+    return home
+
+
 def build_session(
     master: str = "local[2]", app_name: str = "warren-pipeline", shuffle_partitions: int = 4
 ) -> SparkSession:
     """A SparkSession (new or the running one) with `format("amqp")` registered."""
     require_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    if "SPARK_HOME" not in os.environ:
+        os.environ["SPARK_HOME"] = str(spark_home_without_zips())
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
