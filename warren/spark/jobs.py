@@ -12,8 +12,8 @@ Theory of operation:
    others as `CC` (so it is routed as it was first published) or to a chosen target, keeping
    body, properties and headers (`x-death` included, so its history stays). A dead letter that
    does not match the filter, or has no `x-death` and no target, is published back to the
-   dead-letter queue itself: every message read is published somewhere before it is
-   acknowledged, so nothing is lost.
+   dead-letter queue it was read from (its `queue` column): every message read is published
+   somewhere before it is acknowledged, so nothing is lost.
 4. `land` drops a message whose `message_id` it landed within the last deduplication window
    (a redelivery after a crash, a publisher's retry). Spark's `dropDuplicatesWithinWatermark`
    keeps each id in its state until the watermark, taken on the time a message was landed
@@ -167,12 +167,12 @@ class ReplayTarget:
 
 
 def replay_plan(
-    dead_letters: DataFrame, queue: str, target: ReplayTarget, filter_expression: str | None
+    dead_letters: DataFrame, target: ReplayTarget, filter_expression: str | None
 ) -> DataFrame:
     """The rows to publish for `dead_letters`, with where each goes (rule 3).
 
-    Adds `replayed` (false for rows going back to `queue`) and sets `exchange`,
-    `routing_key` and `cc` for the writer.
+    Adds `replayed` (false for rows going back to the queue they were read from) and sets
+    `exchange`, `routing_key` and `cc` for the writer.
     """
     death = F.col("x_death")[0]
     keys = death["routing_keys"]
@@ -188,7 +188,7 @@ def replay_plan(
     return dead_letters.withColumn("replayed", replayed).withColumns(
         {
             "exchange": F.when(F.col("replayed"), exchange).otherwise(F.lit("")),
-            "routing_key": F.when(F.col("replayed"), routing_key).otherwise(F.lit(queue)),
+            "routing_key": F.when(F.col("replayed"), routing_key).otherwise(F.col("queue")),
             "cc": F.when(F.col("replayed"), cc),
         }
     )
@@ -210,7 +210,7 @@ def replay(
     Each micro-batch is published with confirms before Spark commits it, and only then are
     its source messages acknowledged; `on_batch(batch_id, batch)` sees each published batch.
     """
-    plan = replay_plan(source.stream(spark), source.queue, target, filter_expression)
+    plan = replay_plan(source.stream(spark), target, filter_expression)
 
     def publish(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
