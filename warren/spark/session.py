@@ -3,8 +3,10 @@
 Theory of operation:
 1. PySpark runs the JVM side of Spark with `java` (from `JAVA_HOME`, else `PATH`); Spark 4
    needs Java 17 or newer. Without it PySpark fails with an obscure gateway error, so
-   `require_java` checks first and names the fix. `java -version` starts a JVM, so a `java`
-   that passed is not asked again in the same process.
+   `require_java` checks first and names the fix. It reads the version from the runtime's
+   `release` file (`JAVA_VERSION="17.0.15"`, next to `bin/`); only without one does it run
+   `java -version`, which starts a JVM (half a second before Spark starts its own), and a
+   `java` that passed is not asked again in the same process.
 2. The JVM starts Python workers with `PYSPARK_PYTHON`; it is set to this interpreter so the
    workers see the same packages (pika, warren) as the driver.
 3. In local mode the driver binds to 127.0.0.1, so a machine whose host name does not resolve
@@ -63,12 +65,26 @@ def require_java() -> None:
     _check_version(java)
 
 
+def _release_version(java: str) -> str | None:
+    """`JAVA_VERSION="..."` from the `release` file of the runtime `java` belongs to."""
+    release = Path(java).resolve().parent.parent / "release"
+    try:
+        text = release.read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r'^JAVA_VERSION="([^"]*)"', text, re.MULTILINE)
+    return None if match is None else f'version "{match.group(1)}"'
+
+
 @functools.cache  # a JVM start per check; a failed check raises and is not remembered
 def _check_version(java: str) -> None:
-    version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', version.stderr)
+    said = _release_version(java)
+    if said is None:
+        ran = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+        said = ran.stderr
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', said)
     if match is None:
-        raise JavaMissingError(f"{java} -version said {version.stderr.strip()!r}: {JAVA_FIX}")
+        raise JavaMissingError(f"{java} -version said {said.strip()!r}: {JAVA_FIX}")
     major = int(match.group(2) if match.group(1) == "1" else match.group(1))
     if major < JAVA_VERSION_MIN:
         raise JavaMissingError(
