@@ -27,13 +27,17 @@ import dataclasses
 import datetime
 import decimal
 import json
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from warren.amqp.content import BasicProperties, decode_properties, encode_properties
-from warren.amqp.table import Typed
+from warren.amqp.content import decode_properties, shortstr
+from warren.amqp.table import Typed, encode_table
+
+_FLAGS = struct.Struct(">H")
+_LONGLONG = struct.Struct(">Q")
 
 X_DEATH_TYPE = (
     "array<struct<queue: string, reason: string, count: bigint, exchange: string, "
@@ -49,19 +53,6 @@ SCHEMA = (
 )
 
 PERSISTENT, TRANSIENT = 2, 1  # delivery modes
-PLAIN_PROPERTIES = (  # the basic properties a column holds as they are sent
-    "content_type",
-    "content_encoding",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "type",
-    "user_id",
-    "app_id",
-    "delivery_mode",
-    "priority",
-)
 
 
 def _json_default(value: object) -> object:
@@ -206,6 +197,34 @@ def _body(row: Mapping[str, Any]) -> bytes:
     raise ValueError(f"column 'body' must be binary or string, got {type(body).__name__}")
 
 
+def _timestamp(moment: datetime.datetime) -> bytes:
+    return _LONGLONG.pack(int(_from_spark(moment).timestamp()))
+
+
+def _octet(value: int) -> bytes:
+    return bytes((value,))
+
+
+# The basic properties a row's columns hold, in the spec's order, with their flag bits and
+# encoders (`warren.amqp.content` has the same order for `BasicProperties`; encoding straight
+# from the row skips building one and is about twice as fast, which the writer needs).
+_ENCODED: tuple[tuple[str, int, Callable[[Any], bytes]], ...] = (
+    ("content_type", 1 << 15, shortstr),
+    ("content_encoding", 1 << 14, shortstr),
+    ("headers", 1 << 13, encode_table),
+    ("delivery_mode", 1 << 12, _octet),
+    ("priority", 1 << 11, _octet),
+    ("correlation_id", 1 << 10, shortstr),
+    ("reply_to", 1 << 9, shortstr),
+    ("expiration", 1 << 8, shortstr),
+    ("message_id", 1 << 7, shortstr),
+    ("timestamp", 1 << 6, _timestamp),
+    ("type", 1 << 5, shortstr),
+    ("user_id", 1 << 4, shortstr),
+    ("app_id", 1 << 3, shortstr),
+)
+
+
 def outgoing_of(
     row: Mapping[str, Any],
     exchange: str | None,
@@ -214,20 +233,22 @@ def outgoing_of(
 ) -> Outgoing:
     """The publish for one row; `exchange`/`routing_key` (options) win over the columns, and
     `delivery_mode` applies to a row without one of its own."""
-    timestamp = row.get("timestamp")
-    plain = {name: row[name] for name in PLAIN_PROPERTIES if row.get(name) is not None}
-    plain.setdefault("delivery_mode", delivery_mode)
-    properties = BasicProperties(
-        **plain,
-        timestamp=None if timestamp is None else int(_from_spark(timestamp).timestamp()),
-        headers=_headers(row),
-    )
+    values = dict(row)
+    values["headers"] = _headers(row)
+    if values.get("delivery_mode") is None:
+        values["delivery_mode"] = delivery_mode
+    flags, parts = 0, []
+    for name, flag, encode in _ENCODED:
+        value = values.get(name)
+        if value is not None:
+            flags |= flag
+            parts.append(encode(value))
     return Outgoing(
         exchange=exchange if exchange is not None else row.get("exchange") or "",
         routing_key=routing_key if routing_key is not None else row.get("routing_key") or "",
         body=_body(row),
-        properties=encode_properties(properties),
-        message_id=properties.message_id,
+        properties=_FLAGS.pack(flags) + b"".join(parts),
+        message_id=values.get("message_id"),
     )
 
 

@@ -85,8 +85,8 @@ class ReadOptions:
 
     A micro-batch closes when it holds `batch_size` messages or `max_wait_ms` has passed since
     the read began. `prefetch` bounds the unacknowledged messages on each consumer's channel
-    (basic.qos); messages stay unacknowledged until Spark commits their batch, so a prefetch
-    below twice the batch size makes batches smaller, never wrong.
+    (basic.qos); messages stay unacknowledged until Spark commits their batch, so it defaults
+    to twice a consumer's share of a batch; a smaller one makes batches smaller, never wrong.
     """
 
     uri: str
@@ -120,14 +120,17 @@ class ReadOptions:
         if "batchsize" in lowered and "maxmessagespertrigger" in lowered:
             raise OptionError("give 'maxMessagesPerTrigger' or its old name 'batchSize', not both")
         batch_name = "batchSize" if "batchsize" in lowered else "maxMessagesPerTrigger"
+        batch_size = _integer(lowered, batch_name, 10_000, 1)
+        partitions = _integer(lowered, "numPartitions", os.cpu_count() or 1, 1)
         return cls(
             uri=_uri(lowered),
             queues=queues,
-            batch_size=_integer(lowered, batch_name, 10_000, 1),
+            batch_size=batch_size,
             max_wait_ms=_integer(lowered, "maxWaitMs", 500, 1),
-            prefetch=_integer(lowered, "prefetch", 20_000, 1),
+            # room for one batch waiting for its commit while the next fills
+            prefetch=_integer(lowered, "prefetch", 2 * -(-batch_size // partitions), 1),
             heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
-            partitions=_integer(lowered, "numPartitions", os.cpu_count() or 1, 1),
+            partitions=partitions,
         )
 
 
