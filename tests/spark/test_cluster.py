@@ -11,6 +11,7 @@ this file alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -29,7 +30,21 @@ from warren.spark.session import spark_home_without_zips
 
 pytestmark = pytest.mark.timeout(900)
 START_S = 180.0
-MESSAGES, DEAD = 500, 40
+MESSAGES, DEAD, KILLED_RUN = 500, 40, 3_000
+
+
+@dataclasses.dataclass
+class Cluster:
+    master: str  # spark://127.0.0.1:port
+    workers: list[int]  # their process ids
+
+    def executors(self) -> list[int]:
+        """The executors' JVMs: the workers' children."""
+        children = []
+        for worker in self.workers:
+            path = Path(f"/proc/{worker}/task/{worker}/children")
+            children += [int(pid) for pid in path.read_text().split()]
+        return children
 
 
 def free_port() -> int:
@@ -63,8 +78,10 @@ def cluster_env(
 
 
 @pytest.fixture(scope="module")
-def master(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A standalone master and two one-core workers; the master's URL."""
+def cluster(
+    cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A standalone master and two one-core workers."""
     spark_class = str(Path(cluster_env["SPARK_HOME"]) / "bin" / "spark-class")
     port, web_port = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -90,7 +107,7 @@ def master(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
             assert time.monotonic() < deadline, "the standalone cluster did not come up"
             assert all(process.poll() is None for process in processes), "a cluster JVM died"
             time.sleep(0.5)
-        yield url
+        yield Cluster(url, [process.pid for process in processes[1:]])
     finally:
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
@@ -100,31 +117,24 @@ def master(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         log.close()
 
 
-def pipeline(env: dict[str, str], master: str, uri: str, *arguments: str) -> None:
-    command = [sys.executable, "-m", "warren.spark.cli", "--uri", uri, "--master", master]
-    done = subprocess.run(
-        [*command, *arguments], env=env, capture_output=True, text=True, check=False
-    )
+def pipeline(master: str, uri: str, *arguments: str) -> list[str]:
+    """The command line of `warren-pipeline` on the cluster."""
+    return [sys.executable, "-m", "warren.spark.cli", "--uri", uri, "--master", master, *arguments]
+
+
+def run(env: dict[str, str], command: list[str]) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def test_land_on_a_standalone_cluster(
-    spark: SparkSession, amqp, master: str, cluster_env: dict[str, str], tmp_path: Path
+    spark: SparkSession, amqp, cluster: Cluster, cluster_env: dict[str, str], tmp_path: Path
 ):
     queue = amqp.queue("q")
     ids = amqp.publish(queue, MESSAGES)
     out = tmp_path / "out"
-    pipeline(
-        cluster_env,
-        master,
-        amqp.url,
-        "land",
-        "--queue",
-        queue,
-        "--out",
-        str(out),
-        "--available-now",
-    )
+    land = ["land", "--queue", queue, "--out", str(out), "--available-now"]
+    run(cluster_env, pipeline(cluster.master, amqp.url, *land))
     landed = spark.read.parquet(str(out)).select("message_id", "queue").collect()
     assert sorted(row.message_id for row in landed) == sorted(ids)
     assert {row.queue for row in landed} == {queue}
@@ -132,7 +142,7 @@ def test_land_on_a_standalone_cluster(
 
 
 def test_dlq_replay_on_a_standalone_cluster(
-    amqp, master: str, cluster_env: dict[str, str], tmp_path: Path
+    amqp, cluster: Cluster, cluster_env: dict[str, str], tmp_path: Path
 ):
     dlx = amqp.exchange("dlx", "fanout")
     dlq = amqp.queue("dlq")
@@ -148,12 +158,41 @@ def test_dlq_replay_on_a_standalone_cluster(
         time.sleep(0.1)
 
     checkpoint = str(tmp_path / "replay")
-    pipeline(
-        cluster_env, master, amqp.url, "dlq-replay", "--queue", dlq, "--checkpoint", checkpoint
-    )
+    replay = ["dlq-replay", "--queue", dlq, "--checkpoint", checkpoint]
+    run(cluster_env, pipeline(cluster.master, amqp.url, *replay))
 
     assert amqp.ready(dlq) == 0
     replayed = []
     while (got := amqp.channel.basic_get(origin, auto_ack=True))[0] is not None:
         replayed.append(got[1].message_id)
     assert sorted(replayed) == sorted(ids)
+
+
+def test_land_on_a_cluster_survives_an_executor_killed(
+    spark: SparkSession, amqp, cluster: Cluster, cluster_env: dict[str, str], tmp_path: Path
+):
+    queue = amqp.queue("q")
+    ids = amqp.publish(queue, KILLED_RUN)
+    out, log = tmp_path / "out", tmp_path / "land.log"
+    land = ["--batch-size", "100", "land", "--queue", queue, "--out", str(out), "--available-now"]
+    with log.open("wb") as output:
+        job = subprocess.Popen(
+            pipeline(cluster.master, amqp.url, *land),
+            env=cluster_env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    metadata = out / "_spark_metadata"
+    deadline = time.monotonic() + START_S
+    while not metadata.exists() or len(list(metadata.iterdir())) < 2:
+        assert job.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "no two batches landed"
+        time.sleep(0.2)
+    executors = cluster.executors()
+    assert executors, "no executor running"
+    os.kill(executors[0], signal.SIGKILL)  # its tasks fail; Spark runs them again elsewhere
+
+    assert job.wait(timeout=600) == 0, log.read_text(errors="replace")[-3000:]
+    landed = spark.read.parquet(str(out)).select("message_id").collect()
+    assert sorted(row.message_id for row in landed) == sorted(ids)
+    assert amqp.ready(queue) == 0
