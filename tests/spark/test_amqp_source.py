@@ -31,6 +31,7 @@ def test_stream_lands_every_message_once_and_empties_the_queue(spark: SparkSessi
     query = land(spark, Source(amqp.url, queue), tmp_path / "out", available_now=True)
     progress = watch(query, Console(file=io.StringIO()), "landing")
     assert progress == MESSAGES + DUPLICATES  # what the CLI shows: every message read, once
+    assert all(batch["numInputRows"] for batch in query.recentProgress)  # none without data
     landed = spark.read.parquet(str(tmp_path / "out"))
     assert landed.count() == MESSAGES
     assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
