@@ -17,6 +17,7 @@ For each broker in turn (a Warren node it starts on free ports, the RabbitMQ of
    start), `spark_read_in_batches` only the time inside micro-batches (`triggerExecution`),
    and Spark's own split (`durationMs`) is printed. `spark_read_first_s` is the time from
    `start()` to the end of the first micro-batch.
+`build_session` (the JVM and the SparkContext) is timed once, before everything else.
 Ratios are each Spark figure over its pika yardstick, of the same broker in the same run.
 Prints one table per broker and one JSON line.
 """
@@ -194,8 +195,11 @@ def main() -> None:
     parser.add_argument("--confirm-window", type=int, default=1_000)
     args = parser.parse_args()
     started = brokers(args.brokers.split(","))
+    session_started = time.perf_counter()
     spark = build_session("local[2]", app_name="warren-bench", shuffle_partitions=2)
     report: dict[str, Any] = {"messages": args.messages, "body_bytes": BODY_BYTES}
+    report["session_start_s"] = time.perf_counter() - session_started
+    print(f"build_session: {report['session_start_s']:.1f} s")
     try:
         for broker in started:
             results = measure(spark, broker, args)
