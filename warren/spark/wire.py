@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlsplit
 from warren.amqp.content import method_frame, parse_content_header
 from warren.amqp.frames import (
     FRAME_BODY,
+    FRAME_END,
     FRAME_HEADER,
     FRAME_METHOD,
     HEARTBEAT_FRAME,
@@ -70,6 +71,8 @@ READ_BYTES: Final = 1 << 20
 CONNECT_TIMEOUT_S: Final = 30.0
 _DELIVER_ID: Final = b"\x00\x3c\x00\x3c"
 _TAG_AND_BIT = struct.Struct(">QB")
+_FRAME_START = struct.Struct(">BHI")
+_BODY_SIZE = struct.Struct(">Q")
 
 M = TypeVar("M", bound=Method)
 # (consumer tag, delivery tag, redelivered, exchange, routing key, raw properties, body)
@@ -111,16 +114,62 @@ class Address:
         )
 
 
-def _split_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
-    """basic.deliver's fields, unrolled (it comes once per message)."""
-    end = 5 + payload[4]
-    consumer_tag = payload[5:end].decode()
+def _split_deliver(payload: bytes | bytearray, at: int) -> tuple[str, int, bool, str, str]:
+    """basic.deliver's fields after its class and method ids at `at`, unrolled (it comes once
+    per message)."""
+    end = at + 1 + payload[at]
+    consumer_tag = payload[at + 1 : end].decode()
     delivery_tag, redelivered = _TAG_AND_BIT.unpack_from(payload, end)
     start = end + 9
     end = start + 1 + payload[start]
     exchange = payload[start + 1 : end].decode()
     routing_key = payload[end + 1 : end + 1 + payload[end]].decode()
     return consumer_tag, delivery_tag, bool(redelivered), exchange, routing_key
+
+
+class DeliveryDecoder(FrameDecoder):
+    """`FrameDecoder` with a fast path for the common delivery (rule 4)."""
+
+    __slots__ = ()
+
+    def take_delivery(self) -> tuple[Any, ...] | None:
+        """A basic.deliver with its header and one body frame (or none, for an empty body),
+        all whole in the buffer: consume them and return the message's fields, raw
+        properties and body. Anything else (another frame first, frames still arriving, a
+        frame that is not as the spec says): consume nothing and return None, and
+        `next_frame` reads the frames one by one, with all its checks."""
+        buffer, start = self._buffer, self._offset
+        available = len(buffer)
+        if available - start < 12 or buffer[start + 7 : start + 11] != _DELIVER_ID:
+            return None
+        frame_type, _channel, size = _FRAME_START.unpack_from(buffer, start)
+        end = start + 7 + size
+        if frame_type != FRAME_METHOD or end >= available or buffer[end] != FRAME_END:
+            return None
+        header = end + 1
+        if available - header < 22:
+            return None
+        frame_type, _channel, size = _FRAME_START.unpack_from(buffer, header)
+        header_end = header + 7 + size
+        if frame_type != FRAME_HEADER or header_end >= available or buffer[header_end] != FRAME_END:
+            return None
+        (body_size,) = _BODY_SIZE.unpack_from(buffer, header + 11)
+        body_start = header_end + 1
+        if body_size == 0:
+            body, after = b"", body_start
+        else:
+            if available - body_start < 8:
+                return None
+            frame_type, _channel, size = _FRAME_START.unpack_from(buffer, body_start)
+            after = body_start + 8 + size
+            if frame_type != FRAME_BODY or size != body_size or after > available:
+                return None
+            if buffer[after - 1] != FRAME_END:
+                return None
+            body = bytes(buffer[body_start + 7 : after - 1])
+        fields = _split_deliver(buffer, start + 11)
+        self._offset = after
+        return (*fields, bytes(buffer[header + 19 : header_end]), body)
 
 
 @dataclasses.dataclass(slots=True)
@@ -137,12 +186,19 @@ class _Assembly:
 class Client:
     """One connection with one channel; see the module's rules."""
 
-    def __init__(self, uri: str, heartbeat_s: int, name: str = "warren.spark") -> None:
+    def __init__(
+        self,
+        uri: str,
+        heartbeat_s: int,
+        name: str = "warren.spark",
+        connected: socket.socket | None = None,
+    ) -> None:
+        """Connect to `uri` (or speak over `connected`, a socket already open to a broker)."""
         address = Address.parse(uri)
         self.on_message: MessageHandler | None = None
         self.on_confirm: Callable[[int, bool, bool], None] | None = None  # tag, multiple, ack
         self.on_return: ReturnHandler | None = None
-        self._decoder = FrameDecoder(FRAME_MAX)
+        self._decoder = DeliveryDecoder(FRAME_MAX)
         self._replies: list[Method] = []
         self._content: _Assembly | None = None  # a message in several reads (rule 4)
         self._write_lock = threading.Lock()
@@ -150,8 +206,9 @@ class Client:
         self.closed: BrokerClosed | None = None
         self.heartbeat_s = 0  # until tuned
         self.frame_max = FRAME_MAX
-        raw = socket.create_connection((address.host, address.port), CONNECT_TIMEOUT_S)
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw = connected or socket.create_connection((address.host, address.port), CONNECT_TIMEOUT_S)
+        if connected is None:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if address.tls:
             raw = ssl.create_default_context().wrap_socket(raw, server_hostname=address.host)
         self._socket = raw
@@ -219,15 +276,20 @@ class Client:
             raise ConnectionError("the broker closed the connection")
         decoder = self._decoder
         decoder.feed(data)
+        on_message = self.on_message
         while True:
+            if self._content is None and on_message is not None:
+                delivery = decoder.take_delivery()
+                if delivery is not None:
+                    on_message(*delivery)
+                    continue
             frame = decoder.next_frame()
             if frame is NEED_DATA:
                 break
             frame_type, channel, payload = frame
             if frame_type == FRAME_METHOD:
                 if payload.startswith(_DELIVER_ID):
-                    tag, delivery_tag, redelivered, exchange, key = _split_deliver(payload)
-                    self._start_content((tag, delivery_tag, redelivered, exchange, key))
+                    self._start_content(_split_deliver(payload, 4))
                 else:
                     self._on_method(channel, payload)
             elif frame_type == FRAME_HEADER:
