@@ -8,7 +8,7 @@ Theory of operation:
    `java -version`, which starts a JVM (half a second before Spark starts its own), and a
    `java` that passed is not asked again in the same process.
 2. The JVM starts Python workers with `PYSPARK_PYTHON`; it is set to this interpreter so the
-   workers see the same packages (pika, warren) as the driver.
+   workers see the same packages (pyarrow, warren) as the driver.
 3. In local mode the driver binds to 127.0.0.1, so a machine whose host name does not resolve
    (containers, laptops on a train) still works and nothing listens on a public address.
 4. Start-up: Spark puts `$SPARK_HOME/python/lib/pyspark.zip` first on every Python worker's
