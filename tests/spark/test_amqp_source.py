@@ -140,3 +140,20 @@ def test_batch_read_peeks_at_several_queues(spark: SparkSession, amqp):
     by_queue = {row.queue: row["count"] for row in read.groupBy("queue").count().collect()}
     assert by_queue == {first: 30, second: 20}
     assert (amqp.ready(first), amqp.ready(second)) == (30, 20)
+
+
+def test_a_missing_queue_fails_the_query_with_the_brokers_words(
+    spark: SparkSession, amqp, tmp_path
+):
+    missing = f"{amqp.prefix}.missing"
+    query = (
+        spark.readStream.format("amqp")
+        .options(uri=amqp.url, queue=missing, numPartitions="2")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(PySparkException, match=f"404 NOT_FOUND - no queue '{re.escape(missing)}'"):
+        query.awaitTermination()

@@ -215,11 +215,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _connected(self) -> Inbox:
         if self._inbox is None:
-            self._inbox = Inbox()
+            inbox = Inbox()
             # one after the other: the first counts the queues before anyone consumes (rule 6)
-            for index in range(self._options.partitions):
-                self._consumers.append(Consumer(self._options, index, self._inbox))
+            try:
+                for index in range(self._options.partitions):
+                    self._consumers.append(Consumer(self._options, index, inbox))
+            except BaseException:
+                self.stop()  # e.g. no such queue: the query fails, no consumer is left behind
+                self._consumers = []
+                raise
             self._ready_at_start = self._consumers[0].ready_at_start
+            self._inbox = inbox
         return self._inbox
 
     def _offset(self) -> dict[str, Any]:
