@@ -26,7 +26,7 @@ RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 # The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
 JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: run pipeline test java lint bench clean
+.PHONY: run pipeline test java lint bench clean spark-cluster-test
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Warren needs Python 3.11 or newer: make PYTHON=python3.11 …")'
@@ -94,6 +94,10 @@ test: $(TEST_STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 bench: $(TEST_STAMP)
 	$(PIP) -e '.[bench]'
 	$(BIN)/python -m bench.run
+
+# The pipeline's jobs on a Spark standalone master and two workers on loopback (also in `make test`).
+spark-cluster-test: $(TEST_STAMP)
+	$(BIN)/python -m pytest tests/spark/test_cluster.py
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff format .

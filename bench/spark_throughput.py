@@ -1,20 +1,25 @@
-"""Throughput of the `amqp` data source in Spark local mode, and of its AMQP parts alone.
+"""Throughput of the `amqp` data source in Spark local mode, side by side with plain pika.
 
-    .venv/bin/python -m bench.spark_throughput --url amqp://guest:guest@127.0.0.1:5672/%2F
+    .venv/bin/python -m bench.spark_throughput                  # a Warren it starts, and RabbitMQ
+    .venv/bin/python -m bench.spark_throughput --brokers warren --messages 50000
 
-Four measurements on one queue, 128-byte bodies, persistent messages in a durable queue:
-1. publish alone: `ConfirmedPublisher` (the writer's AMQP part, confirm window as given)
-   without Spark; the ceiling for the writer.
-2. Spark write: `spark.range(n)` → `df.write.format("amqp")`, wall time of `save()`, after a
-   1,000-row warm-up write (JVM code generation, Python worker start) that is reported apart.
-3. consume alone: the reader's `Consumer` thread taking every message, no Spark.
-4. Spark stream read: `readStream.format("amqp")` → `noop` sink with Trigger.AvailableNow;
-   the wall time, and Spark's own split (`durationMs`) summed over the micro-batches:
-   `latestOffset` is the time the reader spends taking messages from its consumer,
-   `queryPlanning` + `addBatch` is Spark turning the rows into a batch and running it,
-   `walCommit` + `commitOffsets` are Spark's checkpoint writes. `spark_read_in_batches` counts
-   only the time inside micro-batches (`triggerExecution`), without the query's start.
-Prints one table and one JSON line.
+For each broker in turn (a Warren node it starts on free ports, the RabbitMQ of
+`RABBITMQ_URL` or 127.0.0.1:5672), on one durable queue, 128-byte persistent messages:
+1. pika publish: one plain pika client (`SelectConnection`) publishing with confirms, at most
+   `--confirm-window` unconfirmed; the writer's yardstick.
+2. pika consume: one plain pika client (`BlockingConnection`) consuming the queue empty,
+   prefetch 20,000, one `basic.ack` with `multiple` per 1,000 messages; the reader's yardstick.
+3. Spark write: `spark.range(n)` in Spark's default parallelism → `df.write.format("amqp")`,
+   wall time of `save()`, after a 1,000-row warm-up write (JVM code generation, Python
+   worker start) that is reported apart.
+4. Spark read: `readStream.format("amqp")` → `noop` sink with Trigger.AvailableNow, the
+   queue's n messages; `spark_read` is the wall time from `start()` (so with the query's
+   start), `spark_read_in_batches` only the time inside micro-batches (`triggerExecution`),
+   and Spark's own split (`durationMs`) is printed. `spark_read_first_s` is the time from
+   `start()` to the end of the first micro-batch.
+`build_session` (the JVM and the SparkContext) is timed once, before everything else.
+Ratios are each Spark figure over its pika yardstick, of the same broker in the same run.
+Prints one table per broker and one JSON line.
 """
 
 from __future__ import annotations
@@ -27,15 +32,17 @@ from collections import Counter
 from typing import Any
 
 import pika
+import pika.channel
+import pika.frame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bench.brokers import Broker, find_rabbitmq, start_warren
 from warren.spark import build_session
-from warren.spark.message import Outgoing
-from warren.spark.options import ReadOptions, WriteOptions
-from warren.spark.reader import Consumer
-from warren.spark.writer import ConfirmedPublisher
 
 BODY_BYTES = 128
+PREFETCH = 20_000
+ACK_EVERY = 1_000
 
 
 def declare(url: str, queue: str) -> None:
@@ -45,71 +52,80 @@ def declare(url: str, queue: str) -> None:
         channel.queue_declare(queue, durable=True)
 
 
-def publish_alone(url: str, queue: str, count: int, window: int) -> float:
-    properties = pika.BasicProperties(delivery_mode=2)
-    messages = (Outgoing("", queue, b"x" * BODY_BYTES, properties) for _ in range(count))
-    options = WriteOptions(url, None, None, window, True, 30)
+def pika_publish(url: str, queue: str, count: int, window: int) -> float:
+    """Yardstick 1: msg/s."""
+    body, properties = b"x" * BODY_BYTES, pika.BasicProperties(delivery_mode=2)
+    sent = confirmed = 0
+
+    def fill(channel: pika.channel.Channel) -> None:
+        nonlocal sent
+        while sent < count and sent - confirmed < window:
+            channel.basic_publish("", queue, body, properties)
+            sent += 1
+
+    def on_confirm(frame: pika.frame.Method[Any]) -> None:
+        nonlocal confirmed
+        confirmed = max(confirmed, frame.method.delivery_tag)
+        if confirmed >= count:
+            connection.close()
+        else:
+            fill(channel_of[0])
+
+    channel_of: list[pika.channel.Channel] = []
+
+    def on_channel(channel: pika.channel.Channel) -> None:
+        channel_of.append(channel)
+        channel.confirm_delivery(on_confirm, callback=lambda _frame: fill(channel))
+
     started = time.perf_counter()
-    ConfirmedPublisher(options, messages).publish_all()
+    connection = pika.SelectConnection(
+        pika.URLParameters(url),
+        on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
+        on_close_callback=lambda c, _error: c.ioloop.stop(),
+    )
+    connection.ioloop.start()
     return count / (time.perf_counter() - started)
 
 
-def consume_alone(url: str, queue: str, count: int) -> float:
-    consumer = Consumer(ReadOptions(url, queue, 10_000, 500, 20_000, 30))
-    started = time.perf_counter()
-    taken = 0
-    last_tag = 0
-    while taken < count:
-        deliveries = consumer.take(10_000, 1.0)
-        taken += len(deliveries)
-        if deliveries:
-            last_tag = deliveries[-1][0]
-            consumer.ack_up_to(last_tag)
-    elapsed = time.perf_counter() - started
-    consumer.stop()
+def pika_consume(url: str, queue: str, count: int) -> float:
+    """Yardstick 2: msg/s."""
+    received = 0
+    with pika.BlockingConnection(pika.URLParameters(url)) as connection:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=PREFETCH)
+
+        def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+            nonlocal received
+            received += 1
+            if received % ACK_EVERY == 0 or received == count:
+                ch.basic_ack(method.delivery_tag, multiple=True)
+
+        started = time.perf_counter()
+        channel.basic_consume(queue, on_message)
+        while received < count:
+            connection.process_data_events(time_limit=1)
+        elapsed = time.perf_counter() - started
     return count / elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
-    parser.add_argument("--queue", default="bench.spark")
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--confirm-window", type=int, default=1_000)
-    args = parser.parse_args()
-    n = args.messages
-    results: dict[str, Any] = {"messages": n, "body_bytes": BODY_BYTES}
+def spark_write(frame: DataFrame, url: str, queue: str, window: int) -> float:
+    """Seconds to write `frame` to `queue`."""
+    started = time.perf_counter()
+    frame.write.format("amqp").option("uri", url).option("routingKey", queue).option(
+        "confirmWindow", window
+    ).mode("append").save()
+    return time.perf_counter() - started
 
-    declare(args.url, args.queue)
-    results["publish_alone_msg_s"] = publish_alone(args.url, args.queue, n, args.confirm_window)
-    results["consume_alone_msg_s"] = consume_alone(args.url, args.queue, n)
 
-    spark = build_session("local[2]", app_name="warren-bench", shuffle_partitions=2)
-    rows = spark.range(n).select(
-        F.lit(b"x" * BODY_BYTES).alias("body"), F.lit(2).alias("delivery_mode")
-    )
-    rows = rows.coalesce(1).cache()
-    rows.count()
-
-    def write(frame: Any) -> float:
-        started = time.perf_counter()
-        frame.write.format("amqp").option("uri", args.url).option("routingKey", args.queue).option(
-            "confirmWindow", args.confirm_window
-        ).mode("append").save()
-        return time.perf_counter() - started
-
-    results["spark_write_warmup_s"] = write(rows.limit(1_000))
-    results["spark_write_msg_s"] = n / write(rows)
-    n += 1_000
-
+def spark_read(spark: SparkSession, url: str, queue: str, count: int, batch: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as checkpoint:
         started = time.perf_counter()
         query = (
             spark.readStream.format("amqp")
-            .option("uri", args.url)
-            .option("queue", args.queue)
-            .option("batchSize", args.batch_size)
+            .option("uri", url)
+            .option("queue", queue)
+            .option("maxMessagesPerTrigger", batch)
+            .option("numPartitions", spark.sparkContext.defaultParallelism)
             .load()
             .writeStream.format("noop")
             .option("checkpointLocation", checkpoint)
@@ -117,20 +133,95 @@ def main() -> None:
             .start()
         )
         query.awaitTermination()
-        results["spark_read_msg_s"] = n / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+    progress = query.recentProgress
     split: Counter[str] = Counter()
-    for progress in query.recentProgress:
-        split.update(progress["durationMs"])
-    results["spark_read_split_ms"] = dict(split)
-    results["spark_read_batches"] = len(query.recentProgress)
-    results["spark_read_in_batches_msg_s"] = n / (split["triggerExecution"] / 1000)
-    spark.stop()
+    for entry in progress:
+        split.update(entry["durationMs"])
+    read = sum(entry["numInputRows"] for entry in progress)
+    assert read == count, f"the query read {read} of {count} messages"
+    first = progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0
+    return {
+        "spark_read_msg_s": count / elapsed,
+        "spark_read_in_batches_msg_s": count / (split["triggerExecution"] / 1000),
+        "spark_read_start_s": elapsed - split["triggerExecution"] / 1000,
+        "spark_read_first_s": elapsed - split["triggerExecution"] / 1000 + first,
+        "spark_read_batches": len(progress),
+        "spark_read_split_ms": dict(sorted(split.items())),
+        "spark_read_add_batch_ms": [entry["durationMs"].get("addBatch") for entry in progress],
+    }
 
-    names = ("publish_alone", "spark_write", "consume_alone", "spark_read", "spark_read_in_batches")
+
+def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
+    url, queue, n = broker.url, args.queue, args.messages
+    results: dict[str, Any] = {}
+    declare(url, queue)
+    results["pika_publish_msg_s"] = pika_publish(url, queue, n, args.confirm_window)
+    results["pika_consume_msg_s"] = pika_consume(url, queue, n)
+
+    rows = spark.range(n).select(F.lit(b"x" * BODY_BYTES).alias("body")).cache()
+    rows.count()
+    results["spark_write_warmup_s"] = spark_write(
+        rows.limit(1_000), url, queue, args.confirm_window
+    )
+    declare(url, queue)
+    results["spark_write_msg_s"] = n / spark_write(rows, url, queue, args.confirm_window)
+    rows.unpersist()
+    results.update(spark_read(spark, url, queue, n, args.batch_size))
+    results["read_ratio"] = results["spark_read_msg_s"] / results["pika_consume_msg_s"]
+    results["read_in_batches_ratio"] = (
+        results["spark_read_in_batches_msg_s"] / results["pika_consume_msg_s"]
+    )
+    results["write_ratio"] = results["spark_write_msg_s"] / results["pika_publish_msg_s"]
+    return results
+
+
+def brokers(names: list[str]) -> list[Broker]:
+    found = []
     for name in names:
-        print(f"{name:>22}: {results[name + '_msg_s']:>9,.0f} msg/s")
-    print("spark read, ms by phase:", dict(sorted(split.items())))
-    print(json.dumps(results))
+        broker, why = start_warren() if name == "warren" else find_rabbitmq()
+        if broker is None:
+            raise SystemExit(why)
+        found.append(broker)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--brokers", default="warren,rabbitmq")
+    parser.add_argument("--queue", default="bench.spark")
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--batch-size", type=int, default=50_000)
+    parser.add_argument("--confirm-window", type=int, default=1_000)
+    args = parser.parse_args()
+    started = brokers(args.brokers.split(","))
+    session_started = time.perf_counter()
+    spark = build_session("local[2]", app_name="warren-bench", shuffle_partitions=2)
+    report: dict[str, Any] = {"messages": args.messages, "body_bytes": BODY_BYTES}
+    report["session_start_s"] = time.perf_counter() - session_started
+    print(f"build_session: {report['session_start_s']:.1f} s")
+    try:
+        for broker in started:
+            results = measure(spark, broker, args)
+            report[broker.name] = results
+            print(f"--- {broker.name} ({broker.url}), {args.messages:,} messages")
+            for name in ("pika_publish", "spark_write", "pika_consume"):
+                print(f"{name:>22}: {results[name + '_msg_s']:>9,.0f} msg/s")
+            for name in ("spark_read", "spark_read_in_batches"):
+                print(f"{name:>22}: {results[name + '_msg_s']:>9,.0f} msg/s")
+            print(
+                f"ratios: write {results['write_ratio']:.2f}x, read {results['read_ratio']:.2f}x,"
+                f" read in batches {results['read_in_batches_ratio']:.2f}x; query start "
+                f"{results['spark_read_start_s']:.1f} s, first batch done after "
+                f"{results['spark_read_first_s']:.1f} s"
+            )
+            print("spark read, ms by phase:", results["spark_read_split_ms"])
+            print("spark read, addBatch ms by batch:", results["spark_read_add_batch_ms"])
+    finally:
+        spark.stop()
+        for broker in started:
+            broker.stop()
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

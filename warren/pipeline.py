@@ -1,6 +1,6 @@
 """`warren-pipeline`'s entry point, importable without Spark.
 
-The pipeline needs the `spark` extra (PySpark, pika, …), which a broker-only install
+The pipeline needs the `spark` extra (PySpark, pyarrow, …), which a broker-only install
 (`make run`, `pip install warren-mq`) leaves out; there the command says in one line how
 to add it instead of failing on an import. With Spark present it is `warren.spark.cli`.
 """

@@ -8,11 +8,6 @@ Theory of operation:
    test starts, which inherits the environment) run with `TEST_JAVA_OPTIONS`: a JVM that
    lives a minute spends much of it in the C2 JIT compiler and parallel GC threads, which
    only pay off in the long-running jobs users start with the JVM's defaults.
-   They also run with `SPARK_HOME` set to a copy of pyspark's own (symbolic links) without
-   `python/lib`: Spark puts `$SPARK_HOME/python/lib/pyspark.zip` first on every Python
-   worker's `PYTHONPATH`, and Python compiles modules imported from a zip on every start
-   (it caches no bytecode there), which cost each of the suite's twenty-odd worker processes
-   over a second of CPU. Without the zip they import the same pyspark from site-packages.
 2. Tests talk to the broker with pika, never through Warren's internals, so the same tests run
    against a real RabbitMQ when `WARREN_TEST_URL` is set (see tests/conftest.py).
 3. Every name starts with `unique`; `declare` remembers the queues and exchanges a test made and
@@ -38,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pika
-import pyspark
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pyspark.sql import SparkSession
@@ -49,24 +43,12 @@ BODY_BYTES = 128
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def spark_home_without_zips(directory: Path) -> Path:
-    """Rule 1: pyspark's SPARK_HOME, linked entry by entry, without `python/lib`."""
-    installed = Path(pyspark.__file__).parent
-    for entry in installed.iterdir():
-        if entry.name != "python":
-            (directory / entry.name).symlink_to(entry)
-    return directory
-
-
 @pytest.fixture(scope="session")
-def spark_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def spark_environment() -> Iterator[None]:
     """Rule 1: the environment of every JVM started while the Spark tests run."""
     with pytest.MonkeyPatch.context() as patch:
         java_options = os.environ.get("JDK_JAVA_OPTIONS")
         patch.setenv("JDK_JAVA_OPTIONS", f"{java_options or ''} {TEST_JAVA_OPTIONS}".strip())
-        if "SPARK_HOME" not in os.environ:
-            home = spark_home_without_zips(tmp_path_factory.mktemp("spark-home"))
-            patch.setenv("SPARK_HOME", str(home))
         yield
 
 

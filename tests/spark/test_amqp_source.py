@@ -31,6 +31,7 @@ def test_stream_lands_every_message_once_and_empties_the_queue(spark: SparkSessi
     query = land(spark, Source(amqp.url, queue), tmp_path / "out", available_now=True)
     progress = watch(query, Console(file=io.StringIO()), "landing")
     assert progress == MESSAGES + DUPLICATES  # what the CLI shows: every message read, once
+    assert all(batch["numInputRows"] for batch in query.recentProgress)  # none without data
     landed = spark.read.parquet(str(tmp_path / "out"))
     assert landed.count() == MESSAGES
     assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
@@ -113,3 +114,46 @@ def test_nacked_rows_fail_the_write_and_are_named(spark: SparkSession, amqp):
     with pytest.raises(PySparkException, match=expected):
         writer.option("routingKey", full).option("confirmWindow", 1).mode("append").save()
     assert amqp.ready(full) == 1
+
+
+def test_stream_reads_several_queues_in_parallel_partitions(spark: SparkSession, amqp, tmp_path):
+    first, second = amqp.queue("a"), amqp.queue("b")
+    ids = amqp.publish(first, 300, id_prefix="a") + amqp.publish(second, 200, id_prefix="b")
+    source = Source(amqp.url, f"{first},{second}", batch_size=100, partitions=3)
+    out = tmp_path / "out"
+    query = land(spark, source, out, available_now=True, deduplication_window=None)
+    query.awaitTermination()
+    landed = spark.read.parquet(str(out))
+    by_queue = {row.queue: row["count"] for row in landed.groupBy("queue").count().collect()}
+    assert by_queue == {first: 300, second: 200}
+    assert sorted(row.message_id for row in landed.select("message_id").collect()) == sorted(ids)
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(list(out.glob("part-*"))) == 3 * len(batches)  # three tasks carried each batch
+    assert (amqp.ready(first), amqp.ready(second)) == (0, 0)
+
+
+def test_batch_read_peeks_at_several_queues(spark: SparkSession, amqp):
+    first, second = amqp.queue("a"), amqp.queue("b")
+    amqp.publish(first, 30, id_prefix="a")
+    amqp.publish(second, 20, id_prefix="b")
+    read = Source(amqp.url, f"{first},{second}").peek(spark)
+    by_queue = {row.queue: row["count"] for row in read.groupBy("queue").count().collect()}
+    assert by_queue == {first: 30, second: 20}
+    assert (amqp.ready(first), amqp.ready(second)) == (30, 20)
+
+
+def test_a_missing_queue_fails_the_query_with_the_brokers_words(
+    spark: SparkSession, amqp, tmp_path
+):
+    missing = f"{amqp.prefix}.missing"
+    query = (
+        spark.readStream.format("amqp")
+        .options(uri=amqp.url, queue=missing, numPartitions="2")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(PySparkException, match=f"404 NOT_FOUND - no queue '{re.escape(missing)}'"):
+        query.awaitTermination()

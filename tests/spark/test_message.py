@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime
 
-import pika
-import pika.spec
 import pytest
 
-from warren.spark.message import outgoing_of, row_of
+from warren.amqp.content import BasicProperties, decode_properties, encode_properties
+from warren.amqp.table import Typed
+from warren.spark.message import outgoing_of, property_values
 from warren.spark.options import OptionError, ReadOptions, WriteOptions
 
 URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -17,7 +17,13 @@ DIED_AT = datetime.datetime(2026, 11, 22, 10, 30, tzinfo=datetime.UTC)
 
 def test_option_names_are_case_insensitive_and_values_checked():
     options = ReadOptions.parse({"URI": URI, "Queue": "q", "BATCHSIZE": "7", "maxwaitms": "9"})
-    assert (options.queue, options.batch_size, options.max_wait_ms) == ("q", 7, 9)
+    assert (options.queues, options.batch_size, options.max_wait_ms) == (("q",), 7, 9)
+    several = ReadOptions.parse({"uri": URI, "queue": "a, b", "maxMessagesPerTrigger": "5"})
+    assert (several.queues, several.batch_size) == (("a", "b"), 5)
+    with pytest.raises(OptionError, match="not both"):
+        ReadOptions.parse(
+            {"uri": URI, "queue": "q", "batchSize": "1", "maxMessagesPerTrigger": "1"}
+        )
     with pytest.raises(OptionError, match="option 'queue' is required"):
         ReadOptions.parse({"uri": URI})
     with pytest.raises(OptionError, match="option 'uri' must be an AMQP URI"):
@@ -26,33 +32,31 @@ def test_option_names_are_case_insensitive_and_values_checked():
         WriteOptions.parse({"uri": URI, "mandatory": "yes"})
 
 
-def dead_letter() -> tuple[pika.spec.Basic.Deliver, pika.BasicProperties, bytes]:
-    deliver = pika.spec.Basic.Deliver(
-        delivery_tag=1, redelivered=True, exchange="dlx", routing_key="k"
-    )
+def dead_letter() -> bytes:
+    """A dead letter's properties as they arrive, encoded."""
     death = {
         "queue": "orders",
         "reason": "expired",
-        "count": 2,
+        "count": Typed("l", 2),
         "exchange": "src",
         "routing-keys": ["a", "b"],
-        "time": DIED_AT.replace(tzinfo=None),  # pika decodes timestamps as naive UTC
+        "time": DIED_AT,
         "original-expiration": "100",
     }
-    properties = pika.BasicProperties(
+    properties = BasicProperties(
         message_id="m1",
         delivery_mode=2,
         timestamp=int(DIED_AT.timestamp()),
         headers={"x-death": [death], "n": 5, "s": "text", "t": {"a": [1, True]}},
     )
-    return deliver, properties, b"body"
+    return encode_properties(properties)
 
 
-def test_a_delivered_message_becomes_a_row_with_typed_x_death():
-    row = row_of(*dead_letter())
-    assert row[:4] == (b"body", "dlx", "k", True)
-    assert row[11:13] == ("m1", DIED_AT)
-    headers, x_death = row[16], row[17]
+def test_delivered_properties_become_columns_with_typed_x_death():
+    values = property_values(dead_letter())
+    assert values[2] == 2  # delivery_mode
+    assert values[7:9] == ("m1", DIED_AT)
+    headers, x_death = values[12], values[13]
     assert {key: headers[key] for key in ("n", "s", "t")} == {
         "n": "5",
         "s": "text",
@@ -80,8 +84,9 @@ def test_a_row_becomes_a_publish_that_keeps_x_death_typed():
         "k",
         b"text body",
     )
-    assert outgoing.properties.timestamp == int(DIED_AT.timestamp())
-    assert outgoing.properties.headers == {
+    properties = decode_properties(outgoing.properties)
+    assert (properties.timestamp, properties.delivery_mode) == (int(DIED_AT.timestamp()), 2)
+    assert properties.headers == {
         "s": "text",
         "x-death": [
             {
@@ -95,3 +100,15 @@ def test_a_row_becomes_a_publish_that_keeps_x_death_typed():
         ],
         "CC": ["b"],
     }
+
+
+def test_rows_are_persistent_unless_they_or_the_writer_say_otherwise():
+    def mode(row, default=2):
+        outgoing = outgoing_of({"body": b"x", **row}, "", "q", default)
+        return decode_properties(outgoing.properties).delivery_mode
+
+    assert (mode({}), mode({}, default=1)) == (2, 1)
+    assert (mode({"delivery_mode": 1}), mode({"delivery_mode": None})) == (1, 2)
+    with pytest.raises(OptionError, match="option 'deliveryMode' must be 1"):
+        WriteOptions.parse({"uri": URI, "deliveryMode": "3"})
+    assert WriteOptions.parse({"uri": URI, "deliverymode": "1"}).delivery_mode == 1

@@ -165,7 +165,7 @@ def command_dlq_replay(spark: SparkSession, args: argparse.Namespace, console: C
     target = ReplayTarget(args.to_exchange, args.to_routing_key)
     if args.dry_run:
         with console.status(f"planning a replay of {args.queue}"):
-            plan = replay_plan(source.peek(spark), args.queue, target, args.filter)
+            plan = replay_plan(source.peek(spark), target, args.filter)
             counts = _count_targets(plan)
         _print_targets(Console(), counts, f"dry run: what a replay of {args.queue} would do")
         return 0

@@ -12,8 +12,8 @@ Theory of operation:
    others as `CC` (so it is routed as it was first published) or to a chosen target, keeping
    body, properties and headers (`x-death` included, so its history stays). A dead letter that
    does not match the filter, or has no `x-death` and no target, is published back to the
-   dead-letter queue itself: every message read is published somewhere before it is
-   acknowledged, so nothing is lost.
+   dead-letter queue it was read from (its `queue` column): every message read is published
+   somewhere before it is acknowledged, so nothing is lost.
 4. `land` drops a message whose `message_id` it landed within the last deduplication window
    (a redelivery after a crash, a publisher's retry). Spark's `dropDuplicatesWithinWatermark`
    keeps each id in its state until the watermark, taken on the time a message was landed
@@ -21,6 +21,10 @@ Theory of operation:
    the state holds the ids of one to two windows of traffic, not of all time. Messages
    without a `message_id` get a `uuid()` key instead, so none of them is dropped. It is one
    branch of the plan, so Spark counts every message once in `numInputRows`.
+5. A stateful query (the de-duplication) normally runs one more micro-batch without data
+   after the last one, to move the watermark on and drop expired state. A `land` under
+   `Trigger.AvailableNow` stops right after it, and the next run's first batch drops that
+   state anyway, so it starts without those batches: a second or two of a short job.
 """
 
 from __future__ import annotations
@@ -39,31 +43,36 @@ SUMMARY_KEYS = ("queue", "reason", "exchange", "routing_key")
 RELATIVE_SINCE = re.compile(r"^(\d+)([smhd])$")
 SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEDUPLICATION_WINDOW = "1 hour"
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 LANDED_AT, NO_ID_KEY = "_warren_landed_at", "_warren_no_id_key"  # dropped before writing
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where messages come from: a broker and a queue."""
+    """Where messages come from: a broker and a queue (or several, separated by commas),
+    read by `partitions` consumers and tasks (None: as many as Spark runs tasks at once)."""
 
     uri: str
     queue: str
     batch_size: int = 10_000
     max_wait_ms: int = 500
+    partitions: int | None = None
 
-    def options(self) -> dict[str, str]:
+    def options(self, spark: SparkSession) -> dict[str, str]:
+        partitions = self.partitions or spark.sparkContext.defaultParallelism
         return {
             "uri": self.uri,
             "queue": self.queue,
-            "batchSize": str(self.batch_size),
+            "maxMessagesPerTrigger": str(self.batch_size),
             "maxWaitMs": str(self.max_wait_ms),
+            "numPartitions": str(partitions),
         }
 
     def peek(self, spark: SparkSession) -> DataFrame:
-        return spark.read.format("amqp").options(**self.options()).load()
+        return spark.read.format("amqp").options(**self.options(spark)).load()
 
     def stream(self, spark: SparkSession) -> DataFrame:
-        return spark.readStream.format("amqp").options(**self.options()).load()
+        return spark.readStream.format("amqp").options(**self.options(spark)).load()
 
 
 def deduplicated(messages: DataFrame, window: str = DEDUPLICATION_WINDOW) -> DataFrame:
@@ -101,9 +110,18 @@ def land(
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint or out / "_checkpoint"))
     )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    return writer.start()
+    if not available_now:
+        return writer.start()
+    # rule 5: a query takes its own copy of the session's settings when it starts
+    previous = spark.conf.get(NO_DATA_BATCHES, None)
+    spark.conf.set(NO_DATA_BATCHES, "false")
+    try:
+        return writer.trigger(availableNow=True).start()
+    finally:
+        if previous is None:
+            spark.conf.unset(NO_DATA_BATCHES)
+        else:
+            spark.conf.set(NO_DATA_BATCHES, previous)
 
 
 def parse_since(text: str, now: datetime.datetime) -> datetime.datetime:
@@ -163,12 +181,12 @@ class ReplayTarget:
 
 
 def replay_plan(
-    dead_letters: DataFrame, queue: str, target: ReplayTarget, filter_expression: str | None
+    dead_letters: DataFrame, target: ReplayTarget, filter_expression: str | None
 ) -> DataFrame:
     """The rows to publish for `dead_letters`, with where each goes (rule 3).
 
-    Adds `replayed` (false for rows going back to `queue`) and sets `exchange`,
-    `routing_key` and `cc` for the writer.
+    Adds `replayed` (false for rows going back to the queue they were read from) and sets
+    `exchange`, `routing_key` and `cc` for the writer.
     """
     death = F.col("x_death")[0]
     keys = death["routing_keys"]
@@ -184,7 +202,7 @@ def replay_plan(
     return dead_letters.withColumn("replayed", replayed).withColumns(
         {
             "exchange": F.when(F.col("replayed"), exchange).otherwise(F.lit("")),
-            "routing_key": F.when(F.col("replayed"), routing_key).otherwise(F.lit(queue)),
+            "routing_key": F.when(F.col("replayed"), routing_key).otherwise(F.col("queue")),
             "cc": F.when(F.col("replayed"), cc),
         }
     )
@@ -206,7 +224,7 @@ def replay(
     Each micro-batch is published with confirms before Spark commits it, and only then are
     its source messages acknowledged; `on_batch(batch_id, batch)` sees each published batch.
     """
-    plan = replay_plan(source.stream(spark), source.queue, target, filter_expression)
+    plan = replay_plan(source.stream(spark), target, filter_expression)
 
     def publish(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()

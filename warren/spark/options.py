@@ -10,16 +10,22 @@ Theory of operation:
    is not silently ignored; `path` and `checkpointLocation`, which Spark itself may pass, are
    let through.
 3. Units are part of the names (`maxWaitMs`, `heartbeatS`), as in the rest of Warren.
+4. `queue` names one queue or several, separated by commas. `maxMessagesPerTrigger` (as
+   Kafka's `maxOffsetsPerTrigger`) bounds a micro-batch; `batchSize` is its older name.
+   `numPartitions` is how many consumers read and how many Spark tasks carry a micro-batch;
+   without it, as many as the machine has cores (the pipeline's jobs pass the parallelism of
+   the running Spark).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-import pika
+from warren.spark.message import PERSISTENT, TRANSIENT
 
 SPARK_OWN_OPTIONS = frozenset({"path", "checkpointlocation"})
 
@@ -78,41 +84,53 @@ class ReadOptions:
     """How a reader consumes `queue`.
 
     A micro-batch closes when it holds `batch_size` messages or `max_wait_ms` has passed since
-    the read began. `prefetch` bounds the unacknowledged messages on the consumer's channel
-    (basic.qos); messages stay unacknowledged until Spark commits their batch, so a prefetch
-    below twice the batch size makes batches smaller, never wrong.
+    the read began. `prefetch` bounds the unacknowledged messages on each consumer's channel
+    (basic.qos); messages stay unacknowledged until Spark commits their batch, so it defaults
+    to twice a consumer's share of a batch; a smaller one makes batches smaller, never wrong.
     """
 
     uri: str
-    queue: str
+    queues: tuple[str, ...]
     batch_size: int
     max_wait_ms: int
     prefetch: int
     heartbeat_s: int
+    partitions: int
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "uri",
         "queue",
+        "maxMessagesPerTrigger",
         "batchSize",
         "maxWaitMs",
         "prefetch",
         "heartbeatS",
+        "numPartitions",
     )
 
     @classmethod
     def parse(cls, options: Mapping[str, str | None]) -> ReadOptions:
         lowered = _lowered(options)
         _check_known(lowered, cls.NAMES, "read")
-        queue = lowered.get("queue", "")
-        if not queue:
-            raise OptionError("option 'queue' is required: the name of the queue to read")
+        queues = tuple(name.strip() for name in lowered.get("queue", "").split(","))
+        if not all(queues):
+            raise OptionError(
+                "option 'queue' is required: the queue to read, or several separated by commas"
+            )
+        if "batchsize" in lowered and "maxmessagespertrigger" in lowered:
+            raise OptionError("give 'maxMessagesPerTrigger' or its old name 'batchSize', not both")
+        batch_name = "batchSize" if "batchsize" in lowered else "maxMessagesPerTrigger"
+        batch_size = _integer(lowered, batch_name, 10_000, 1)
+        partitions = _integer(lowered, "numPartitions", os.cpu_count() or 1, 1)
         return cls(
             uri=_uri(lowered),
-            queue=queue,
-            batch_size=_integer(lowered, "batchSize", 10_000, 1),
+            queues=queues,
+            batch_size=batch_size,
             max_wait_ms=_integer(lowered, "maxWaitMs", 500, 1),
-            prefetch=_integer(lowered, "prefetch", 20_000, 1),
+            # room for one batch waiting for its commit while the next fills
+            prefetch=_integer(lowered, "prefetch", 2 * -(-batch_size // partitions), 1),
             heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
+            partitions=partitions,
         )
 
 
@@ -123,7 +141,9 @@ class WriteOptions:
     `exchange` and `routingKey`, when given, apply to every row and win over the row's
     `exchange`/`routing_key` columns (a frame read from one queue carries the exchange it came
     from; an explicit option is the more deliberate choice). `confirmWindow` is the number of
-    published messages that may wait for their publisher confirm at once.
+    published messages that may wait for their publisher confirm at once. `deliveryMode`
+    (2, persistent, unless set to 1, transient) is sent with every row that has no
+    `delivery_mode` of its own.
     """
 
     uri: str
@@ -132,6 +152,7 @@ class WriteOptions:
     confirm_window: int
     mandatory: bool
     heartbeat_s: int
+    delivery_mode: int = PERSISTENT
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "uri",
@@ -140,6 +161,7 @@ class WriteOptions:
         "confirmWindow",
         "mandatory",
         "heartbeatS",
+        "deliveryMode",
     )
 
     @classmethod
@@ -153,12 +175,14 @@ class WriteOptions:
             confirm_window=_integer(lowered, "confirmWindow", 1_000, 1),
             mandatory=_boolean(lowered, "mandatory", True),
             heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
+            delivery_mode=_delivery_mode(lowered),
         )
 
 
-def connection_parameters(uri: str, heartbeat_s: int) -> pika.URLParameters:
-    """pika's parameters for `uri`, with the heartbeat the options ask for."""
-    parameters = pika.URLParameters(uri)
-    parameters.heartbeat = heartbeat_s
-    parameters.client_properties = {"connection_name": "warren.spark"}
-    return parameters
+def _delivery_mode(options: Mapping[str, str]) -> int:
+    mode = _integer(options, "deliveryMode", PERSISTENT, TRANSIENT)
+    if mode not in (TRANSIENT, PERSISTENT):
+        raise OptionError(
+            f"option 'deliveryMode' must be 1 (transient) or 2 (persistent), got {mode}"
+        )
+    return mode

@@ -2,38 +2,29 @@
 
 Theory of operation:
 1. Each Spark task publishes its partition on its own connection and channel in confirm mode
-   (RabbitMQ's "Publisher Confirms"). Up to `confirmWindow` messages may be unconfirmed at
-   once; the next row is published when a `basic.ack`/`basic.nack` (single or `multiple`)
-   frees room. The task returns only when every message it published was confirmed.
+   (RabbitMQ's "Publisher Confirms"), so a write publishes from every partition of the
+   DataFrame at once. Up to `confirmWindow` messages may be unconfirmed at once; whenever a
+   `basic.ack`/`basic.nack` (single or `multiple`) frees room, the task refills the window.
+   The task returns only when every message it published was confirmed.
 2. Publishes are `mandatory` by default: a row no queue accepts comes back as `basic.return`
    (followed by its ack) and is reported instead of silently dropped. A returned or nacked
    message fails the task with an `UndeliveredError` listing the first few, so Spark reports
    the write as failed. Spark may retry the task, which publishes its rows again: the writer is
    at-least-once, never at-most-once.
-3. pika's `SelectConnection` runs the I/O loop in the task's thread; its heartbeats are
-   serviced while rows are pulled from Spark. pika hands the socket each frame on its own
-   (three per message: method, header, body) and sends each with its own `send()`;
-   `CoalescingConnection` joins the frames of all the publishes one refill of the window
-   makes into one buffer, so the socket sees one write per refill. Spark hands the task
-   Arrow record batches (`DataSourceArrowWriter`): a batch becomes Python values column by
-   column, without a `Row` object per row. An exception raised while pulling a row closes
-   the connection and is raised from `publish_all`.
+3. A refill is encoded as one buffer (method, header and body frames of every publish, by
+   `warren.amqp`'s content framing) and written with one `sendall`; the blocking client
+   (`warren.spark.wire`) reads confirms in bulk. Spark hands the task Arrow record batches
+   (`DataSourceArrowWriter`): a batch becomes Python values column by column, without a `Row`
+   object per row. Messages are persistent unless the row or `deliveryMode` says otherwise.
 4. Nothing can be taken back after a confirm, so `commit` and `abort` have nothing to undo.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
 
-import pika
-import pika.channel
-import pika.connection
-import pika.frame
-import pika.spec
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -41,9 +32,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from warren.spark.message import Outgoing, body_preview, outgoing_of
-from warren.spark.options import WriteOptions, connection_parameters
+from warren.amqp.content import content_frames, shortstr
+from warren.amqp.methods import ConfirmSelect, ConfirmSelectOk
+from warren.spark.message import MESSAGE_ID, Outgoing, body_preview, outgoing_of, property_values
+from warren.spark.options import WriteOptions
+from warren.spark.wire import CHANNEL, Client
 
+_PUBLISH_ID = b"\x00\x3c\x00\x28\x00\x00"  # basic.publish, ticket 0
+CONFIRM_WAIT_S = 1.0  # the longest wait for confirms before heartbeats are looked after
 REPORTED_MAX = 5  # undelivered messages named in an error; the rest are counted
 
 
@@ -75,150 +71,81 @@ class UndeliveredError(RuntimeError):
         )
 
 
-class CoalescingConnection(pika.SelectConnection):  # type: ignore[misc]  # pika is untyped
-    """A `SelectConnection` that can hold back frames and write them as one buffer (rule 3).
-
-    `_adapter_emit_data` is the hook pika's adapters implement to hand frames to the socket.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._held: list[bytes] | None = None
-        super().__init__(*args, **kwargs)
-
-    def _adapter_emit_data(self, data: bytes) -> None:
-        if self._held is None:
-            super()._adapter_emit_data(data)
-        else:
-            self._held.append(data)
-
-    @contextlib.contextmanager
-    def coalesced(self) -> Iterator[None]:
-        """Frames written inside go to the socket together when the block ends."""
-        self._held = []
-        try:
-            yield
-        finally:
-            held, self._held = self._held, None
-            if held and self.is_open:
-                super()._adapter_emit_data(b"".join(held))
-
-
 class ConfirmedPublisher:
     """Publishes messages with a window of unconfirmed ones; see the module's rules 1-3."""
 
     def __init__(self, options: WriteOptions, messages: Iterator[Outgoing]) -> None:
         self._options = options
         self._messages = messages
-        self._exhausted = False
-        self._closing = False
         self._unconfirmed: collections.OrderedDict[int, Outgoing] = collections.OrderedDict()
         self._delivery_tag = 0
         self._undelivered: list[Undelivered] = []
-        self._failure: BaseException | None = None
-        self._channel: pika.channel.Channel | None = None
-        parameters = connection_parameters(options.uri, options.heartbeat_s)
-        self._connection = CoalescingConnection(
-            parameters,
-            on_open_callback=self._on_open,
-            on_open_error_callback=self._on_failure,
-            on_close_callback=self._on_failure,
-        )
+        self._routes: dict[tuple[str, str], bytes] = {}  # encoded basic.publish by route
 
     def publish_all(self) -> int:
         """Publish every message, wait for every confirm; the number published."""
-        self._connection.ioloop.start()
-        if self._failure is not None:
-            raise self._failure
+        client = Client(self._options.uri, self._options.heartbeat_s)
+        try:
+            client.on_confirm = self._on_confirm
+            client.on_return = self._on_return
+            client.call(ConfirmSelect(), ConfirmSelectOk)
+            exhausted = False
+            while not exhausted or self._unconfirmed:
+                if not exhausted:
+                    exhausted = self._fill(client)
+                if self._unconfirmed:
+                    client.receive(CONFIRM_WAIT_S)
+        finally:
+            client.close()
         if self._undelivered:
             raise UndeliveredError(self._undelivered, self._delivery_tag)
         return self._delivery_tag
 
-    def _on_open(self, connection: pika.connection.Connection) -> None:
-        connection.channel(on_open_callback=self._on_channel_open)
-
-    def _on_channel_open(self, channel: pika.channel.Channel) -> None:
-        self._channel = channel
-        channel.add_on_close_callback(self._on_channel_closed)
-        channel.add_on_return_callback(self._on_return)
-        channel.confirm_delivery(self._on_confirm, callback=lambda _frame: self._fill())
-
-    def _fill(self) -> None:
-        assert self._channel is not None
-        try:
-            with self._connection.coalesced():
-                self._publish_while_room(self._channel)
-        except BaseException as error:
-            self._fail(error)
-            return
-        if self._exhausted and not self._unconfirmed:
-            self._close()
-
-    def _publish_while_room(self, channel: pika.channel.Channel) -> None:
-        while not self._exhausted and len(self._unconfirmed) < self._options.confirm_window:
+    def _fill(self, client: Client) -> bool:
+        """Publish while the window has room, as one write; True once every message was."""
+        room = self._options.confirm_window - len(self._unconfirmed)
+        frames = []
+        exhausted = False
+        mandatory = b"\x01" if self._options.mandatory else b"\x00"
+        for _ in range(room):
             message = next(self._messages, None)
             if message is None:
-                self._exhausted = True
-                return
-            channel.basic_publish(
-                message.exchange,
-                message.routing_key,
-                message.body,
-                message.properties,
-                mandatory=self._options.mandatory,
+                exhausted = True
+                break
+            route = (message.exchange, message.routing_key)
+            method = self._routes.get(route)
+            if method is None:
+                method = _PUBLISH_ID + shortstr(route[0]) + shortstr(route[1]) + mandatory
+                self._routes[route] = method
+            frames.append(
+                content_frames(CHANNEL, method, message.properties, message.body, client.frame_max)
             )
             self._delivery_tag += 1
             self._unconfirmed[self._delivery_tag] = message
+        if frames:
+            client.send(b"".join(frames))
+        return exhausted
 
-    def _on_confirm(self, frame: pika.frame.Method[Any]) -> None:
-        method = frame.method
-        nacked = isinstance(method, pika.spec.Basic.Nack)
+    def _on_confirm(self, delivery_tag: int, multiple: bool, acked: bool) -> None:
         settled = []
-        if method.multiple:
-            while self._unconfirmed and next(iter(self._unconfirmed)) <= method.delivery_tag:
+        if multiple:
+            while self._unconfirmed and next(iter(self._unconfirmed)) <= delivery_tag:
                 settled.append(self._unconfirmed.popitem(last=False)[1])
-        elif method.delivery_tag in self._unconfirmed:
-            settled.append(self._unconfirmed.pop(method.delivery_tag))
-        if nacked:
+        elif delivery_tag in self._unconfirmed:
+            settled.append(self._unconfirmed.pop(delivery_tag))
+        if not acked:
             self._undelivered += [
-                Undelivered(m.exchange, m.routing_key, "nacked", m.properties.message_id, m.body)
+                Undelivered(m.exchange, m.routing_key, "nacked", m.message_id, m.body)
                 for m in settled
             ]
-        self._fill()
 
     def _on_return(
-        self,
-        _channel: pika.channel.Channel,
-        method: pika.spec.Basic.Return,
-        properties: pika.spec.BasicProperties,
-        body: bytes,
+        self, reason: str, exchange: str, routing_key: str, properties: bytes, body: bytes
     ) -> None:
-        why = f"returned: {method.reply_code} {method.reply_text}"
+        message_id = property_values(properties)[MESSAGE_ID]
         self._undelivered.append(
-            Undelivered(method.exchange, method.routing_key, why, properties.message_id, body)
+            Undelivered(exchange, routing_key, f"returned: {reason}", message_id, body)
         )
-
-    def _on_channel_closed(self, _channel: pika.channel.Channel, reason: BaseException) -> None:
-        if not self._closing:
-            self._fail(reason)
-
-    def _fail(self, error: BaseException) -> None:
-        if self._failure is None:
-            self._failure = error
-        self._close()
-
-    def _close(self) -> None:
-        if self._closing:
-            return
-        self._closing = True
-        if self._connection.is_open:
-            self._connection.close()
-        else:
-            self._connection.ioloop.stop()
-
-    def _on_failure(self, _connection: pika.connection.Connection, error: BaseException) -> None:
-        if not self._closing and self._failure is None:
-            self._failure = error
-        self._connection.ioloop.stop()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +155,7 @@ class Published(WriterCommitMessage):
 
 def publish_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Published:
     messages = (
-        outgoing_of(row, options.exchange, options.routing_key)
+        outgoing_of(row, options.exchange, options.routing_key, options.delivery_mode)
         for batch in batches
         for row in batch.to_pylist()
     )
