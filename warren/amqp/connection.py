@@ -147,7 +147,8 @@ class ServerConnection:
     # --- input ---------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        self._decoder.feed(data)
+        if self.state is not State.CLOSED:  # after the close handshake input is discarded
+            self._decoder.feed(data)
 
     def next_event(self) -> Event | NeedData:
         while True:
@@ -238,10 +239,14 @@ class ServerConnection:
     def _open_channel(self, channel: int, method: ChannelOpen) -> None:
         if channel in self.open_channels:
             raise channel_error("second 'channel.open' seen").at(20, 10)
-        if channel > self.channel_max:
+        # channel_max bounds how many channels are open (any number may be used), and a
+        # channel the server closed counts until the client's close-ok, as in RabbitMQ
+        opened = len(self.open_channels) + len(self._closing_channels)
+        if self.channel_max and opened >= self.channel_max:
             raise not_allowed(
-                f"channel {channel} exceeds the negotiated channel_max {self.channel_max}"
-            ).at(20, 10)
+                f"number of channels opened ({opened}) has reached the negotiated "
+                f"channel_max ({self.channel_max})"
+            )
         self.open_channels.add(channel)
 
     def _on_closing_channel(self, frame_type: int, channel: int, payload: bytes) -> Event | None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
-from warren.errors import ReplyCode, SilentHardError, syntax_error
+from warren.amqp.frames import FRAME_METHOD, framing_error
+from warren.errors import HardError, ReplyCode, SilentHardError, frame_error
 
 _SHORT = struct.Struct(">H")
 _LONG = struct.Struct(">I")
@@ -574,7 +575,7 @@ class ConfirmSelectOk(Method):
 def decode_method(payload: bytes) -> Method:
     """Decode a method frame's payload: class id, method id, then the fields."""
     if len(payload) < 4:
-        raise syntax_error("method frame too short")
+        raise framing_error(FRAME_METHOD, payload, "unknown_frame")
     class_id, method_id = _METHOD_ID.unpack_from(payload)
     cls = METHODS.get((class_id, method_id))
     if cls is None:
@@ -583,11 +584,21 @@ def decode_method(payload: bytes) -> Method:
         ).at(class_id, method_id)
     try:
         values, end = _decode_fields(cls.SPEC, payload, 4)
-    except (struct.error, IndexError, TableError, UnicodeDecodeError) as error:
-        raise syntax_error(f"malformed {cls.NAME}: {error}").at(class_id, method_id) from error
+    except UnicodeDecodeError as error:
+        # RabbitMQ checks every shortstr of a method it decodes (basic.publish's names,
+        # read elsewhere, are the exception): no name that is not UTF-8 gets any further
+        raise frame_error("Malformed UTF-8 in shortstr") from error
+    except (struct.error, IndexError, TableError) as error:
+        raise _cannot_decode(cls, payload) from error
     if end > len(payload):
-        raise syntax_error(f"truncated {cls.NAME}").at(class_id, method_id)
+        raise _cannot_decode(cls, payload)
     return cls(*values)
+
+
+def _cannot_decode(cls: type[Method], payload: bytes) -> HardError:
+    """RabbitMQ's words for fields that do not parse: the octets after the method id."""
+    octets = ",".join(str(octet) for octet in payload[4:])
+    return frame_error(f"cannot decode <<{octets}>>").at(cls.CLASS_ID, cls.METHOD_ID)
 
 
 def _decode_fields(spec: tuple[str, ...], payload: bytes, offset: int) -> tuple[list[Any], int]:
@@ -608,7 +619,7 @@ def _decode_fields(spec: tuple[str, ...], payload: bytes, offset: int) -> tuple[
             end = offset + 1 + size
             if end > len(payload):
                 raise IndexError("short string beyond frame")
-            values.append(payload[offset + 1 : end].decode("utf-8", "surrogateescape"))
+            values.append(payload[offset + 1 : end].decode("utf-8"))
             offset = end
         elif kind == "longstr":
             (size,) = _LONG.unpack_from(payload, offset)

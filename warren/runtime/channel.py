@@ -161,6 +161,8 @@ class Channel:
         self._writable_version = -1
         self.last_queue = ""
         self.reply_token: str | None = None
+        # server cancels held back while this channel's queue.delete runs (`_queue_delete`)
+        self._cancels_held: list[m.Method] | None = None
         self.stats = MessageStats()  # message_stats of the management API
         self._handlers: dict[type, Callable[[Any], None]] = {
             m.ChannelFlow: self._flow,
@@ -420,8 +422,17 @@ class Channel:
                     lambda done: self._reply(method, m.QueueDeleteOk(_count(done.result()))),
                 )
                 return
-            count = self.broker.delete_queue(vhost, name)
+            # RabbitMQ answers delete-ok before it cancels this channel's own consumers
+            self._cancels_held = []
+            try:
+                count = self.broker.delete_queue(vhost, name)
+            finally:
+                cancels, self._cancels_held = self._cancels_held, None
             self.connection.forget_exclusive(name)
+            self._reply(method, m.QueueDeleteOk(count))
+            for cancel in cancels:
+                self.send(cancel)
+            return
         self._reply(method, m.QueueDeleteOk(count))
 
     # --- consumers -------------------------------------------------------------------------
@@ -526,7 +537,10 @@ class Channel:
         if self.consumers.pop(consumer_tag, None) is None:
             return
         if self.connection.cancel_notify:
-            self.send(m.BasicCancel(consumer_tag, True))
+            if self._cancels_held is not None:
+                self._cancels_held.append(m.BasicCancel(consumer_tag, True))
+            else:
+                self.send(m.BasicCancel(consumer_tag, True))
 
     def blocked(self) -> bool:
         return self.connection.paused
@@ -680,8 +694,11 @@ class Channel:
     def _apply_settlement(self, command: type, taken: list[tuple[int, Any]]) -> None:
         by_host: dict[int, tuple[QueueHost, list[int]]] = {}
         counted = 0
+        live = self.broker.queues
         for _tag, (host, msg_id, is_counted) in taken:
             counted += is_counted
+            if live.get((host.record.vhost, host.record.name)) is not host:
+                continue  # the queue was deleted meanwhile: RabbitMQ ignores the settlement
             group = by_host.get(id(host))
             if group is None:
                 by_host[id(host)] = (host, [msg_id])
@@ -710,6 +727,8 @@ class Channel:
     # --- publishing ------------------------------------------------------------------------
 
     def publish(self, content: Content) -> None:
+        if content.method.immediate:
+            raise not_implemented("immediate=true").at(60, 40)
         if len(content.body) > self.max_message_size:
             raise precondition_failed(
                 f"message size {len(content.body)} is larger than configured max size"
