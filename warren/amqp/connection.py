@@ -49,6 +49,7 @@ from warren.amqp.methods import (
     ConnectionStartOk,
     ConnectionTuneOk,
     Method,
+    cannot_decode,
     decode_method,
 )
 from warren.errors import (
@@ -56,7 +57,6 @@ from warren.errors import (
     command_invalid,
     frame_error,
     not_allowed,
-    syntax_error,
     unexpected_frame,
 )
 
@@ -341,5 +341,5 @@ def _decode_publish(payload: bytes) -> tuple[BasicPublish, bytes]:
         routing_key = payload[offset + 1 : end].decode("utf-8", "surrogateescape")
         bits = payload[end]
     except IndexError as error:
-        raise syntax_error("malformed basic.publish").at(60, 40) from error
+        raise cannot_decode(BasicPublish, payload) from error
     return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2)), payload[6:end]

@@ -19,6 +19,8 @@ Theory of operation:
    meanwhile wait behind it, so replies keep their order.
 5. Direct reply-to: a consumer on ``amq.rabbitmq.reply-to`` gets a token; a publish to the
    default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
+   A queue.declare of the pseudo-queue (or of a live reply address) is answered as
+   RabbitMQ does, with no messages and one consumer; no queue by these names ever exists.
 """
 
 from __future__ import annotations
@@ -321,6 +323,9 @@ class Channel:
         return host
 
     def _queue_declare(self, method: m.QueueDeclare) -> None:
+        if method.queue.startswith(REPLY_TO):
+            self._declare_reply_to(method)
+            return
         vhost = self.vhost
         name = method.queue or (self.last_queue if method.passive else "")
         if method.passive:
@@ -371,6 +376,20 @@ class Channel:
         else:
             machine = host.machine
             self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
+
+    def _declare_reply_to(self, method: m.QueueDeclare) -> None:
+        """As RabbitMQ: any declare (passive or not, whatever its flags) of the direct
+        reply-to pseudo-queue, or of the address of a live reply consumer, is answered as
+        for a queue with no messages and one consumer; other such names do not exist."""
+        name = method.queue
+        live = name == REPLY_TO or (
+            name.startswith(REPLY_TO_PREFIX)
+            and name[len(REPLY_TO_PREFIX) :] in self.broker.reply_to
+        )
+        if not live:
+            raise queue_not_found(name, self.vhost.name)
+        self.last_queue = name
+        self._reply(method, m.QueueDeclareOk(name, 0, 1))
 
     def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[None]) -> None:
         done.result()
