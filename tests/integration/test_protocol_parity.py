@@ -11,7 +11,6 @@ import socket
 import struct
 import time
 
-import pika.exceptions
 import pytest
 from conftest import (
     CONNECTION_CLOSE,
@@ -64,8 +63,12 @@ def frames_until_quiet(raw, quiet_s: float = 0.5) -> list:
 
 def publish_arguments(routing_key: bytes, exchange: bytes = b"", bits: int = 0) -> bytes:
     exchange_str = bytes((len(exchange),)) + exchange
-    return struct.pack(">H", 0) + exchange_str + bytes((len(routing_key),)) + routing_key + bytes(
-        (bits,)
+    return (
+        struct.pack(">H", 0)
+        + exchange_str
+        + bytes((len(routing_key),))
+        + routing_key
+        + bytes((bits,))
     )
 
 
@@ -265,7 +268,10 @@ NOT_UTF8 = b"n\xff\xfe"
         ),
         (
             BASIC_CONSUME,
-            struct.pack(">H", 0) + shortstr("amq.rabbitmq.reply-to") + b"\x03" + NOT_UTF8
+            struct.pack(">H", 0)
+            + shortstr("amq.rabbitmq.reply-to")
+            + b"\x03"
+            + NOT_UTF8
             + b"\x02"
             + NO_TABLE,
         ),
@@ -313,4 +319,3 @@ def test_routing_key_that_is_not_utf8_travels_as_bytes(amqp, bystander, mgmt, ra
     status, queues = mgmt.request("GET", "/api/queues")
     assert status == 200, queues
     bystander.assert_unharmed()
-

@@ -602,7 +602,9 @@ def decode_method(payload: bytes) -> Method:
 def cannot_decode(cls: type[Method], payload: bytes) -> HardError:
     """RabbitMQ's words for fields that do not parse: the octets after the method id."""
     octets = ",".join(str(octet) for octet in payload[4:])
-    return frame_error(f"cannot decode <<{octets}>>").at(cls.CLASS_ID, cls.METHOD_ID)
+    error = frame_error(f"cannot decode <<{octets}>>")
+    error.at(cls.CLASS_ID, cls.METHOD_ID)
+    return error
 
 
 def _decode_fields(

@@ -46,9 +46,9 @@ class Exchange:
     """One exchange of a vhost."""
 
     __slots__ = (
+        "_argument_alternate",
         "_by_destination",
         "_exchange_destinations",
-        "_argument_alternate",
         "_router",
         "alternate_exchange",
         "arguments",
