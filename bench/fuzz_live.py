@@ -160,8 +160,12 @@ def _arguments(rng: random.Random) -> bytes:
     choice = rng.random()
     if choice < 0.7:
         return table({})
-    key = rng.choice(("x-max-length", "x-message-ttl", "x-expires", "x-queue-type", "x-priority"))
+    keys = ("x-max-length", "x-message-ttl", "x-expires", "x-queue-type", "x-priority")
+    key = rng.choice(keys)
     value: object = rng.choice((0, 1, 5, -1, "classic", "quorum", "bogus"))
+    if rng.random() < 0.5:  # expired messages go to another queue of the pool, with x-death
+        dead_letters = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "fz.a"}
+        return table({"x-message-ttl": rng.choice((0, 1)), **dead_letters})
     return table({key: value})
 
 

@@ -319,3 +319,30 @@ def test_routing_key_that_is_not_utf8_travels_as_bytes(amqp, bystander, mgmt, ra
     status, queues = mgmt.request("GET", "/api/queues")
     assert status == 200, queues
     bystander.assert_unharmed()
+
+
+def test_dead_lettering_keeps_a_routing_key_that_is_not_utf8(amqp, bystander, raw_amqp):
+    # x-death quotes the routing keys: as the bytes that came
+    exchange = amqp.exchange("fan-dl", "fanout", bystander.channel)
+    dead = amqp.queue("dead", bystander.channel)
+    arguments = {"x-message-ttl": 0, "x-dead-letter-exchange": ""}
+    arguments["x-dead-letter-routing-key"] = dead
+    queue = amqp.queue("expiring", bystander.channel, arguments=arguments)
+    bystander.channel.queue_bind(queue, exchange)
+    raw = raw_amqp()
+    raw.open_channel(1)
+    raw.send_method(1, 60, 40, publish_arguments(NOT_UTF8, exchange=exchange.encode()))
+    raw.send(content(1, b"odd"))
+    get = struct.pack(">H", 0) + shortstr(dead) + b"\x01"
+    for _ in range(100):
+        raw.send_method(1, 60, 70, get)  # basic.get, no-ack
+        frame = raw.read_frame()
+        if frame.method == (60, 71):
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("nothing was dead-lettered")
+    header = raw.read_frame().payload
+    assert b"routing-keys" in header and NOT_UTF8 in header
+    raw.read_frame()  # the body
+    bystander.assert_unharmed()
