@@ -12,28 +12,15 @@ import struct
 import time
 
 import pytest
-from conftest import (
-    CONNECTION_CLOSE,
-    FRAME_BODY,
-    FRAME_HEADER,
-    FRAME_METHOD,
-    PROTOCOL_HEADER,
-    frame_bytes,
-    longstr,
-    method_payload,
-    shortstr,
-)
-from test_malformed_frames import Bystander
 
+from bench.wire import PROTOCOL_HEADER, frame, longstr, method_frame, shortstr
+
+FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
+CONNECTION_CLOSE = (10, 50)
 QUEUE_DECLARE, QUEUE_DELETE, QUEUE_DELETE_OK = (50, 10), (50, 40), (50, 41)
 BASIC_CONSUME, BASIC_CANCEL = (60, 20), (60, 30)
 CHANNEL_CLOSE, CHANNEL_CLOSE_OK = (20, 40), (20, 41)
 NO_TABLE = struct.pack(">I", 0)
-
-
-@pytest.fixture
-def bystander(amqp) -> Bystander:
-    return Bystander(amqp)
 
 
 def close_arguments(code: int = 200, text: bytes = b"") -> bytes:
@@ -74,7 +61,7 @@ def publish_arguments(routing_key: bytes, exchange: bytes = b"", bits: int = 0) 
 
 def content(channel: int, body: bytes) -> bytes:
     header = struct.pack(">HHQH", 60, 0, len(body), 0)
-    return frame_bytes(FRAME_HEADER, channel, header) + frame_bytes(FRAME_BODY, channel, body)
+    return frame(FRAME_HEADER, channel, header) + frame(FRAME_BODY, channel, body)
 
 
 # --- basic.publish ----------------------------------------------------------------------------
@@ -170,7 +157,7 @@ def test_queue_delete_ok_comes_before_the_cancel_of_its_consumer(amqp, raw_amqp)
     raw.expect_method(1, (60, 21))
     raw.send_method(1, *QUEUE_DELETE, struct.pack(">H", 0) + shortstr(queue) + b"\x00")
     frames = frames_until_quiet(raw)
-    assert [frame.method for frame in frames] == [QUEUE_DELETE_OK, BASIC_CANCEL]
+    assert [each.method for each in frames] == [QUEUE_DELETE_OK, BASIC_CANCEL]
     assert frames[1].payload[4:] == shortstr("ctag") + b"\x01"  # nowait
 
 
@@ -183,9 +170,9 @@ def test_close_ok_then_the_socket_waits_for_the_client(amqp, bystander, raw_amqp
     raw = raw_amqp()
     raw.open_channel(1)
     queue = amqp.queue("inflight", bystander.channel)
-    publish = frame_bytes(FRAME_METHOD, 1, method_payload(60, 40, publish_arguments(b"x")))
+    publish = method_frame(1, (60, 40), publish_arguments(b"x"))
     publish += content(1, b"m")
-    close = frame_bytes(FRAME_METHOD, 0, method_payload(*CONNECTION_CLOSE, close_arguments()))
+    close = method_frame(0, CONNECTION_CLOSE, close_arguments())
     raw.send(raw.publish_frames(1, "", queue, b"before") + close + publish * 50)
     raw.expect_method(0, (10, 51))
     raw.sock.settimeout(0.3)
@@ -243,12 +230,12 @@ def test_one_oversized_frame_gets_one_close(bystander, raw_amqp):
     raw = raw_amqp()
     raw.open_channel(1)
     body = b"x" * (raw.frame_max + 1)
-    raw.send(frame_bytes(FRAME_METHOD, 1, method_payload(60, 40, publish_arguments(b"q"))))
-    raw.send(frame_bytes(FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, len(body), 0)))
-    raw.send(frame_bytes(FRAME_BODY, 1, body[: len(body) // 2]))
+    raw.send(method_frame(1, (60, 40), publish_arguments(b"q")))
+    raw.send(frame(FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, len(body), 0)))
+    raw.send(frame(FRAME_BODY, 1, body[: len(body) // 2]))
     raw.send(body[len(body) // 2 :] + b"\xce")
     frames = frames_until_quiet(raw)
-    assert [frame.method for frame in frames] == [CONNECTION_CLOSE]
+    assert [each.method for each in frames] == [CONNECTION_CLOSE]
     bystander.assert_unharmed()
 
 
@@ -299,9 +286,9 @@ def test_publish_quotes_an_exchange_name_that_is_not_utf8(bystander, raw_amqp):
     raw.open_channel(1)
     raw.send_method(1, 60, 40, publish_arguments(b"q", exchange=NOT_UTF8))
     raw.send(content(1, b"lost"))
-    frame = raw.expect_method(1, CHANNEL_CLOSE)
+    close = raw.expect_method(1, CHANNEL_CLOSE)
     text = b"NOT_FOUND - no exchange '" + NOT_UTF8 + b"' in vhost '/'"
-    assert parse_close(frame.payload) == (404, text, 60, 40)
+    assert parse_close(close.payload) == (404, text, 60, 40)
     bystander.assert_unharmed()
 
 
@@ -336,8 +323,8 @@ def test_dead_lettering_keeps_a_routing_key_that_is_not_utf8(amqp, bystander, ra
     get = struct.pack(">H", 0) + shortstr(dead) + b"\x01"
     for _ in range(100):
         raw.send_method(1, 60, 70, get)  # basic.get, no-ack
-        frame = raw.read_frame()
-        if frame.method == (60, 71):
+        reply = raw.read_frame()
+        if reply.method == (60, 71):
             break
         time.sleep(0.02)
     else:
