@@ -6,11 +6,17 @@ consumes them with acks, fuzzing connections send, each on its own socket:
 - random bytes (before or after a valid protocol header);
 - a valid handshake, channel open and publish, with random bytes flipped, cut or inserted;
 - a valid handshake, then well-framed methods with random class/method ids and payloads,
-  content headers and bodies out of place, oversized and heartbeat frames on channels.
+  content headers and bodies out of place, oversized and heartbeat frames on channels;
+- a valid handshake, then a conversation of well-formed methods with random fields on a
+  few channels over a small shared pool of names (some not UTF-8, some the direct reply-to
+  pseudo-queue): declares, deletes, consumes, gets, publishes, settlements with and without
+  requeue, recovers, transactions, channel closes. Fuzzing connections share the pool, so
+  one deletes the queues another consumes from and settles deliveries of.
 
 Each fuzzing connection reads what the node answers until it closes the socket (or a short
-timeout) and goes away. The node must stay up, and the good client must get back every
-message it had confirmed. Example, a long run:
+timeout) and goes away; an INTERNAL_ERROR (541) close in what it read is counted. Meanwhile
+a poller reads the management API's listings; every answer must be 200. The node must stay
+up, and the good client must get back every message it had confirmed. Example, a long run:
 
     .venv/bin/python -m bench.fuzz_live --duration 600 --fuzzers 16
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -35,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import aiohttp
 import aiormq
 from pamqp.commands import Basic
 
@@ -62,11 +70,19 @@ class Report:
     lost: int = 0
     node_alive: bool = True
     internal_errors: int = 0  # 541s the node logged (known when this script started it)
+    internal_error_closes: int = 0  # channel or connection closes with 541 fuzzers read
+    mgmt_requests: int = 0
+    mgmt_failures: int = 0  # answers other than 200 (or no answer)
 
     @property
     def ok(self) -> bool:
         return (
-            self.node_alive and self.lost == 0 and self.confirmed > 0 and not self.internal_errors
+            self.node_alive
+            and self.lost == 0
+            and self.confirmed > 0
+            and not self.internal_errors
+            and not self.internal_error_closes
+            and not self.mgmt_failures
         )
 
 
@@ -119,9 +135,114 @@ def random_frame(rng: random.Random) -> bytes:
     return frame(kind, channel, payload)
 
 
+# names fuzzing conversations share: plain, not UTF-8, reserved, the reply-to pseudo-queue
+NAMES = (
+    b"fz.a",
+    b"fz.b",
+    b"fz.c",
+    b"fz.\xff\xfe",
+    b"",
+    b"amq.rabbitmq.reply-to",
+    b"amq.rabbitmq.reply-to.x",
+    b"amq.fz",
+)
+TAGS = (b"t1", b"t2", b"", b"t\xff")
+EXCHANGES = (b"", b"amq.fanout", b"amq.direct", b"fz.x", b"fz.\xff", b"nope")
+# (class, method) of ack, reject, nack: a delivery tag, then their bits
+SETTLEMENTS = ((60, 80), (60, 90), (60, 120))
+
+
+def _name(rng: random.Random) -> bytes:
+    return rng.choice(NAMES) if rng.random() < 0.9 else rng.randbytes(rng.randrange(1, 12))
+
+
+def _arguments(rng: random.Random) -> bytes:
+    choice = rng.random()
+    if choice < 0.7:
+        return table({})
+    keys = ("x-max-length", "x-message-ttl", "x-expires", "x-queue-type", "x-priority")
+    key = rng.choice(keys)
+    value: object = rng.choice((0, 1, 5, -1, "classic", "quorum", "bogus"))
+    if rng.random() < 0.5:  # expired messages go to another queue of the pool, with x-death
+        dead_letters = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "fz.a"}
+        return table({"x-message-ttl": rng.choice((0, 1)), **dead_letters})
+    return table({key: value})
+
+
+def conversation_frame(rng: random.Random) -> list[bytes]:
+    """One well-formed method (with its content, for a publish) with random fields."""
+    channel = rng.choice((1, 1, 2, 3))
+    bits = bytes([rng.randrange(32)])
+    kind = rng.randrange(16)
+    if kind == 0:
+        return [
+            method_frame(
+                channel, (50, 10), b"\x00\x00" + shortstr(_name(rng)) + bits + _arguments(rng)
+            )
+        ]
+    if kind == 1:
+        return [method_frame(channel, (50, 40), b"\x00\x00" + shortstr(_name(rng)) + bits)]
+    if kind == 2:
+        consume = b"\x00\x00" + shortstr(_name(rng)) + shortstr(rng.choice(TAGS)) + bits
+        return [method_frame(channel, (60, 20), consume + _arguments(rng))]
+    if kind == 3:
+        return [method_frame(channel, (60, 30), shortstr(rng.choice(TAGS)) + b"\x00")]
+    if kind == 4:
+        return [method_frame(channel, (60, 70), b"\x00\x00" + shortstr(_name(rng)) + bits)]
+    if kind in (5, 6):
+        route = shortstr(rng.choice(EXCHANGES)) + shortstr(_name(rng))
+        body = rng.randbytes(rng.randrange(0, 32))
+        return [
+            method_frame(channel, (60, 40), b"\x00\x00" + route + bytes([rng.randrange(4)])),
+            frame(FRAME_HEADER, channel, struct.pack("!HHQH", 60, 0, len(body), 0)),
+            frame(FRAME_BODY, channel, body),
+        ]
+    if kind in (7, 8):
+        settle = rng.choice(SETTLEMENTS)
+        tag = struct.pack("!Q", rng.randrange(0, 6))
+        return [method_frame(channel, settle, tag + bytes([rng.randrange(4)]))]
+    if kind == 9:
+        return [
+            method_frame(channel, rng.choice(((60, 110), (60, 100))), bytes([rng.randrange(2)]))
+        ]
+    if kind == 10:
+        close = struct.pack("!H", 200) + shortstr(b"") + struct.pack("!HH", 0, 0)
+        return [
+            method_frame(channel, (20, 40), close),
+            method_frame(channel, (20, 10), shortstr("")),
+        ]
+    if kind == 11:
+        bind = b"\x00\x00" + shortstr(_name(rng)) + shortstr(rng.choice(EXCHANGES))
+        return [method_frame(channel, (50, 20), bind + shortstr(_name(rng)) + bits + table({}))]
+    if kind == 12:
+        declare = (
+            b"\x00\x00"
+            + shortstr(rng.choice(EXCHANGES))
+            + shortstr(rng.choice((b"direct", b"fanout", b"topic", b"headers", b"x-bogus")))
+        )
+        return [method_frame(channel, (40, 10), declare + bits + _arguments(rng))]
+    if kind == 13:
+        return [method_frame(channel, rng.choice(((90, 10), (90, 20), (90, 30), (85, 10))), bits)]
+    if kind == 14:
+        qos = struct.pack("!IHB", 0, rng.randrange(0, 4), rng.randrange(2))
+        return [method_frame(channel, (60, 10), qos)]
+    return [method_frame(channel, (50, 30), b"\x00\x00" + shortstr(_name(rng)) + bits)]
+
+
+def conversation(rng: random.Random) -> list[bytes]:
+    opens = [method_frame(channel, (20, 10), shortstr("")) for channel in (1, 2, 3)]
+    methods = [chunk for _ in range(rng.randrange(5, 40)) for chunk in conversation_frame(rng)]
+    if rng.random() < 0.2:  # a frame of it mutated
+        index = rng.randrange(len(methods))
+        methods[index] = mutate(methods[index], rng)
+    return [PROTOCOL_HEADER, *handshake(), *opens, *methods]
+
+
 def fuzz_case(rng: random.Random) -> list[bytes]:
     """The chunks one fuzzing connection writes."""
-    style = rng.randrange(4)
+    style = rng.randrange(6)
+    if style >= 4:
+        return conversation(rng)
     if style == 0:
         head = PROTOCOL_HEADER if rng.random() < 0.5 else b""
         return [head + rng.randbytes(rng.randrange(1, 200))]
@@ -148,17 +269,69 @@ async def fuzz_connection(host: str, port: int, rng: random.Random, report: Repo
             report.bytes_sent += len(chunk)
         await writer.drain()
         deadline = time.monotonic() + READ_TIMEOUT_S
+        received = bytearray()
         while (left := deadline - time.monotonic()) > 0:
             data = await asyncio.wait_for(reader.read(65536), left)
             if not data:
                 report.closed_by_node += 1
                 break
+            received += data
+            report.internal_error_closes += count_internal_errors(received)
     except (TimeoutError, OSError):
         pass
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+# connection.close and channel.close with reply code 541 (INTERNAL_ERROR)
+_INTERNAL_ERROR_CLOSES = (b"\x00\x0a\x00\x32\x02\x1d", b"\x00\x14\x00\x28\x02\x1d")
+
+
+def count_internal_errors(received: bytearray) -> int:
+    """541 closes in what was read (consumed from the buffer once counted)."""
+    found = 0
+    for marker in _INTERNAL_ERROR_CLOSES:
+        while (at := received.find(marker)) >= 0:
+            found += 1
+            del received[: at + len(marker)]
+    return found
+
+
+MGMT_LISTINGS = (
+    "/api/overview",
+    "/api/queues",
+    "/api/exchanges",
+    "/api/connections",
+    "/api/channels",
+    "/api/consumers",
+    "/api/definitions",
+)
+
+
+async def mgmt_poller(base_url: str, report: Report, until: float) -> None:
+    """Read the management API's listings in turn until the run ends; count non-200s."""
+    parts = urlsplit(base_url)
+    credentials = f"{parts.username or 'guest'}:{parts.password or 'guest'}".encode()
+    headers = {"Authorization": "Basic " + base64.b64encode(credentials).decode()}
+    root = f"{parts.scheme}://{parts.hostname}:{parts.port}"
+    async with aiohttp.ClientSession(headers=headers) as session:
+        index = 0
+        while time.monotonic() < until:
+            path = MGMT_LISTINGS[index % len(MGMT_LISTINGS)]
+            index += 1
+            report.mgmt_requests += 1
+            try:
+                async with session.get(root + path, timeout=aiohttp.ClientTimeout(10)) as answer:
+                    await answer.read()
+                    if answer.status != 200:
+                        report.mgmt_failures += 1
+                        print(f"{path}: {answer.status}", file=sys.stderr)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                report.mgmt_failures += 1
+                print(f"{path}: {error!r}", file=sys.stderr)
+            await asyncio.sleep(0.2)
 
 
 async def fuzzer(host: str, port: int, rng: random.Random, report: Report, until: float) -> None:
@@ -208,16 +381,22 @@ async def good_client(url: str, report: Report, until: float) -> None:
     report.lost = len(confirmed - consumed)
 
 
-async def run(url: str, duration_s: float, fuzzers: int, seed: int) -> Report:
-    """Fuzz the node at `url` for `duration_s` beside one good client."""
+async def run(
+    url: str, duration_s: float, fuzzers: int, seed: int, mgmt_url: str | None = None
+) -> Report:
+    """Fuzz the node at `url` for `duration_s` beside one good client (and a poller of the
+    management API at `mgmt_url`, if given)."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 5672
     report = Report()
     started = time.monotonic()
     until = started + duration_s
     rngs = [random.Random(f"{seed}:{index}") for index in range(fuzzers)]
+    poller = [mgmt_poller(mgmt_url, report, until)] if mgmt_url else []
     await asyncio.gather(
-        good_client(url, report, until), *(fuzzer(host, port, rng, report, until) for rng in rngs)
+        good_client(url, report, until),
+        *(fuzzer(host, port, rng, report, until) for rng in rngs),
+        *poller,
     )
     report.seconds = round(time.monotonic() - started, 1)
     return report
@@ -229,6 +408,11 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
     parser.add_argument("--fuzzers", type=int, default=8, help="concurrent fuzzing connections")
     parser.add_argument("--seed", type=int, default=None, help="random seed (printed)")
+    parser.add_argument(
+        "--mgmt-url",
+        help="the management API of --url, as http://user:pass@host:port (default: the "
+        "started node's; none with --url alone)",
+    )
     args = parser.parse_args()
     logging.getLogger("aiormq").setLevel(logging.CRITICAL)
     # a fuzzing socket the node closed while we still write to it is expected, not news
@@ -236,14 +420,15 @@ def main() -> None:
     seed = random.randrange(2**32) if args.seed is None else args.seed
     with contextlib.ExitStack() as stack:
         node = None
-        url = args.url
+        url, mgmt_url = args.url, args.mgmt_url
         if url is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="warren-fuzz-")))
             node = Node(root / "data", SEGMENT_MAX_BYTES_DEFAULT, RESIDENT_MESSAGES_MAX_DEFAULT)
             node.start()
             stack.callback(node.stop)
             url = node.url
-        report = asyncio.run(run(url, args.duration, args.fuzzers, seed))
+            mgmt_url = f"http://guest:guest@127.0.0.1:{node.management_port}"
+        report = asyncio.run(run(url, args.duration, args.fuzzers, seed, mgmt_url))
         if node is not None and node.process is not None:
             report.node_alive = node.process.poll() is None
             node_log = node.data_dir.parent / f"{node.data_dir.name}.{node.starts}.log"

@@ -67,6 +67,7 @@ class Node:
     resident_messages_max: int
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
+    management_port: int = 0
     starts: int = 0
 
     @property
@@ -78,7 +79,9 @@ class Node:
         self.starts += 1
         log_path = self.data_dir.parent / f"{self.data_dir.name}.{self.starts}.log"
         command = [sys.executable, "-m", "warren", "--port", str(self.port)]
-        command += ["--management-port", str(free_port()), "--data-dir", str(self.data_dir)]
+        self.management_port = free_port()
+        command += ["--management-port", str(self.management_port)]
+        command += ["--data-dir", str(self.data_dir)]
         command += ["--bind", "127.0.0.1"]
         command += ["--log-segment-max-bytes", str(self.segment_max_bytes)]
         command += ["--queue-resident-messages-max", str(self.resident_messages_max)]

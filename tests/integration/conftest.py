@@ -13,6 +13,8 @@ Theory of operation:
 4. `raw_amqp()` is a client on a plain socket that builds every frame by hand (AMQP 0-9-1
    section 4.2.3 general frame format: type, channel, size, payload, frame-end 0xCE), for
    sending what no client library would: broken frames, unknown methods, wrong headers.
+   `bystander` is a well-behaved pika connection opened before it, which must notice
+   nothing of it.
 5. `mgmt` talks to the broker's HTTP management API (policies, `GET /api/queues` columns);
    its address comes from `WARREN_TEST_MGMT_URL` or from a `management` fixture.
 """
@@ -741,3 +743,34 @@ def raw_amqp(broker: Any) -> Iterator[Callable[..., RawAmqp]]:
     yield connect
     for raw in connections:
         raw.close()
+
+
+class Bystander:
+    """A pika connection opened before a misbehaving one, with one message queued: after
+    the misbehaviour it must still publish and consume, and find its message."""
+
+    def __init__(self, amqp: Amqp) -> None:
+        self.amqp = amqp
+        self.connection = amqp.connect()
+        self.channel = self.connection.channel()
+        self.queue = amqp.queue("bystander", self.channel)
+        amqp.publish(self.channel, self.queue, "before")
+        amqp.sync(self.channel)
+
+    def assert_unharmed(self) -> None:
+        self.amqp.publish(self.channel, self.queue, "after")
+        got: list[str] = []
+
+        def on_message(channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            got.append(body.decode())
+            channel.basic_ack(method.delivery_tag)
+
+        tag = self.channel.basic_consume(self.queue, on_message)
+        self.amqp.pump(self.connection, lambda: len(got) >= 2)
+        self.channel.basic_cancel(tag)
+        assert got == ["before", "after"]
+
+
+@pytest.fixture
+def bystander(amqp: Amqp) -> Bystander:
+    return Bystander(amqp)

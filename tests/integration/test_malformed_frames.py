@@ -17,36 +17,6 @@ import pytest
 METHOD, HEADER, BODY = 1, 2, 3
 
 
-class Bystander:
-    """A pika connection opened before the misbehaving one, with one message queued."""
-
-    def __init__(self, amqp) -> None:
-        self.amqp = amqp
-        self.connection = amqp.connect()
-        self.channel = self.connection.channel()
-        self.queue = amqp.queue("bystander", self.channel)
-        amqp.publish(self.channel, self.queue, "before")
-        amqp.sync(self.channel)
-
-    def assert_unharmed(self) -> None:
-        self.amqp.publish(self.channel, self.queue, "after")
-        got: list[str] = []
-
-        def on_message(channel, method, properties, body) -> None:
-            got.append(body.decode())
-            channel.basic_ack(method.delivery_tag)
-
-        tag = self.channel.basic_consume(self.queue, on_message)
-        self.amqp.pump(self.connection, lambda: len(got) >= 2)
-        self.channel.basic_cancel(tag)
-        assert got == ["before", "after"]
-
-
-@pytest.fixture
-def bystander(amqp) -> Bystander:
-    return Bystander(amqp)
-
-
 def test_bad_frame_end(bystander, raw_amqp):
     raw = raw_amqp()
     channel_open = struct.pack(">HH", 20, 10) + raw.shortstr("")

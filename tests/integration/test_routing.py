@@ -277,3 +277,29 @@ def test_alternate_exchanges_chain(amqp):
     channel.queue_bind(queue, last)
     assert returned_by(amqp, channel, first) == []
     assert amqp.bodies(channel, queue) == ["m1"]
+
+
+def test_alternate_exchange_set_by_policy(amqp, mgmt):
+    channel = amqp.channel()
+    alternate = amqp.exchange("ae", "fanout", channel)
+    unrouted = amqp.queue("unrouted", channel)
+    channel.queue_bind(unrouted, alternate)
+    before = amqp.exchange("x.before", "direct", channel)
+    policy = mgmt.set_policy("ae", r"x\.", {"alternate-exchange": alternate}, apply_to="exchanges")
+    after = amqp.exchange("x.after", "direct", channel)
+    assert returned_by(amqp, channel, before) == []
+    assert returned_by(amqp, channel, after) == []
+    assert amqp.bodies(channel, unrouted) == ["m1", "m1"]
+    mgmt.clear_policy(policy)
+    assert returned_by(amqp, channel, before) == [(312, "NO_ROUTE", before)]
+
+
+def test_alternate_exchange_argument_wins_over_the_policy(amqp, mgmt):
+    channel = amqp.channel()
+    exchange, _, unrouted = with_alternate(amqp, channel)
+    by_policy = amqp.exchange("by-policy", "fanout", channel)
+    ignored = amqp.queue("ignored", channel)
+    channel.queue_bind(ignored, by_policy)
+    mgmt.set_policy("ae", "x$", {"alternate-exchange": by_policy}, apply_to="exchanges")
+    assert returned_by(amqp, channel, exchange) == []
+    assert (amqp.bodies(channel, unrouted), amqp.bodies(channel, ignored)) == (["m1"], [])

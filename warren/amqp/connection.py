@@ -49,6 +49,7 @@ from warren.amqp.methods import (
     ConnectionStartOk,
     ConnectionTuneOk,
     Method,
+    cannot_decode,
     decode_method,
 )
 from warren.errors import (
@@ -56,7 +57,6 @@ from warren.errors import (
     command_invalid,
     frame_error,
     not_allowed,
-    syntax_error,
     unexpected_frame,
 )
 
@@ -147,7 +147,8 @@ class ServerConnection:
     # --- input ---------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        self._decoder.feed(data)
+        if self.state is not State.CLOSED:  # after the close handshake input is discarded
+            self._decoder.feed(data)
 
     def next_event(self) -> Event | NeedData:
         while True:
@@ -238,10 +239,14 @@ class ServerConnection:
     def _open_channel(self, channel: int, method: ChannelOpen) -> None:
         if channel in self.open_channels:
             raise channel_error("second 'channel.open' seen").at(20, 10)
-        if channel > self.channel_max:
+        # channel_max bounds how many channels are open (any number may be used), and a
+        # channel the server closed counts until the client's close-ok, as in RabbitMQ
+        opened = len(self.open_channels) + len(self._closing_channels)
+        if self.channel_max and opened >= self.channel_max:
             raise not_allowed(
-                f"channel {channel} exceeds the negotiated channel_max {self.channel_max}"
-            ).at(20, 10)
+                f"number of channels opened ({opened}) has reached the negotiated "
+                f"channel_max ({self.channel_max})"
+            )
         self.open_channels.add(channel)
 
     def _on_closing_channel(self, frame_type: int, channel: int, payload: bytes) -> Event | None:
@@ -336,5 +341,5 @@ def _decode_publish(payload: bytes) -> tuple[BasicPublish, bytes]:
         routing_key = payload[offset + 1 : end].decode("utf-8", "surrogateescape")
         bits = payload[end]
     except IndexError as error:
-        raise syntax_error("malformed basic.publish").at(60, 40) from error
+        raise cannot_decode(BasicPublish, payload) from error
     return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2)), payload[6:end]

@@ -74,6 +74,7 @@ PRIORITY_FLAG: Final = 1 << 11
 REPLY_TO_FLAG: Final = 1 << 9
 USER_ID_FLAG: Final = 1 << 4
 EMPTY_PROPERTIES: Final = b"\x00\x00"
+_UNDEFINED_FLAGS: Final = 0b11
 
 
 def parse_content_header(payload: bytes) -> tuple[int, int, bytes]:
@@ -93,6 +94,10 @@ def decode_properties(raw: bytes) -> BasicProperties:
 
 def _decode_properties(raw: bytes) -> BasicProperties:
     (flags,) = _SHORT.unpack_from(raw, 0)
+    if flags & _UNDEFINED_FLAGS:
+        # basic's 14 properties fit one flag word: bit 0 would announce another (clients
+        # such as pamqp then read one), bit 1 is nobody's; a consumer must not get either
+        raise IndexError(f"property flags 0x{flags:04x} set bits basic does not define")
     offset = 2
     values: list[object] = []
     view = memoryview(raw)

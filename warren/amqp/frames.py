@@ -6,7 +6,8 @@ Theory of operation (spec section 4.2.3, "General Frame Format"):
    as ``(type, channel, payload)`` or `NEED_DATA` when the buffer holds no whole frame.
 2. Every frame's end octet is checked, heartbeats included. A bad end octet, an unknown
    frame type or a frame larger than the negotiated frame_max raises `HardError` 501
-   FRAME_ERROR: the connection cannot be resynchronised after that.
+   FRAME_ERROR: the connection cannot be resynchronised after that, so the decoder is
+   `broken` from then on and drops whatever else arrives (one error, one close).
 3. The decoder never blocks and never raises on partial input.
 4. Before the handshake the peer must send the protocol header; `read_protocol_header`
    consumes it and reports whether it is the one we speak.
@@ -59,14 +60,17 @@ class ProtocolHeader(enum.Enum):
 class FrameDecoder:
     """Incremental frame splitter over a growing buffer."""
 
-    __slots__ = ("_buffer", "_offset", "frame_max")
+    __slots__ = ("_buffer", "_offset", "broken", "frame_max")
 
     def __init__(self, frame_max: int) -> None:
         self._buffer = bytearray()
         self._offset = 0
         self.frame_max = frame_max
+        self.broken = False
 
     def feed(self, data: bytes) -> None:
+        if self.broken:
+            return
         if self._offset and self._offset == len(self._buffer):
             self._buffer.clear()
             self._offset = 0
@@ -85,6 +89,15 @@ class FrameDecoder:
         return ProtocolHeader.OK if header == PROTOCOL_HEADER else ProtocolHeader.WRONG
 
     def next_frame(self) -> Frame | NeedData:
+        try:
+            return self._next_frame()
+        except HardError:
+            self.broken = True
+            self._buffer.clear()
+            self._offset = 0
+            raise
+
+    def _next_frame(self) -> Frame | NeedData:
         buffer = self._buffer
         start = self._offset
         if len(buffer) - start < 7:

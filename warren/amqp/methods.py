@@ -9,9 +9,15 @@ Theory of operation:
 2. `decode_method(payload)` reads a method frame's payload into an instance;
    `encode_method(m)` writes one back. Consecutive ``bit`` fields share an octet, as the
    spec's packing rule says (section 4.2.5.2).
-3. Truncated or malformed payloads raise `HardError` 502 SYNTAX_ERROR; an unknown
-   class/method pair raises 540 NOT_IMPLEMENTED as RabbitMQ does.
-4. The hottest methods have unrolled codecs next to their users (basic.publish in
+3. Fields that do not parse raise `HardError` 501 ``FRAME_ERROR - cannot decode <<...>>``
+   naming the method, and a frame too short for the ids 501 ``unknown_frame``, in
+   RabbitMQ's words; an unknown class/method pair drops the connection as RabbitMQ does.
+4. Names: RabbitMQ refuses a shortstr that is not UTF-8 (501 ``Malformed UTF-8 in
+   shortstr``) in every method but those that carry content (basic.publish, and what the
+   server sends of a message), whose exchange and routing key are bytes it passes on. So
+   only those may hold names that are not UTF-8 (as lone surrogates, `surrogateescape`);
+   queue, exchange and consumer names are always valid text.
+5. The hottest methods have unrolled codecs next to their users (basic.publish in
    `connection`, basic.deliver in `content`); this table is the reference they match.
 """
 
@@ -22,8 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
+from warren.amqp.frames import FRAME_METHOD, framing_error
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
-from warren.errors import ReplyCode, SilentHardError, syntax_error
+from warren.errors import HardError, ReplyCode, SilentHardError, frame_error
 
 _SHORT = struct.Struct(">H")
 _LONG = struct.Struct(">I")
@@ -574,7 +581,7 @@ class ConfirmSelectOk(Method):
 def decode_method(payload: bytes) -> Method:
     """Decode a method frame's payload: class id, method id, then the fields."""
     if len(payload) < 4:
-        raise syntax_error("method frame too short")
+        raise framing_error(FRAME_METHOD, payload, "unknown_frame")
     class_id, method_id = _METHOD_ID.unpack_from(payload)
     cls = METHODS.get((class_id, method_id))
     if cls is None:
@@ -582,15 +589,28 @@ def decode_method(payload: bytes) -> Method:
             ReplyCode.NOT_IMPLEMENTED, f"{{unknown_method_id,{{{class_id},{method_id}}}}}"
         ).at(class_id, method_id)
     try:
-        values, end = _decode_fields(cls.SPEC, payload, 4)
-    except (struct.error, IndexError, TableError, UnicodeDecodeError) as error:
-        raise syntax_error(f"malformed {cls.NAME}: {error}").at(class_id, method_id) from error
+        values, end = _decode_fields(cls.SPEC, payload, 4, cls.HAS_CONTENT)
+    except UnicodeDecodeError as error:
+        raise frame_error("Malformed UTF-8 in shortstr") from error
+    except (struct.error, IndexError, TableError) as error:
+        raise cannot_decode(cls, payload) from error
     if end > len(payload):
-        raise syntax_error(f"truncated {cls.NAME}").at(class_id, method_id)
+        raise cannot_decode(cls, payload)
     return cls(*values)
 
 
-def _decode_fields(spec: tuple[str, ...], payload: bytes, offset: int) -> tuple[list[Any], int]:
+def cannot_decode(cls: type[Method], payload: bytes) -> HardError:
+    """RabbitMQ's words for fields that do not parse: the octets after the method id."""
+    octets = ",".join(str(octet) for octet in payload[4:])
+    error = frame_error(f"cannot decode <<{octets}>>")
+    error.at(cls.CLASS_ID, cls.METHOD_ID)
+    return error
+
+
+def _decode_fields(
+    spec: tuple[str, ...], payload: bytes, offset: int, names_as_bytes: bool
+) -> tuple[list[Any], int]:
+    text_errors = "surrogateescape" if names_as_bytes else "strict"
     values: list[Any] = []
     bit = 8
     bits = 0
@@ -608,7 +628,7 @@ def _decode_fields(spec: tuple[str, ...], payload: bytes, offset: int) -> tuple[
             end = offset + 1 + size
             if end > len(payload):
                 raise IndexError("short string beyond frame")
-            values.append(payload[offset + 1 : end].decode("utf-8", "surrogateescape"))
+            values.append(payload[offset + 1 : end].decode("utf-8", text_errors))
             offset = end
         elif kind == "longstr":
             (size,) = _LONG.unpack_from(payload, offset)

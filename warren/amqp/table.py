@@ -3,7 +3,9 @@
 Theory of operation:
 1. `decode_table` turns a field table into a dict of plain Python values; `encode_table`
    turns such a dict back into bytes. Long strings decode to `str` when they are valid
-   UTF-8 and to `bytes` otherwise; both encode as longstr (``S``).
+   UTF-8 and to `bytes` otherwise; both encode as longstr (``S``). A `str` holding lone
+   surrogates (a message's routing key that was not UTF-8, quoted in ``x-death``) encodes
+   back to the bytes it came from (`surrogateescape`).
 2. Where the wire type matters (queue and exchange arguments are compared by type in
    RabbitMQ's error texts; `x-death` headers must carry ``l`` counts and ``T`` times),
    a value is wrapped in `Typed(tag, value)`: `decode_table_typed` wraps the top level,
@@ -216,7 +218,7 @@ def encode_value(value: FieldValue) -> bytes:
         tag = "I" if -(2**31) <= value < 2**31 else "l"
         return tag.encode() + _INTS[tag].pack(value)
     if isinstance(value, str):
-        raw = value.encode("utf-8")
+        raw = value.encode("utf-8", "surrogateescape")  # the bytes of a message's names
         return b"S" + _UINT32.pack(len(raw)) + raw
     if isinstance(value, bytes | bytearray):
         return b"S" + _UINT32.pack(len(value)) + bytes(value)
@@ -241,7 +243,7 @@ def _encode_as(tag: str, value: FieldValue) -> bytes:
         assert isinstance(value, int)
         return integer.pack(value)
     if tag == "S" or tag == "x":
-        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)  # type: ignore[call-overload]
         return _UINT32.pack(len(raw)) + raw
     if tag == "T":
         if isinstance(value, datetime.datetime):

@@ -2,8 +2,9 @@
 
 Theory of operation:
 1. An exchange's name, type, flags and arguments never change after it is declared (a
-   redeclare must be equivalent, see `warren.model.equivalence`); so the alternate exchange
-   is read from the ``alternate-exchange`` argument once.
+   redeclare must be equivalent, see `warren.model.equivalence`). Its alternate exchange
+   is the ``alternate-exchange`` argument, read once, or else the one its policy names
+   (`use_policy`, called again whenever the vhost's policies change).
 2. The exchange owns its bindings as a source, grouped by destination in insertion order,
    and keeps its type's router (`warren.model.routers`) in step with them: a binding is added
    to the router exactly when it is new here, and removed exactly when it was here.
@@ -45,6 +46,7 @@ class Exchange:
     """One exchange of a vhost."""
 
     __slots__ = (
+        "_argument_alternate",
         "_by_destination",
         "_exchange_destinations",
         "_router",
@@ -75,8 +77,9 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments: dict[str, Typed] = dict(arguments or {})
-        # The exchange that takes messages this one routes nowhere, if declared. Read-only.
-        self.alternate_exchange: str | None = _alternate_exchange(self.arguments)
+        # The exchange that takes messages this one routes nowhere, if any. Read-only.
+        self._argument_alternate = _alternate_exchange(self.arguments)
+        self.alternate_exchange: str | None = self._argument_alternate
         self._router = _ROUTERS[type]()
         self._by_destination: dict[Destination, list[Binding]] = {}
         self._exchange_destinations = 0
@@ -92,6 +95,14 @@ class Exchange:
         self.publish_in += 1
         if routed:
             self.publish_out += 1
+
+    def use_policy(self, definition: Mapping[str, object] | None) -> None:
+        """The definition of the policy that applies now (None: none does)."""
+        alternate = (definition or {}).get(ALTERNATE_EXCHANGE)
+        if self._argument_alternate is not None or not isinstance(alternate, str):
+            self.alternate_exchange = self._argument_alternate
+        else:
+            self.alternate_exchange = alternate
 
     @property
     def bindings(self) -> list[Binding]:

@@ -21,7 +21,10 @@ Theory of operation:
    a delivery limit, and dead-letters at least once only with ``reject-publish`` overflow
    and a dead-letter exchange (rabbit_quorum_queue:dead_letter_handler/2 falls back to
    at-most-once otherwise).
-5. Pure: no I/O, clocks or randomness; output never depends on hash order.
+5. An exchange obeys one user policy too, chosen the same way among those whose apply-to
+   covers exchanges; of its keys only ``alternate-exchange`` means anything to Warren, and
+   the exchange's own argument wins over it (rabbit_policy:get_arg/3).
+6. Pure: no I/O, clocks or randomness; output never depends on hash order.
 
 Source: rabbit_policy.erl (match_all/2, merge_operator_definitions/2), rabbit_policies.erl
 (merge_policy_value/3), rabbit_queue_type_util:args_policy_lookup/3,
@@ -34,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from warren.model.arguments import QueueType
 from warren.model.policy_validation import (
@@ -90,6 +93,11 @@ class Policy:
         if any(key in refused for key in self.definition):
             return False
         return self.regex.search(record.name.encode("utf-8")) is not None
+
+    def applies_to_exchange(self, name: str) -> bool:
+        if self.apply_to not in ("exchanges", "all"):
+            return False
+        return self.regex.search(name.encode("utf-8")) is not None
 
 
 def make_policy(
@@ -148,10 +156,16 @@ class PolicyStore:
 
     def match_queue(self, record: QueueRecord) -> Policy | None:
         """The one policy of this store that applies to the queue, if any."""
-        candidates = [p for p in self._policies.values() if p.applies_to_queue(record)]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda p: (-p.priority, p.name))
+        return _strongest(p for p in self._policies.values() if p.applies_to_queue(record))
+
+    def match_exchange(self, name: str) -> Policy | None:
+        """The one policy of this store that applies to the exchange, if any."""
+        return _strongest(p for p in self._policies.values() if p.applies_to_exchange(name))
+
+
+def _strongest(candidates: Iterable[Policy]) -> Policy | None:
+    """The highest priority wins; between equals, the first name."""
+    return min(candidates, key=lambda p: (-p.priority, p.name), default=None)
 
 
 # Policy keys a queue type refuses (capabilities/0 unsupported_policies): a policy holding

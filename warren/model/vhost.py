@@ -120,8 +120,18 @@ class VHost:
             internal=internal,
             arguments=arguments,
         )
+        self._use_policy(exchange)
         self.exchanges[name] = exchange
         return exchange
+
+    def apply_exchange_policies(self) -> None:
+        """The policies changed: each exchange takes what now applies to it."""
+        for exchange in self.exchanges.values():
+            self._use_policy(exchange)
+
+    def _use_policy(self, exchange: Exchange) -> None:
+        policy = self.policies.match_exchange(exchange.name) if exchange.name else None
+        exchange.use_policy(policy.definition if policy is not None else None)
 
     def exchange(self, name: str) -> Exchange:
         """The exchange called `name`, or 404."""

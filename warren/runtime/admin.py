@@ -138,7 +138,8 @@ def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> No
 
 
 def apply_policies(broker: Broker, vhost: VHost) -> None:
-    """Resolve every queue of the vhost again and reconfigure its host."""
+    """Resolve every exchange and queue of the vhost again and reconfigure its host."""
+    vhost.apply_exchange_policies()
     for record in list(vhost.queues.values()):
         host = broker.queue(vhost.name, record.name)
         if host is not None:

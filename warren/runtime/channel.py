@@ -19,6 +19,8 @@ Theory of operation:
    meanwhile wait behind it, so replies keep their order.
 5. Direct reply-to: a consumer on ``amq.rabbitmq.reply-to`` gets a token; a publish to the
    default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
+   A queue.declare of the pseudo-queue (or of a live reply address) is answered as
+   RabbitMQ does, with no messages and one consumer; no queue by these names ever exists.
 """
 
 from __future__ import annotations
@@ -169,6 +171,8 @@ class Channel:
         self._writable_version = -1
         self.last_queue = ""
         self.reply_token: str | None = None
+        # server cancels held back while this channel's queue.delete runs (`_queue_delete`)
+        self._cancels_held: list[m.Method] | None = None
         self.stats = MessageStats()  # message_stats of the management API
         self._handlers: dict[type, Callable[[Any], None]] = {
             m.ChannelFlow: self._flow,
@@ -344,6 +348,9 @@ class Channel:
         return host
 
     def _queue_declare(self, method: m.QueueDeclare) -> None:
+        if method.queue.startswith(REPLY_TO):
+            self._declare_reply_to(method)
+            return
         vhost = self.vhost
         name = method.queue or (self.last_queue if method.passive else "")
         if method.passive:
@@ -395,6 +402,20 @@ class Channel:
             machine = host.machine
             self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
 
+    def _declare_reply_to(self, method: m.QueueDeclare) -> None:
+        """As RabbitMQ: any declare (passive or not, whatever its flags) of the direct
+        reply-to pseudo-queue, or of the address of a live reply consumer, is answered as
+        for a queue with no messages and one consumer; other such names do not exist."""
+        name = method.queue
+        live = name == REPLY_TO or (
+            name.startswith(REPLY_TO_PREFIX)
+            and name[len(REPLY_TO_PREFIX) :] in self.broker.reply_to
+        )
+        if not live:
+            raise queue_not_found(name, self.vhost.name)
+        self.last_queue = name
+        self._reply(method, m.QueueDeclareOk(name, 0, 1))
+
     def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[None]) -> None:
         done.result()
         if method.queue not in self.vhost.queues:
@@ -445,8 +466,17 @@ class Channel:
                     lambda done: self._reply(method, m.QueueDeleteOk(_count(done.result()))),
                 )
                 return
-            count = self.broker.delete_queue(vhost, name)
+            # RabbitMQ answers delete-ok before it cancels this channel's own consumers
+            self._cancels_held = []
+            try:
+                count = self.broker.delete_queue(vhost, name)
+            finally:
+                cancels, self._cancels_held = self._cancels_held, None
             self.connection.forget_exclusive(name)
+            self._reply(method, m.QueueDeleteOk(count))
+            for cancel in cancels:
+                self.send(cancel)
+            return
         self._reply(method, m.QueueDeleteOk(count))
 
     # --- consumers -------------------------------------------------------------------------
@@ -551,7 +581,10 @@ class Channel:
         if self.consumers.pop(consumer_tag, None) is None:
             return
         if self.connection.cancel_notify:
-            self.send(m.BasicCancel(consumer_tag, True))
+            if self._cancels_held is not None:
+                self._cancels_held.append(m.BasicCancel(consumer_tag, True))
+            else:
+                self.send(m.BasicCancel(consumer_tag, True))
 
     def blocked(self) -> bool:
         return self.connection.paused
@@ -705,8 +738,11 @@ class Channel:
     def _apply_settlement(self, command: type, taken: list[tuple[int, Any]]) -> None:
         by_host: dict[int, tuple[QueueHost, list[int]]] = {}
         counted = 0
+        live = self.broker.queues
         for _tag, (host, msg_id, is_counted) in taken:
             counted += is_counted
+            if live.get((host.record.vhost, host.record.name)) is not host:
+                continue  # the queue was deleted meanwhile: RabbitMQ ignores the settlement
             group = by_host.get(id(host))
             if group is None:
                 by_host[id(host)] = (host, [msg_id])
@@ -735,6 +771,8 @@ class Channel:
     # --- publishing ------------------------------------------------------------------------
 
     def publish(self, content: Content) -> None:
+        if content.method.immediate:
+            raise not_implemented("immediate=true").at(60, 40)
         if len(content.body) > self.max_message_size:
             raise precondition_failed(
                 f"message size {len(content.body)} is larger than configured max size"

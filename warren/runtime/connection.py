@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.connection")
 
 CLOSE_OK_TIMEOUT_S = 3.0
+CLOSING_TIMEOUT_S = 30  # RabbitMQ's ?CLOSING_TIMEOUT: how long a closed socket may linger
 # Events one connection may handle per event-loop turn. A publisher can hand the loop
 # megabytes in one read event; without a bound the loop would spend seconds on it while
 # consumers' sockets and timers wait. Past the bound the connection stops reading and
@@ -229,6 +230,9 @@ class AmqpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
+        if self._timer is not None:  # a lingering close (`_linger`) is over
+            self._timer.cancel()
+            self._timer = None
 
     def pause_writing(self) -> None:
         log.debug("connection %s: write buffer full, deliveries paused", self.peer)
@@ -382,7 +386,7 @@ class AmqpConnection(asyncio.Protocol):
         elif kind is m.ConnectionClose:
             self._release()
             self._write_now(method_frame(0, m.ConnectionCloseOk()))
-            self._abort()
+            self._linger()
         elif kind is m.ConnectionCloseOk:
             self._abort()
         elif kind is m.ConnectionUpdateSecret:
@@ -542,6 +546,8 @@ class AmqpConnection(asyncio.Protocol):
 
     def close_with(self, error: AmqpError) -> None:
         """Close the connection with `connection.close`, then wait for close-ok."""
+        if self.protocol.state is State.CLOSING:
+            return  # one close per connection: the first error is the one reported
         if self.protocol.state in (State.AWAITING_HEADER, State.CLOSED) or isinstance(
             error, SilentHardError
         ):
@@ -590,6 +596,13 @@ class AmqpConnection(asyncio.Protocol):
         self.exclusive_queues.clear()
         self.broker.connections.discard(self)
 
+    def _linger(self) -> None:
+        """After close-ok the client closes the socket, as RabbitMQ expects: until then,
+        or for at most the heartbeat interval (30 s without one), what it still sends is
+        read and dropped, so that a client caught mid-write sees no reset."""
+        timeout_s = self.heartbeat_s if 0 < self.heartbeat_s < CLOSING_TIMEOUT_S else None
+        self._timer = self.loop.call_later(timeout_s or CLOSING_TIMEOUT_S, self._abort)
+
     def _write_now(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             if self._out:
@@ -610,8 +623,10 @@ class AmqpConnection(asyncio.Protocol):
 
 
 def _short(text: str) -> str:
-    """Reply texts are shortstrs: at most 255 bytes, as RabbitMQ truncates them."""
-    raw = text.encode("utf-8")
+    """Reply texts are shortstrs: at most 255 bytes, as RabbitMQ truncates them. A name
+    that came in basic.publish may hold bytes that are not UTF-8 (decoded with
+    surrogateescape): the text quotes them as they came, as RabbitMQ's does."""
+    raw = text.encode("utf-8", "surrogateescape")
     if len(raw) <= 255:
         return text
     return raw[:252].decode("utf-8", "ignore") + "..."

@@ -117,7 +117,12 @@ def same(left: object, right: object) -> bool:
 
 # --- methods -----------------------------------------------------------------------------
 
+# any bytes: the names of a message (basic.publish, deliver), which RabbitMQ passes on
 shortstrs = st.binary(max_size=255).map(lambda raw: raw.decode("utf-8", "surrogateescape"))
+# every other shortstr must be UTF-8
+text_shortstrs = st.text(st.characters(blacklist_categories=("Cs",))).filter(
+    lambda text: len(text.encode()) <= 255
+)
 FIELDS: dict[str, st.SearchStrategy[object]] = {
     "octet": _ints(8, signed=False),
     "short": _ints(16, signed=False),
@@ -132,7 +137,8 @@ FIELDS: dict[str, st.SearchStrategy[object]] = {
 
 
 def methods_of(cls: type[Method]) -> st.SearchStrategy[Method]:
-    fields = st.tuples(*(FIELDS[kind] for kind in cls.SPEC))
+    names = shortstrs if cls.HAS_CONTENT else text_shortstrs
+    fields = st.tuples(*(names if kind == "shortstr" else FIELDS[kind] for kind in cls.SPEC))
     return fields.map(lambda values: cls(*values))
 
 

@@ -271,12 +271,19 @@ def test_second_channel_open_is_504() -> None:
     assert (error.class_id, error.method_id) == (20, 10)
 
 
-def test_channel_beyond_channel_max_is_530() -> None:
+def test_channel_max_counts_open_channels_not_numbers() -> None:
     connection = opened()
-    connection.tune(0, 10)
-    connection.receive_data(method_frame(10, m.ChannelOpen()))
-    assert drain(connection) == [MethodReceived(10, m.ChannelOpen())]
-    assert error_of(connection, method_frame(11, m.ChannelOpen())).code == ReplyCode.NOT_ALLOWED
+    connection.tune(0, 2)
+    connection.receive_data(method_frame(65535, m.ChannelOpen()) + method_frame(9, m.ChannelOpen()))
+    assert drain(connection) == [
+        MethodReceived(65535, m.ChannelOpen()),
+        MethodReceived(9, m.ChannelOpen()),
+    ]
+    error = error_of(connection, method_frame(1, m.ChannelOpen()))
+    assert (error.code, error.text) == (
+        ReplyCode.NOT_ALLOWED,
+        "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)",
+    )
 
 
 def test_channel_open_on_channel_0_is_503() -> None:
@@ -294,10 +301,10 @@ def test_unknown_method_is_540() -> None:
     assert (error.class_id, error.method_id) == (60, 999)
 
 
-def test_truncated_method_is_502() -> None:
+def test_truncated_method_is_501() -> None:
     payload = encode_method(m.QueueDeclare(queue="q"))[:-3]
     error = error_of(opened(1), build_frame(FRAME_METHOD, 1, payload))
-    assert error.code == ReplyCode.SYNTAX_ERROR
+    assert error.code == ReplyCode.FRAME_ERROR
 
 
 @pytest.mark.parametrize("method", [m.BasicDeliver(), m.BasicGetOk(), m.BasicReturn()])
@@ -473,9 +480,9 @@ def test_method_where_a_header_is_due_names_basic_publish() -> None:
     "payload",
     [b"\x00\x3c\x00\x28", b"\x00\x3c\x00\x28\x00\x00", b"\x00\x3c\x00\x28\x00\x00\x05ab"],
 )
-def test_truncated_publish_is_502(payload: bytes) -> None:
+def test_truncated_publish_is_501(payload: bytes) -> None:
     error = error_of(opened(1), build_frame(FRAME_METHOD, 1, payload))
-    assert error.code == ReplyCode.SYNTAX_ERROR
+    assert error.code == ReplyCode.FRAME_ERROR
     assert (error.class_id, error.method_id) == (60, 40)
 
 

@@ -104,6 +104,8 @@ def test_known_bytes_of_two_properties() -> None:
         b"\x80\x00\x05ab",  # content_type shorter than its length
         b"\x20\x00\x00\x00\x00\x05\x01kQ",  # headers with a malformed table
         b"\x00\x40" + b"\x00" * 7,  # timestamp of seven bytes
+        b"\x00\x01",  # a continuation flag word announced, and missing (basic has 14 flags)
+        b"\x10\x03\x02\x00\x00",  # the two flag bits basic does not define
     ],
 )
 def test_malformed_properties_are_502(raw: bytes) -> None:

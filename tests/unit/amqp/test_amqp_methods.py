@@ -61,10 +61,22 @@ def test_known_bytes_of_basic_publish() -> None:
     assert payload == b"\x00\x3c\x00\x28\x00\x00\x02ex\x02rk\x01"
 
 
-def test_shortstr_keeps_bytes_that_are_not_utf8() -> None:
-    method = decode_method(b"\x00\x3c\x00\x15\x02\xff\xfe")  # basic.consume-ok
-    assert isinstance(method, m.BasicConsumeOk)
-    assert encode_method(method) == b"\x00\x3c\x00\x15\x02\xff\xfe"
+def test_names_of_a_message_keep_bytes_that_are_not_utf8() -> None:
+    payload = b"\x00\x3c\x00\x28\x00\x00\x02\xff\xfe\x01\xff\x00"  # basic.publish
+    method = decode_method(payload)
+    assert isinstance(method, m.BasicPublish)
+    assert encode_method(method) == payload
+
+
+def test_other_names_that_are_not_utf8_are_501() -> None:
+    with pytest.raises(HardError) as raised:
+        decode_method(b"\x00\x3c\x00\x15\x02\xff\xfe")  # basic.consume-ok
+    error = raised.value
+    assert (error.code, error.text) == (
+        ReplyCode.FRAME_ERROR,
+        "FRAME_ERROR - Malformed UTF-8 in shortstr",
+    )
+    assert (error.class_id, error.method_id) == (0, 0)
 
 
 def test_shortstr_longer_than_255_bytes_is_refused_on_encode() -> None:
@@ -79,42 +91,46 @@ def test_unknown_method_is_540_with_its_ids() -> None:
     assert (raised.value.class_id, raised.value.method_id) == (60, 999)
 
 
-@pytest.mark.parametrize("payload", [b"", b"\x00", b"\x00\x3c\x00"])
-def test_payload_shorter_than_ids_is_502(payload: bytes) -> None:
+@pytest.mark.parametrize(
+    ("payload", "octets"), [(b"", ""), (b"\x00", "0"), (b"\x00\x3c\x00", "0,60,0")]
+)
+def test_payload_shorter_than_ids_is_501_unknown_frame(payload: bytes, octets: str) -> None:
     with pytest.raises(HardError) as raised:
         decode_method(payload)
-    assert raised.value.code == ReplyCode.SYNTAX_ERROR
+    text = f"FRAME_ERROR - type 1, all octets = <<{octets}>>: unknown_frame"
+    assert (raised.value.code, raised.value.text) == (ReplyCode.FRAME_ERROR, text)
 
 
 @settings(max_examples=60, deadline=None)
 @given(any_method.filter(lambda method: bool(method.SPEC)), st.data())
-def test_every_truncation_is_502_naming_the_method(method: Method, data: st.DataObject) -> None:
+def test_every_truncation_is_501_naming_the_method(method: Method, data: st.DataObject) -> None:
     payload = encode_method(method)
     cut = data.draw(st.integers(4, len(payload) - 1))
     with pytest.raises(HardError) as raised:
         decode_method(payload[:cut])
-    assert raised.value.code == ReplyCode.SYNTAX_ERROR
-    assert method.NAME in raised.value.text
+    octets = ",".join(str(octet) for octet in payload[4:cut])
+    assert raised.value.code == ReplyCode.FRAME_ERROR
+    assert raised.value.text == f"FRAME_ERROR - cannot decode <<{octets}>>"
     assert (raised.value.class_id, raised.value.method_id) == (method.CLASS_ID, method.METHOD_ID)
 
 
-def test_malformed_table_argument_is_502() -> None:
+def test_malformed_table_argument_is_501() -> None:
     payload = encode_method(m.QueueDeclare(queue="q"))[:-4] + b"\x00\x00\x00\x03\x01kQ"
     with pytest.raises(HardError) as raised:
         decode_method(payload)
-    assert raised.value.code == ReplyCode.SYNTAX_ERROR
-    assert raised.value.text.startswith("SYNTAX_ERROR - malformed queue.declare")
+    assert raised.value.code == ReplyCode.FRAME_ERROR
+    assert raised.value.text.startswith("FRAME_ERROR - cannot decode <<0,0,1,113,")
 
 
-def test_timestamp_out_of_range_in_arguments_is_502() -> None:
+def test_timestamp_out_of_range_in_arguments_is_501() -> None:
     table = b"\x00\x00\x00\x0b\x01kT" + b"\xff" * 8
     payload = encode_method(m.BasicConsume(queue="q"))[:-4] + table
     with pytest.raises(HardError) as raised:
         decode_method(payload)
-    assert raised.value.code == ReplyCode.SYNTAX_ERROR
+    assert raised.value.code == ReplyCode.FRAME_ERROR
 
 
-def test_deeply_nested_arguments_are_502() -> None:
+def test_deeply_nested_arguments_are_501() -> None:
     inner = b"\x00\x00\x00\x00"
     for _ in range(4000):
         inner = struct.pack(">I", len(inner) + 1) + b"A" + inner
@@ -122,16 +138,16 @@ def test_deeply_nested_arguments_are_502() -> None:
     payload = encode_method(m.BasicConsume(queue="q"))[:-4] + table
     with pytest.raises(HardError) as raised:
         decode_method(payload)
-    assert raised.value.code == ReplyCode.SYNTAX_ERROR
+    assert raised.value.code == ReplyCode.FRAME_ERROR
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(sorted(METHODS)), st.binary(max_size=64))
-def test_any_fields_decode_or_raise_502(ids: tuple[int, int], fields: bytes) -> None:
+def test_any_fields_decode_or_raise_501(ids: tuple[int, int], fields: bytes) -> None:
     try:
         method = decode_method(struct.pack(">HH", *ids) + fields)
     except HardError as error:
-        assert error.code == ReplyCode.SYNTAX_ERROR
+        assert error.code == ReplyCode.FRAME_ERROR
     else:
         assert ids == (method.CLASS_ID, method.METHOD_ID)
 
@@ -142,4 +158,4 @@ def test_any_bytes_decode_or_raise_hard_error(payload: bytes) -> None:
     try:
         decode_method(payload)
     except HardError as error:
-        assert error.code in (ReplyCode.SYNTAX_ERROR, ReplyCode.NOT_IMPLEMENTED)
+        assert error.code in (ReplyCode.FRAME_ERROR, ReplyCode.NOT_IMPLEMENTED)
