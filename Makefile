@@ -97,7 +97,7 @@ bench: $(TEST_STAMP)
 
 # The pipeline's jobs on a Spark standalone master and two workers on loopback (also in `make test`).
 spark-cluster-test: $(TEST_STAMP)
-	$(BIN)/python -m pytest tests/spark/test_cluster.py
+	$(BIN)/python -m pytest tests/spark/test_standalone_cluster.py
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff format .
