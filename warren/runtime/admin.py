@@ -39,7 +39,8 @@ from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime.passwords import SHA256
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import Broker, QueueHost
+    from warren.runtime.broker import Broker
+    from warren.runtime.queues.host import QueueHost
 
 __all__ = ["DefinitionsError", "NotFound", "PolicyError"]
 

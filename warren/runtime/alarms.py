@@ -8,7 +8,7 @@ Theory of operation (RabbitMQ's "Memory and Disk Alarms" guide):
    `disk_free_limit` (``50MB`` by default) raises the ``disk`` alarm. Each clears once
    the reading is back on the right side. Before that, memory above
    `vm_memory_high_watermark_paging_ratio` (0.5) of the watermark sets
-   `broker.memory_pressure`, and queues page messages out (`warren.runtime.paging`).
+   `broker.memory_pressure`, and queues page messages out (`warren.runtime.queues.paging`).
 2. While any alarm is up, every connection that has published is blocked: it is sent
    ``connection.blocked`` (if its client announced the capability) with the reason
    ``low on memory`` / ``low on disk`` and its socket is no longer read, so TCP pushes back

@@ -50,10 +50,11 @@ from warren.runtime import recovery
 from warren.runtime.access import Permission, User, VHostInfo
 from warren.runtime.admin import apply_policies
 from warren.runtime.admin_access import delete_vhost
-from warren.runtime.broker import Broker, QueueHost
+from warren.runtime.broker import Broker
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.remote import RemoteHost
 from warren.runtime.durability import binding_definition, queue_definition
+from warren.runtime.queues.host import Placement, QueueHost
 from warren.storage.definitions import (
     BindingDefinition,
     Definitions,
@@ -247,9 +248,8 @@ class TransientDefinitions:
         queues: list[tuple[str, tuple[Any, ...]]] = []
         bindings: list[tuple[str, tuple[Any, ...]]] = []
         listed: set[tuple[str, str]] = set()
-        hosts: list[object] = list(broker.queues.values())
-        for host in hosts:
-            if type(host) is QueueHost:
+        for host in list(broker.queues.values()):
+            if host.placement is Placement.LOCAL:
                 found, record = self.cluster.name, host.record
             elif isinstance(host, RemoteHost):
                 found, record = host.home, host.record
@@ -280,14 +280,14 @@ class TransientDefinitions:
         self._replicate("put_binding" if added else "delete_binding", binding)
 
     def queue_declared(self, host: QueueHost) -> None:
-        if type(host) is QueueHost:  # a classic queue whose home is this node
+        if host.placement is Placement.LOCAL:  # a classic queue whose home is this node
             record = host.record
             home = self.cluster.name
             definition = queue_definition(record)
             self._replicate("classic_queue", definition, home, record.durable, record.exclusive)
 
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
-        if type(host) is QueueHost:
+        if host.placement is Placement.LOCAL:
             self._replicate("delete_classic_queue", vhost.name, host.name, self.cluster.name)
 
 

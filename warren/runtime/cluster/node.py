@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
-from warren.model import QueueRecord
+from warren.model import QueueRecord, QueueType
 from warren.runtime.cluster import operations
 from warren.runtime.cluster.metadata import (
     MetadataMachine,
@@ -50,6 +50,8 @@ from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
 from warren.runtime.durability import queue_definition
+from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.host import QueueHost
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -79,6 +81,28 @@ def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
 
 def group_prefix(vhost: str, name: str) -> str:
     return f"qq:{len(vhost)}:{vhost}:{len(name)}:{name}:"
+
+
+class ClusterHosts:
+    """The broker's `HostFactory` in a cluster: quorum queues get a `QuorumHost` and are
+    declared through the metadata log; classic queues are this node's (other nodes' get a
+    `RemoteHost` from the metadata log, `RemoteQueues.proxy`)."""
+
+    __slots__ = ("cluster",)
+
+    def __init__(self, cluster: ClusterNode) -> None:
+        self.cluster = cluster
+
+    def make(self, record: QueueRecord) -> QueueHost:
+        if record.queue_type is QueueType.QUORUM:
+            return self.cluster.quorum_host(record)
+        return ClassicHost(self.cluster.broker, record)
+
+    def replicated_declare(self, record: QueueRecord) -> asyncio.Future[None] | None:
+        cluster = self.cluster
+        if record.queue_type is not QueueType.QUORUM or cluster.applying:
+            return None
+        return cluster.propose_declare(record)
 
 
 class ClusterNode:
@@ -117,6 +141,7 @@ class ClusterNode:
         self.incarnation = secrets.token_hex(4)
         self._rng = random.Random()
         broker.cluster = self
+        broker.hosts = ClusterHosts(self)
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -246,18 +271,6 @@ class ClusterNode:
             deadline = min(deadline, loop.time() + TRANSFER_WAIT_S)
             while group.leader != leader and loop.time() < deadline:
                 await asyncio.sleep(RETRY_S)
-
-    def replicated_delete(
-        self, host: object, if_unused: bool, if_empty: bool
-    ) -> asyncio.Future[object] | None:
-        """Delete a quorum queue through the metadata log, a classic queue of another node
-        at its home; the future has the ready count (None: a classic queue of this node)."""
-        if isinstance(host, RemoteHost):
-            return host.delete(if_unused, if_empty)
-        if not isinstance(host, QuorumHost):
-            return None
-        record = host.record
-        return self.replicate_cluster("delete_queue", record.vhost, record.name, host.group_id)
 
     def quorum_host(self, record: QueueRecord) -> QuorumHost:
         """The host of a quorum queue the model just got: from the metadata log (with the

@@ -4,8 +4,8 @@ consumers of a quorum queue on nodes that hold no replica of it.
 Theory of operation:
 1. A classic queue lives on its *home*, the node that declared it. Its record (with the
    home) reaches every node through the metadata group (`TransientDefinitions`), and each
-   other node gets a `RemoteHost` for it: a proxy that channels use as they use a
-   `QueueHost`, whose commands go to the home.
+   other node gets a `RemoteHost` for it: a `QueueHost` whose commands go to the home,
+   and whose answers are `Pending` until the home's come back.
 2. A proxy sends its home `Item`s over the nodes' link (`Peers.send`: in order, batched
    per loop turn): commands, consumers added and cancelled, declare-ok counts, deletes.
    What needs an answer carries a call number and the home answers with a ``reply`` (or
@@ -59,10 +59,8 @@ from warren.errors import (
 from warren.model import QueueRecord
 from warren.queue import (
     Checkout,
-    Command,
     Configure,
     Discard,
-    Dispatch,
     Enqueue,
     Entry,
     Get,
@@ -70,17 +68,28 @@ from warren.queue import (
     Meta,
     Purge,
     QueueMachine,
-    Refused,
     Return,
     Settle,
-    Tick,
+    SettleDeadLetter,
 )
-from warren.runtime.broker import ConsumerRef, QueueHost, Subscriber, now_ms
-from warren.runtime.stats import MessageStats
+from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.host import (
+    ACCEPTED,
+    Answer,
+    ConsumerRef,
+    HostFields,
+    Outcome,
+    Pending,
+    Placement,
+    Published,
+    QueueHost,
+    Refused,
+    Subscriber,
+    now_ms,
+)
 
 if TYPE_CHECKING:
     from warren.runtime.cluster.node import ClusterNode
-    from warren.runtime.deadletter import DeadLetterWorker
 
 # (node, the node process's incarnation, number): a consumer, wherever its queue lives
 ConsumerKey = tuple[str, str, int]
@@ -92,13 +101,6 @@ class Item:
 
     kind: str
     args: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """The effect a proxy's subscribe hands the channel: performed after consume-ok."""
-
-    consumer: ConsumerKey
 
 
 def copy_entry(entry: Entry) -> Entry:
@@ -146,7 +148,7 @@ class RemoteConsumer:
     def blocked(self) -> bool:
         return False
 
-    def deliver(self, consumer_tag: str, entry: Any, host: QueueHost) -> None:
+    def deliver(self, consumer_tag: str, entry: Entry, host: QueueHost) -> None:
         self.queues.hand(self.node, host.record, self.key, entry)
 
     def queue_deleted(self, consumer_tag: str) -> None:
@@ -154,13 +156,12 @@ class RemoteConsumer:
         self.queues.cancel(self.node, self.record, self.key)
 
 
-class RemoteHost:
+class RemoteHost(HostFields):
     """A classic queue whose home is another node, used by this node's channels."""
 
     def __init__(self, queues: RemoteQueues, record: QueueRecord, home: str) -> None:
+        super().__init__(queues.broker, record)  # auto-delete is the home's to decide
         self.queues = queues
-        self.broker = queues.broker
-        self.record = record
         self.home = home
         self.attached = True  # False once the link to the home went down (module doc, 4)
         self.policy, self.operator_policy = self.broker.policies_of(record)
@@ -170,15 +171,10 @@ class RemoteHost:
         self._consumers: dict[Hashable, ConsumerRef] = {}  # by our key
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._waiting: dict[Hashable, list[Entry]] = {}  # deliveries before consume-ok
-        self.ever_consumed = False  # auto-delete is the home's to decide
-        self.journal_key: str | None = None
-        self.scratch_paged = False
-        self.stats = MessageStats()
-        self.dead_letter_worker: DeadLetterWorker | None = None
 
     @property
-    def name(self) -> str:
-        return self.record.name
+    def placement(self) -> Placement:
+        return Placement.REMOTE
 
     def _call(self, kind: str, *args: object) -> asyncio.Future[Any]:
         return self.queues.call(self, kind, *args)
@@ -187,33 +183,43 @@ class RemoteHost:
         if self.attached:
             self.queues.peers.send(self.home, Item(kind, (self.record.vhost, self.name, 0, *args)))
 
-    # --- what channels call ------------------------------------------------------------------
+    # --- what channels call (`QueueHost`) ----------------------------------------------------
+    # Publishes, gets and purges are answered by the home; settlements go one way; what the
+    # home does by itself (dispatch, timers, settings) is not sent.
 
-    def apply(self, command: Command) -> object:
-        """Publishes, gets and purges answer with a future; settlements and the rest go
-        one way; what the home does by itself (dispatch, timers, settings) is not sent."""
-        kind = type(command)
-        if kind is Dispatch or kind is Configure or kind is Tick:
-            return None
-        if kind is Enqueue or kind is Get or kind is Purge:
-            return self._call("command", command)
+    def publish(self, command: Enqueue) -> Published:
+        return Pending(self._call("command", command))
+
+    def get(self, no_ack: bool) -> Answer[Got | None]:
+        return Pending(self._call("command", Get(no_ack)))
+
+    def purge(self) -> Answer[int]:
+        return Pending(self._call("command", Purge()))
+
+    def counts(self) -> Answer[tuple[int, int]]:
+        return Pending(self._call("counts"))
+
+    def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
         self._send("command", command)
-        return None
 
-    def counts(self) -> asyncio.Future[Any]:
-        return self._call("counts")
+    def touch(self) -> None:
+        """The home counts x-expires from its own use."""
 
-    def delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[Any]:
-        """queue.delete at the home; its answer is the ready count."""
-        answer = self._call("delete", if_unused, if_empty)
+    def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
+        """queue.delete at the home; its answer is the ready count (None while the
+        metadata log's delete is being applied here)."""
+        if self.queues.cluster.applying:
+            return None
+        answer: asyncio.Future[int] = self._call("delete", if_unused, if_empty)
         answer.add_done_callback(self._deleted)
         return answer
 
-    def _deleted(self, done: asyncio.Future[Any]) -> None:
+    def _deleted(self, done: asyncio.Future[int]) -> None:
         """Gone from here at once: the home's metadata operation, applied here a little
         later, then finds nothing to delete."""
         key = (self.record.vhost, self.name)
-        queues: dict[tuple[str, str], object] = self.broker.queues  # type: ignore[assignment]
+        broker = self.queues.broker
+        queues = broker.queues
         if done.exception() is not None or queues.get(key) is not self:
             return
         del queues[key]
@@ -224,28 +230,28 @@ class RemoteHost:
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
-    ) -> tuple[object, list[Any]]:
-        """The home adds the consumer: the answer is a future, failed if the home refuses
-        it (or is down); the `Started` effect releases deliveries after consume-ok."""
+    ) -> Outcome[None]:
+        """The home adds the consumer: the answer is pending, failed if the home refuses
+        it (or is down); `started` releases deliveries after consume-ok."""
         key = self.queues.consumer_key()
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self._waiting[key] = []
         args = (key, command.prefetch_count, command.no_ack, command.exclusive, command.priority)
-        answer = self._call("consume", *args)
+        answer: asyncio.Future[None] = self._call("consume", *args)
         answer.add_done_callback(lambda done: self._consumed(key, done))
-        return answer, [Started(key)]
+        return Pending(answer)
 
-    def _consumed(self, key: ConsumerKey, done: asyncio.Future[Any]) -> None:
+    def _consumed(self, key: ConsumerKey, done: asyncio.Future[None]) -> None:
         if done.cancelled() or done.exception() is not None:
             self._forget(key)
 
-    def perform(self, effects: list[Any]) -> None:
+    def started(self, key: Hashable) -> None:
         """After consume-ok: what the home delivered meanwhile goes to the channel."""
-        for effect in effects:
-            waiting = self._waiting.pop(effect.consumer, None)
-            for entry in waiting or ():
-                self.delivered(effect.consumer, entry, 0)
+        ours = self._wire_keys.get(key)
+        waiting = self._waiting.pop(ours, None) if ours is not None else None
+        for entry in waiting or ():
+            self.delivered(ours, entry, 0)
 
     def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
         """A delivery from the home, in order (`index` is a quorum leader's); returned at
@@ -258,7 +264,7 @@ class RemoteHost:
         if waiting is not None:
             waiting.append(entry)
         else:
-            ref.channel.deliver(ref.tag, entry, self)  # type: ignore[arg-type]
+            ref.channel.deliver(ref.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
         """The home cancelled a consumer of ours (its queue went): tell the client."""
@@ -273,7 +279,7 @@ class RemoteHost:
                 del self._wire_keys[wire]
         return self._consumers.pop(key, None)
 
-    def unsubscribe(self, key: Hashable) -> None:
+    def unsubscribe(self, key: Hashable, requeue: bool = False) -> None:
         ours = self._wire_keys.pop(key, None)
         if ours is None:
             return
@@ -316,8 +322,8 @@ class RemoteQueues:
         self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
         self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any]]] = {}
         # as a home: other nodes' consumers and unsettled basic.gets, by node
-        self._consumers: dict[str, dict[ConsumerKey, QueueHost]] = {}
-        self._fetched: dict[str, dict[QueueHost, set[int]]] = {}
+        self._consumers: dict[str, dict[ConsumerKey, ClassicHost]] = {}
+        self._fetched: dict[str, dict[ClassicHost, set[int]]] = {}
         # answers to publishes that wait for this node's log: (log sequence, node, call, reply)
         self._durable_answers: deque[tuple[int, str, int, object]] = deque()
         self.peers.on_message(self._received)
@@ -344,7 +350,7 @@ class RemoteQueues:
 
     def proxy(self, record: QueueRecord, home: str) -> RemoteHost:
         host = RemoteHost(self, record, home)
-        self.broker.queues[record.vhost, record.name] = host  # type: ignore[assignment]
+        self.broker.queues[record.vhost, record.name] = host
         return host
 
     def call(self, host: RemoteHost, kind: str, *args: object) -> asyncio.Future[Any]:
@@ -383,9 +389,9 @@ class RemoteQueues:
 
     # --- as a home -------------------------------------------------------------------------
 
-    def _local(self, node: str, vhost: str, name: str, number: int) -> QueueHost | None:
+    def _local(self, node: str, vhost: str, name: str, number: int) -> ClassicHost | None:
         host = self.broker.queues.get((vhost, name))
-        if type(host) is QueueHost:
+        if isinstance(host, ClassicHost):
             return host
         self._refuse(node, number, queue_not_found(name, vhost))
         return None
@@ -410,14 +416,22 @@ class RemoteQueues:
                 fetched.difference_update(command.msg_ids)
         durability = self.broker.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
-        reply = host.apply(command)
-        if kind is Get and type(reply) is Got:
-            if not command.no_ack:
-                self._fetched.setdefault(node, {}).setdefault(host, set()).add(reply.entry.msg_id)
-            reply = Got(copy_entry(reply.entry), reply.remaining)
-        elif durability is not None and durability.log.next_sequence != logged_from:
+        reply: object = None
+        if kind is Enqueue:
+            reply = host.publish(command) is ACCEPTED  # the proxy's outcome: True unless rejected
+        elif kind is Get:
+            got = host.get(command.no_ack).value
+            if got is not None:
+                if not command.no_ack:
+                    self._fetched.setdefault(node, {}).setdefault(host, set()).add(got.entry.msg_id)
+                reply = Got(copy_entry(got.entry), got.remaining)
+        elif kind is Purge:
+            reply = host.purge().value
+        else:
+            host.settle(command)
+        if kind is Enqueue and durability is not None:
             sequence = durability.log.next_sequence - 1
-            if kind is Enqueue and sequence > durability.log.durable_sequence:
+            if sequence >= logged_from and sequence > durability.log.durable_sequence:
                 self._durable_answers.append((sequence, node, number, reply))
                 durability.wait(self)
                 return
@@ -453,13 +467,14 @@ class RemoteQueues:
             return
         consumer = RemoteConsumer(self, node, key, host.record)
         command = Checkout(key, consumer, prefetch_count, no_ack, exclusive, priority)
-        reply, effects = host.subscribe(consumer, "", command, False)
-        if isinstance(reply, Refused):
-            self._refuse(node, number, reply.error)
+        outcome = host.subscribe(consumer, "", command, False)
+        if type(outcome) is Refused:
+            assert outcome.error is not None
+            self._refuse(node, number, outcome.error)
             return
         self._consumers.setdefault(node, {})[key] = host
         self._answer(node, number, None)
-        host.perform(effects)
+        host.started(key)
 
     def _cancel(
         self, node: str, vhost: str, name: str, number: int, key: ConsumerKey, waiting: list[int]
@@ -468,7 +483,7 @@ class RemoteQueues:
         if host is None:
             return
         if waiting:  # handed to the node, never to its client
-            host.apply(Return(waiting))
+            host.settle(Return(waiting))
         self.consumer_gone(node, key)
         host.unsubscribe(key)
         self.broker.auto_delete(host)
@@ -513,8 +528,7 @@ class RemoteQueues:
         """A node's own classic queues, non-durable exchanges and bindings as it has them
         now: made here if missing; a proxy of one of its queues that it no longer has goes."""
         listed = {(op[1][0].vhost, op[1][0].name) for op in operations if op[0] == "classic_queue"}
-        hosts: list[tuple[tuple[str, str], object]] = list(self.broker.queues.items())
-        for (vhost, name), host in hosts:
+        for (vhost, name), host in list(self.broker.queues.items()):
             if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
                 operations.append(("delete_classic_queue", (vhost, name, node)))
         bindings = [op for op in operations if op[0] == "put_binding"]
@@ -537,12 +551,11 @@ class RemoteQueues:
             self.broker.auto_delete(host)
         for host, msg_ids in self._fetched.pop(node, {}).items():
             if msg_ids and self.broker.queues.get((host.record.vhost, host.name)) is host:
-                host.apply(Return(sorted(msg_ids)))
+                host.settle(Return(sorted(msg_ids)))
 
     def _home_lost(self, home: str) -> None:
         """As a user of the home's queues: fresh proxies, and nothing waits for it."""
-        proxies: list[object] = list(self.broker.queues.values())
-        for proxy in proxies:
+        for proxy in list(self.broker.queues.values()):
             if isinstance(proxy, RemoteHost) and proxy.home == home:
                 proxy.detach()
                 self.proxy(proxy.record, home)
