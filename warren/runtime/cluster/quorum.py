@@ -71,7 +71,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
+from typing import TYPE_CHECKING, Final, TypeGuard, cast
 
 from warren.amqp.content import Message
 from warren.model import QueueRecord
@@ -98,6 +98,7 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import snapshot as queue_snapshot
+from warren.runtime.cluster.calls import Consumers, Counts
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.remote import ConsumerKey
 from warren.runtime.queues.effects import Interpreter
@@ -228,8 +229,7 @@ class QuorumHost(HostFields):
             await asyncio.gather(*self._outstanding, return_exceptions=True)
         if self.leader:
             return self.machine.ready_count, self.machine.consumer_count
-        reply: Any = await self.cluster.leader_call(self.group_id, ("counts", self.group_id))
-        return reply[0], reply[1]
+        return await self.cluster.leader_call(Counts(self.group_id))
 
     async def recheck_consumers(self) -> None:
         """On a node without a replica, once a link is back: consumers the leader cancelled
@@ -239,9 +239,8 @@ class QuorumHost(HostFields):
         ours = list(self._consumers)
         if self.group is not None or not ours:
             return
-        request = ("consumers", self.group_id)
         try:
-            alive: Any = await self.cluster.leader_call(self.group_id, request)
+            alive = await self.cluster.leader_call(Consumers(self.group_id))
         except (PeerUnavailable, RemoteError) as error:
             log.debug("consumers of %s not checked: %s", self.group_id, error)
             return

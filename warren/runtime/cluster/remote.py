@@ -6,10 +6,11 @@ Theory of operation:
    home) reaches every node through the metadata group (`TransientDefinitions`), and each
    other node gets a `RemoteHost` for it: a `QueueHost` whose commands go to the home,
    and whose answers are `Pending` until the home's come back.
-2. A proxy sends its home `Item`s over the nodes' link (`Peers.send`: in order, batched
-   per loop turn): commands, consumers added and cancelled, declare-ok counts, deletes.
-   What needs an answer carries a call number and the home answers with a ``reply`` (or
-   ``error``) item, so commands from one node apply in the order that node sent them. A
+2. A proxy sends its home `Call`s over the nodes' link (`Peers.send`: in order, batched
+   per loop turn; the messages are `warren.runtime.cluster.calls`): commands, consumers
+   added and cancelled, declare-ok counts, deletes. What needs an answer carries a call
+   number and the home answers with a `CallReply` (or `CallError`), so commands from one
+   node apply in the order that node sent them. A
    publish is answered once the home has it; a persistent message in a durable queue
    once the home's log is durable, so the publisher's confirm means what it means on the
    home itself.
@@ -26,8 +27,8 @@ Theory of operation:
    consumer since. While the home is unreachable its queues answer 404, "home node ... is
    down or inaccessible", as RabbitMQ's do.
 5. Quorum queues: a consumer's deliveries are made by its own node from its replica; for
-   a consumer on a node that holds no replica the leader sends them (a ``deliver`` item,
-   the same as a classic home's), and a new leader sends again what such consumers hold.
+   a consumer on a node that holds no replica the leader sends them (a `Delivery`, the
+   same as a classic home's), and a new leader sends again what such consumers hold.
    The node keeps the msg_ids it handed to each such consumer until they are settled and
    drops a delivery it already made (`warren.runtime.cluster.quorum.Handed`), so no
    duplicate reaches the client.
@@ -45,8 +46,7 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from warren.errors import (
     AmqpError,
@@ -72,6 +72,20 @@ from warren.queue import (
     Settle,
     SettleDeadLetter,
 )
+from warren.runtime.cluster.calls import (
+    Call,
+    CallError,
+    CallReply,
+    CancelConsumer,
+    Consume,
+    ConsumerCancelled,
+    Definitions,
+    DeleteQueue,
+    Delivery,
+    QueueCommand,
+    QueueCounts,
+    QueueRequest,
+)
 from warren.runtime.queues.classic import ClassicHost
 from warren.runtime.queues.host import (
     ACCEPTED,
@@ -93,14 +107,6 @@ if TYPE_CHECKING:
 
 # (node, the node process's incarnation, number): a consumer, wherever its queue lives
 ConsumerKey = tuple[str, str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One message between a queue's home (or a quorum queue's leader) and another node."""
-
-    kind: str
-    args: tuple[Any, ...]
 
 
 def copy_entry(entry: Entry) -> Entry:
@@ -176,31 +182,33 @@ class RemoteHost(HostFields):
     def placement(self) -> Placement:
         return Placement.REMOTE
 
-    def _call(self, kind: str, *args: object) -> asyncio.Future[Any]:
-        return self.queues.call(self, kind, *args)
+    @property
+    def _where(self) -> tuple[str, str]:
+        return self.record.vhost, self.record.name
 
-    def _send(self, kind: str, *args: object) -> None:
+    def _send(self, request: QueueRequest) -> None:
+        """A request the home answers nobody for (a settlement, a consumer cancelled)."""
         if self.attached:
-            self.queues.peers.send(self.home, Item(kind, (self.record.vhost, self.name, 0, *args)))
+            self.queues.peers.send(self.home, Call(0, request))
 
     # --- what channels call (`QueueHost`) ----------------------------------------------------
     # Publishes, gets and purges are answered by the home; settlements go one way; what the
     # home does by itself (dispatch, timers, settings) is not sent.
 
     def publish(self, command: Enqueue) -> Published:
-        return Pending(self._call("command", command))
+        return Pending(self.queues.call(self, QueueCommand(*self._where, command)))
 
     def get(self, no_ack: bool) -> Answer[Got | None]:
-        return Pending(self._call("command", Get(no_ack)))
+        return Pending(self.queues.call(self, QueueCommand(*self._where, Get(no_ack))))
 
     def purge(self) -> Answer[int]:
-        return Pending(self._call("command", Purge()))
+        return Pending(self.queues.call(self, QueueCommand(*self._where, Purge())))
 
     def counts(self) -> Answer[tuple[int, int]]:
-        return Pending(self._call("counts"))
+        return Pending(self.queues.call(self, QueueCounts(*self._where)))
 
     def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
-        self._send("command", command)
+        self._send(QueueCommand(*self._where, command))
 
     def touch(self) -> None:
         """The home counts x-expires from its own use."""
@@ -210,7 +218,8 @@ class RemoteHost(HostFields):
         metadata log's delete is being applied here)."""
         if self.queues.cluster.applying:
             return None
-        answer: asyncio.Future[int] = self._call("delete", if_unused, if_empty)
+        request = DeleteQueue(*self._where, if_unused, if_empty)
+        answer: asyncio.Future[int] = self.queues.call(self, request)
         answer.add_done_callback(self._deleted)
         return answer
 
@@ -237,8 +246,15 @@ class RemoteHost(HostFields):
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self._waiting[key] = []
-        args = (key, command.prefetch_count, command.no_ack, command.exclusive, command.priority)
-        answer: asyncio.Future[None] = self._call("consume", *args)
+        request = Consume(
+            *self._where,
+            key,
+            command.prefetch_count,
+            command.no_ack,
+            command.exclusive,
+            command.priority,
+        )
+        answer: asyncio.Future[None] = self.queues.call(self, request)
         answer.add_done_callback(lambda done: self._consumed(key, done))
         return Pending(answer)
 
@@ -258,7 +274,7 @@ class RemoteHost(HostFields):
         once if the consumer is gone."""
         ref = self._consumers.get(key)
         if ref is None:
-            self._send("command", Return([entry.msg_id]))
+            self._send(QueueCommand(*self._where, Return([entry.msg_id])))
             return
         waiting = self._waiting.get(key)
         if waiting is not None:
@@ -285,7 +301,7 @@ class RemoteHost(HostFields):
             return
         waiting = self._waiting.pop(ours, None) or []
         self._consumers.pop(ours, None)
-        self._send("cancel", ours, [entry.msg_id for entry in waiting])
+        self._send(CancelConsumer(*self._where, ours, [entry.msg_id for entry in waiting]))
 
     def limit(self, channel: Subscriber) -> None:
         """A channel-wide prefetch is not applied to consumers of a queue on another node."""
@@ -334,12 +350,11 @@ class RemoteQueues:
     ) -> None:
         """Send a delivery to a consumer on `node` (from a classic home, or from a quorum
         leader with the index of the log entry that made it)."""
-        item = Item("deliver", (record.vhost, record.name, key, copy_entry(entry), index))
-        self.peers.send(node, item)
+        self.peers.send(node, Delivery(record.vhost, record.name, key, copy_entry(entry), index))
 
     def cancel(self, node: str, record: QueueRecord, key: Hashable) -> None:
         """Tell a consumer's node that its consumer is gone (consumer_cancel_notify)."""
-        self.peers.send(node, Item("cancelled", (record.vhost, record.name, key)))
+        self.peers.send(node, ConsumerCancelled(record.vhost, record.name, key))
 
     # --- as a user of another node's queue ---------------------------------------------------
 
@@ -353,88 +368,89 @@ class RemoteQueues:
         self.broker.queues[record.vhost, record.name] = host
         return host
 
-    def call(self, host: RemoteHost, kind: str, *args: object) -> asyncio.Future[Any]:
+    def call(self, host: RemoteHost, request: QueueRequest) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not host.attached or not self.peers.connected(host.home):
             future.set_exception(home_down(host.record, host.home))
             return future
         number = next(self.numbers)
         self._calls[number] = (host, future)
-        self.peers.send(host.home, Item(kind, (host.record.vhost, host.name, number, *args)))
+        self.peers.send(host.home, Call(number, request))
         return future
 
-    def _answered(self, node: str, number: int, value: object) -> None:
-        call = self._calls.pop(number, None)
+    def _answered(self, node: str, reply: CallReply) -> None:
+        call = self._calls.pop(reply.number, None)
         if call is not None and not call[1].done():
-            call[1].set_result(value)
+            call[1].set_result(reply.value)
 
-    def _failed(self, node: str, number: int, code: int, detail: str) -> None:
-        call = self._calls.pop(number, None)
+    def _failed(self, node: str, error: CallError) -> None:
+        call = self._calls.pop(error.number, None)
         if call is not None and not call[1].done():
-            call[1].set_exception(SoftError(ReplyCode(code), detail))
+            call[1].set_exception(SoftError(ReplyCode(error.code), error.detail))
 
-    def _delivered(
-        self, node: str, vhost: str, name: str, key: Hashable, entry: Entry, index: int
-    ) -> None:
-        host = self.broker.queues.get((vhost, name))
+    def _delivered(self, node: str, delivery: Delivery) -> None:
+        host = self.broker.queues.get((delivery.vhost, delivery.name))
         if isinstance(host, Receiver):
-            host.delivered(key, entry, index)
+            host.delivered(delivery.key, delivery.entry, delivery.index)
         else:  # the queue went from here meanwhile: the sender gets the message back
-            self.peers.send(node, Item("command", (vhost, name, 0, Return([entry.msg_id]))))
+            back = QueueCommand(delivery.vhost, delivery.name, Return([delivery.entry.msg_id]))
+            self.peers.send(node, Call(0, back))
 
-    def _cancelled(self, node: str, vhost: str, name: str, key: Hashable) -> None:
-        host = self.broker.queues.get((vhost, name))
+    def _cancelled(self, node: str, cancelled: ConsumerCancelled) -> None:
+        host = self.broker.queues.get((cancelled.vhost, cancelled.name))
         if isinstance(host, Receiver):
-            host.cancelled(key)
+            host.cancelled(cancelled.key)
 
     # --- as a home -------------------------------------------------------------------------
 
-    def _local(self, node: str, vhost: str, name: str, number: int) -> ClassicHost | None:
-        host = self.broker.queues.get((vhost, name))
+    def _local(self, node: str, number: int, request: QueueRequest) -> ClassicHost | None:
+        host = self.broker.queues.get((request.vhost, request.name))
         if isinstance(host, ClassicHost):
             return host
-        self._refuse(node, number, queue_not_found(name, vhost))
+        self._refuse(node, number, queue_not_found(request.name, request.vhost))
         return None
 
     def _refuse(self, node: str, number: int, error: AmqpError) -> None:
         if number:
             detail = error.text.partition(" - ")[2]
-            self.peers.send(node, Item("error", (number, int(error.code), detail)))
+            self.peers.send(node, CallError(number, int(error.code), detail))
 
     def _answer(self, node: str, number: int, value: object) -> None:
         if number:
-            self.peers.send(node, Item("reply", (number, value)))
+            self.peers.send(node, CallReply(number, value))
 
-    def _command(self, node: str, vhost: str, name: str, number: int, command: Any) -> None:
-        host = self._local(node, vhost, name, number)
+    def _command(self, node: str, number: int, request: QueueCommand) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
-        kind = type(command)
-        if kind is Settle or kind is Return or kind is Discard:
+        command = request.command
+        if type(command) is Settle or type(command) is Return or type(command) is Discard:
             fetched = self._fetched.get(node, {}).get(host)
             if fetched:
                 fetched.difference_update(command.msg_ids)
         durability = self.broker.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
         reply: object = None
-        if kind is Enqueue:
+        if type(command) is Enqueue:
             reply = host.publish(command) is ACCEPTED  # the proxy's outcome: True unless rejected
-        elif kind is Get:
+            if durability is not None:
+                sequence = durability.log.next_sequence - 1
+                if sequence >= logged_from and sequence > durability.log.durable_sequence:
+                    self._durable_answers.append((sequence, node, number, reply))
+                    durability.wait(self)
+                    return
+        elif type(command) is Get:
             got = host.get(command.no_ack).value
             if got is not None:
                 if not command.no_ack:
                     self._fetched.setdefault(node, {}).setdefault(host, set()).add(got.entry.msg_id)
                 reply = Got(copy_entry(got.entry), got.remaining)
-        elif kind is Purge:
+        elif type(command) is Purge:
             reply = host.purge().value
-        else:
+        elif type(command) is Settle or type(command) is Return or type(command) is Discard:
             host.settle(command)
-        if kind is Enqueue and durability is not None:
-            sequence = durability.log.next_sequence - 1
-            if sequence >= logged_from and sequence > durability.log.durable_sequence:
-                self._durable_answers.append((sequence, node, number, reply))
-                durability.wait(self)
-                return
+        else:
+            raise ValueError(f"a home takes no {command!r} from another node")
         self._answer(node, number, reply)
 
     def durable_reached(self, durable_sequence: int) -> bool:
@@ -445,28 +461,19 @@ class RemoteQueues:
             self._answer(node, number, reply)
         return bool(waiting)
 
-    def _counts(self, node: str, vhost: str, name: str, number: int) -> None:
-        host = self._local(node, vhost, name, number)
+    def _counts(self, node: str, number: int, request: QueueCounts) -> None:
+        host = self._local(node, number, request)
         if host is not None:
             self._answer(node, number, (host.machine.ready_count, host.machine.consumer_count))
 
-    def _consume(
-        self,
-        node: str,
-        vhost: str,
-        name: str,
-        number: int,
-        key: ConsumerKey,
-        prefetch_count: int,
-        no_ack: bool,
-        exclusive: bool,
-        priority: int,
-    ) -> None:
-        host = self._local(node, vhost, name, number)
+    def _consume(self, node: str, number: int, request: Consume) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
+        key = cast("ConsumerKey", request.key)
         consumer = RemoteConsumer(self, node, key, host.record)
-        command = Checkout(key, consumer, prefetch_count, no_ack, exclusive, priority)
+        limits = (request.prefetch_count, request.no_ack, request.exclusive, request.priority)
+        command = Checkout(key, consumer, *limits)
         outcome = host.subscribe(consumer, "", command, False)
         if type(outcome) is Refused:
             assert outcome.error is not None
@@ -476,16 +483,14 @@ class RemoteQueues:
         self._answer(node, number, None)
         host.started(key)
 
-    def _cancel(
-        self, node: str, vhost: str, name: str, number: int, key: ConsumerKey, waiting: list[int]
-    ) -> None:
-        host = self._local(node, vhost, name, number)
+    def _cancel(self, node: str, number: int, request: CancelConsumer) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
-        if waiting:  # handed to the node, never to its client
-            host.settle(Return(waiting))
-        self.consumer_gone(node, key)
-        host.unsubscribe(key)
+        if request.waiting:  # handed to the node, never to its client
+            host.settle(Return(request.waiting))
+        self.consumer_gone(node, cast("ConsumerKey", request.key))
+        host.unsubscribe(request.key)
         self.broker.auto_delete(host)
 
     def consumer_gone(self, node: str, key: ConsumerKey) -> None:
@@ -493,25 +498,35 @@ class RemoteQueues:
         if consumers is not None:
             consumers.pop(key, None)
 
-    def _delete(
-        self, node: str, vhost: str, name: str, number: int, if_unused: bool, if_empty: bool
-    ) -> None:
-        host = self._local(node, vhost, name, number)
+    def _delete(self, node: str, number: int, request: DeleteQueue) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
-        where = describe_queue(name, vhost)
-        if if_unused and host.machine.consumer_count:
+        where = describe_queue(request.name, request.vhost)
+        if request.if_unused and host.machine.consumer_count:
             self._refuse(node, number, precondition_failed(f"{where} in use"))
-        elif if_empty and host.machine.ready_count:
+        elif request.if_empty and host.machine.ready_count:
             self._refuse(node, number, precondition_failed(f"{where} not empty"))
         else:
-            self._answer(node, number, self.broker.delete_queue(self.broker.vhosts[vhost], name))
+            vhost = self.broker.vhosts[request.vhost]
+            self._answer(node, number, self.broker.delete_queue(vhost, request.name))
 
     # --- links -------------------------------------------------------------------------------
 
     def _received(self, node: str, item: object) -> None:
-        if type(item) is Item:
-            _HANDLERS[item.kind](self, node, *item.args)
+        """A message from another node, dispatched by its type (`calls`)."""
+        if type(item) is Call:
+            _CALLS[type(item.request)](self, node, item.number, item.request)
+        elif type(item) is CallReply:
+            self._answered(node, item)
+        elif type(item) is CallError:
+            self._failed(node, item)
+        elif type(item) is Delivery:
+            self._delivered(node, item)
+        elif type(item) is ConsumerCancelled:
+            self._cancelled(node, item)
+        elif type(item) is Definitions:
+            self._definitions(node, item.operations)
 
     def _link(self, node: str, up: bool) -> None:
         """A link went down: each side lets go of what the other held (module doc, 4).
@@ -522,7 +537,7 @@ class RemoteQueues:
         self._home_lost(node)
         if up:
             operations = self.cluster.transient.operations(self.cluster.name)
-            self.peers.send(node, Item("definitions", (operations,)))
+            self.peers.send(node, Definitions(operations))
 
     def _definitions(self, node: str, operations: list[tuple[str, tuple[Any, ...]]]) -> None:
         """A node's own classic queues, non-durable exchanges and bindings as it has them
@@ -566,15 +581,11 @@ class RemoteQueues:
                     future.set_exception(home_down(proxy.record, home))
 
 
-_HANDLERS: Mapping[str, Callable[..., None]] = {
-    "command": RemoteQueues._command,
-    "counts": RemoteQueues._counts,
-    "consume": RemoteQueues._consume,
-    "cancel": RemoteQueues._cancel,
-    "delete": RemoteQueues._delete,
-    "reply": RemoteQueues._answered,
-    "error": RemoteQueues._failed,
-    "deliver": RemoteQueues._delivered,
-    "cancelled": RemoteQueues._cancelled,
-    "definitions": RemoteQueues._definitions,
+# a home's handler of each request, by the request's type
+_CALLS: Mapping[type[QueueRequest], Callable[[RemoteQueues, str, int, Any], None]] = {
+    QueueCommand: RemoteQueues._command,
+    QueueCounts: RemoteQueues._counts,
+    Consume: RemoteQueues._consume,
+    CancelConsumer: RemoteQueues._cancel,
+    DeleteQueue: RemoteQueues._delete,
 }
