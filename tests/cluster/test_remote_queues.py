@@ -124,6 +124,29 @@ def test_a_classic_queue_is_used_from_every_node(cluster: LocalCluster, name: st
     until(lambda: name not in {q["name"] for q in cluster.api("warren-a", "/api/queues")}, "gone")
 
 
+def test_a_definition_is_routable_everywhere_once_its_ok_came(
+    cluster: LocalCluster, name: str
+) -> None:
+    """As in RabbitMQ, a definition's -ok comes once the cluster has it: a publish with
+    mandatory through another node at once is routed (not returned as unroutable), for a
+    classic queue, an exchange bound to it, and a quorum queue."""
+    declaring, publishing = connect(cluster, "warren-a"), connect(cluster, "warren-b")
+    on_a, on_b = declaring.channel(), publishing.channel()
+    on_b.confirm_delivery()
+    for round_ in range(5):
+        queue, exchange, replicated = f"{name}-{round_}", f"{name}-{round_}.x", f"{name}-{round_}.q"
+        on_a.queue_declare(queue)
+        on_b.basic_publish("", queue, b"direct", mandatory=True)
+        on_a.exchange_declare(exchange, "direct", durable=False)
+        on_a.queue_bind(queue, exchange, "k")
+        on_b.basic_publish(exchange, "k", b"bound", mandatory=True)
+        on_a.queue_declare(replicated, durable=True, arguments=QUORUM)
+        on_b.basic_publish("", replicated, b"replicated", mandatory=True)
+        on_a.queue_delete(replicated)
+    declaring.close()
+    publishing.close()
+
+
 def test_a_non_durable_exchange_routes_on_every_node(cluster: LocalCluster, name: str) -> None:
     connection = connect(cluster, "warren-b")
     connection.channel().exchange_declare(f"{name}.fan", "fanout", durable=False)

@@ -74,6 +74,11 @@ class Broker:
         prefetch = self.config.dead_letter_worker_consumer_prefetch
         return effective_settings(record, user, operator, prefetch)
 
+    def definitions_settled(self) -> asyncio.Future[list[object]] | None:
+        """The definition changes made since the last call, once every node of the cluster
+        has them (None: none, or a single node): a definition's -ok waits for this."""
+        return None if self.cluster is None else self.cluster.definitions.settled()
+
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = self.hosts.make(record)
         self.queues[record.vhost, record.name] = host

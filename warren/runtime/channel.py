@@ -285,8 +285,13 @@ class Channel:
         self._writable.add(exchange)
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
-        if not getattr(method, "nowait", False):
+        settled = self.broker.definitions_settled()
+        if getattr(method, "nowait", False):
+            return
+        if settled is None:
             self.send(reply)
+        else:  # in a cluster: once every node has the definitions the method changed
+            self.connection.suspend(self, settled, lambda _done: self.send(reply))
 
     # --- queues ----------------------------------------------------------------------------
 
@@ -354,7 +359,7 @@ class Channel:
                 self, counts.future, lambda done: self.send(m.QueueDeclareOk(name, *done.result()))
             )
         else:
-            self.send(m.QueueDeclareOk(name, *counts.value))
+            self._reply(method, m.QueueDeclareOk(name, *counts.value))
 
     def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[None]) -> None:
         done.result()

@@ -2,7 +2,8 @@
 
 Theory of operation:
 1. Requests a node answers itself (`NodeRequest`): `Status`, `GroupStatus`, `Campaign`,
-   and `Forward`, which asks a node to pass a leader request on to whichever node leads.
+   `AppliedThrough` (the metadata group's barrier), and `Forward`, which asks a node to
+   pass a leader request on to whichever node leads.
 2. Requests for a Raft group's leader (`LeaderRequest`, `ClusterNode.leader_call`):
    `Propose` (a batch of commands), `AddMember`, `RemoveMember`, `Transfer`, `Counts`,
    `Consumers`. A node answers `Led` with the value when it leads the group, else
@@ -51,6 +52,13 @@ class Status(NodeRequest[dict[str, Any]]):
 @dataclass(frozen=True, slots=True)
 class GroupStatus(NodeRequest["dict[str, object] | None"]):
     group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedThrough(NodeRequest[bool]):
+    """Answered once this node's metadata group applied `index` (False: not in time)."""
+
+    index: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from warren.runtime.cluster import operations
 from warren.runtime.cluster.calls import (
     RETRY,
     AddMember,
+    AppliedThrough,
     Campaign,
     Consumers,
     Counts,
@@ -58,6 +59,7 @@ from warren.runtime.cluster.calls import (
     Transfer,
 )
 from warren.runtime.cluster.metadata import (
+    Applied,
     MetadataMachine,
     Operation,
     ReplicatedDefinitions,
@@ -84,6 +86,7 @@ LEADER_WAIT_S: Final = 10.0
 TRANSFER_WAIT_S: Final = 2.0  # for the leader the locator chose, when another won
 JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
 REAP_GRACE_TICKS: Final = 20  # two election timeouts
+SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -420,8 +423,24 @@ class ClusterNode:
     # --- getting commands to leaders -------------------------------------------------------------
 
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
-        """Propose a metadata operation (`warren.runtime.cluster.metadata`)."""
-        return self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
+        its result once every node applied it (metadata doc, point 7)."""
+        data = pickle.dumps(operation, pickle.HIGHEST_PROTOCOL)
+        return asyncio.ensure_future(self._applied_everywhere(self.submit(METADATA_GROUP, data)))
+
+    async def _applied_everywhere(self, submitted: asyncio.Future[object]) -> object:
+        applied = cast("Applied", await submitted)
+        peers = [node for node in self.nodes if node != self.name and self.peers.connected(node)]
+        await asyncio.gather(
+            self.metadata.reached(applied.index, SETTLE_WAIT_S),
+            *(self._peer_applied(node, applied.index) for node in peers),
+        )
+        return applied.value
+
+    async def _peer_applied(self, node: str, index: int) -> None:
+        """Until `node` applied the metadata entry at `index` (or it cannot say in time)."""
+        with contextlib.suppress(PeerUnavailable, RemoteError):
+            await self.ask(node, AppliedThrough(index), SETTLE_WAIT_S + 1.0)
 
     def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
         """The outcome of a command once its group's leader applied it.
@@ -532,6 +551,8 @@ class ClusterNode:
         if isinstance(request, GroupStatus):
             group = self.raft.group(request.group_id)
             return group.status() if group is not None else None
+        if isinstance(request, AppliedThrough):
+            return await self.metadata.reached(request.index, SETTLE_WAIT_S)
         if isinstance(request, Campaign):  # the locator chose this node to lead a new queue
             group = self.raft.group(request.group_id)
             if group is not None and group.leader is None:

@@ -2,13 +2,14 @@
 
 Theory of operation:
 1. Every replica holds a `QueueMachine` and applies the same committed commands in the
-   same order with the same `Meta` (the proposer's clock travels in the entry), so every
-   replica computes the same state *and the same effects*. A `QuorumHost` is a
-   `QueueHost` (`warren.runtime.queues.host`): a command is proposed (on the leader) or
-   forwarded to the leader (`ClusterNode.submit`), and what needs its outcome answers
-   `Pending`: publishes (the confirm waits for a majority), basic.get, purge. The reply a
-   committed entry gives the proposer is already the outcome's value (a publish's: True
-   unless the queue rejected it).
+   same order with the same `Meta` (the entry's Raft index, and the leader's clock stamped
+   on the entry when the command reached it: `EntryMeta`), so every replica computes
+   the same state *and the same effects*. A `QuorumHost` is a `QueueHost`
+   (`warren.runtime.queues.host`): a command is proposed (on the leader) or forwarded to
+   the leader (`ClusterNode.submit`), and what needs its outcome answers `Pending`:
+   publishes (the confirm waits for a majority), basic.get, purge. The reply a committed
+   entry gives the proposer is already the outcome's value (a publish's: True unless the
+   queue rejected it).
    Every command is numbered by the host that sends it (`Sequenced`): when a leader
    change makes the node send a command again that had committed after all, the machine
    applies it once and answers the copy as it answered the first.
@@ -40,9 +41,9 @@ Theory of operation:
    process (`Get.holder`, a key numbered 0), and returned by the same rules.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
-5. Bodies stay on disk, as in RabbitMQ's quorum queues: an `Enqueue` is applied with the
-   message replaced by the Raft index of its entry, so the machine keeps only a small
-   record per message (`Entry`: ids, size, deadline, that index). The body is read back
+5. Bodies stay on disk, as in RabbitMQ's quorum queues: the machine keeps the Raft index
+   of an `Enqueue`'s entry (`Meta.index`) in place of its message, so it holds only a
+   small record per message (`Entry`: ids, size, deadline, that index). The body is read back
    from the entry when the message is handed out (delivered to a consumer of this node,
    fetched, dead-lettered), from the log in memory or from the WAL
    (`RaftGroup.entry_data`); the last `RECENT_BODIES_MAX` bodies applied are kept at
@@ -100,6 +101,7 @@ from warren.queue import (
 from warren.queue import snapshot as queue_snapshot
 from warren.runtime.cluster.calls import Consumers, Counts
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
+from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.cluster.remote import ConsumerKey
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
@@ -212,7 +214,7 @@ class QuorumHost(HostFields):
 
     def submit(self, command: Command) -> asyncio.Future[object]:
         numbered = Sequenced(self._sender, next(self._seq), command)
-        data = pickle.dumps((now_ms(), numbered), pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(numbered, pickle.HIGHEST_PROTOCOL)
         future = self.cluster.submit(self.group_id, data)
         self._outstanding.add(future)
         future.add_done_callback(self._settled)
@@ -334,22 +336,18 @@ class QuorumHost(HostFields):
 
     # --- the Raft group's state machine --------------------------------------------------------
 
-    def apply_entry(self, index: int, data: bytes) -> object:
+    def apply_entry(self, meta: EntryMeta, data: bytes) -> object:
         """Apply a committed entry; the reply is the proposer's outcome value (a publish's
         bool, basic.get's `Got` or None, purge's count)."""
-        now, numbered = pickle.loads(data)
+        index = meta.index
+        numbered = pickle.loads(data)
         command = numbered.command if type(numbered) is Sequenced else numbered
         if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
             recent = self._recent
             recent[index] = cast("Message", command.message)
             if len(recent) > RECENT_BODIES_MAX:
                 recent.popitem(last=False)
-            command = Enqueue(index, command.size_bytes, command.ttl_ms, command.priority)
-            if type(numbered) is Sequenced:
-                numbered = Sequenced(numbered.sender, numbered.seq, command)
-            else:
-                numbered = command
-        reply, effects = self.machine.apply(Meta(now), numbered)
+        reply, effects = self.machine.apply(Meta(meta.time_ms, index=index), numbered)
         leader = self.leader
         if type(command) is Enqueue:
             reply = type(reply) is not Rejected
@@ -416,7 +414,7 @@ class QuorumHost(HostFields):
         if message is not None:
             return message
         assert self.group is not None, "a replica without its Raft group holds no message"
-        _now, command = pickle.loads(self.group.entry_data(index))
+        command = pickle.loads(self.group.entry_data(index))
         if type(command) is Sequenced:
             command = command.command
         assert type(command) is Enqueue and type(command.message) is Message
@@ -537,8 +535,8 @@ class Replica:
     def __init__(self, host: QuorumHost) -> None:
         self.host = host
 
-    def apply(self, index: int, data: bytes) -> object:
-        return self.host.apply_entry(index, data)
+    def apply(self, meta: EntryMeta, data: bytes) -> object:
+        return self.host.apply_entry(meta, data)
 
     def retained(self) -> int:
         machine = self.host.machine
