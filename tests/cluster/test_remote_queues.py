@@ -5,6 +5,7 @@ clients; `warren.runtime.cluster.remote`)."""
 from __future__ import annotations
 
 import contextlib
+import struct
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,6 +15,14 @@ import pika.exceptions
 import pytest
 
 from tests.cluster.conftest import AVAILABLE_WITHIN_S, QUORUM, connect, revived
+from tests.integration.conftest import (
+    FRAME_METHOD,
+    RawAmqp,
+    frame_bytes,
+    method_payload,
+    shortstr,
+)
+from warren.amqp.table import encode_table
 from warren.testing.cluster import LocalCluster
 
 T = TypeVar("T")
@@ -145,6 +154,27 @@ def test_a_definition_is_routable_everywhere_once_its_ok_came(
         on_a.queue_delete(replicated)
     declaring.close()
     publishing.close()
+
+
+def test_replies_keep_the_order_of_pipelined_methods(cluster: LocalCluster, name: str) -> None:
+    """A quorum queue's declare waits twice (for the metadata log, then for its leader's
+    counts); a basic.get sent right behind it on the same channel is answered after the
+    declare-ok, not before."""
+    raw = RawAmqp(cluster.nodes["warren-b"].url)
+    try:
+        raw.handshake()
+        raw.open_channel(1)
+        declare = struct.pack(">H", 0) + shortstr(name) + bytes([0b10])  # durable
+        declare += encode_table({"x-queue-type": "quorum"})
+        get = struct.pack(">H", 0) + shortstr(name) + b"\x01"  # no-ack
+        raw.send(  # in one write, so that the node reads both at once
+            frame_bytes(FRAME_METHOD, 1, method_payload(50, 10, declare))
+            + frame_bytes(FRAME_METHOD, 1, method_payload(60, 70, get))
+        )
+        assert raw.read_frame().method == (50, 11)  # queue.declare-ok
+        assert raw.read_frame().method == (60, 72)  # basic.get-empty
+    finally:
+        raw.close()
 
 
 def test_a_non_durable_exchange_routes_on_every_node(cluster: LocalCluster, name: str) -> None:

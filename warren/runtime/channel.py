@@ -73,6 +73,7 @@ REPLY_TO_PREFIX = REPLY_TO + "."
 # properties that make a publish decode its header: routing, checks, TTL, priority
 _INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG | REPLY_TO_FLAG
 _WRITABLE_MAX = 1024  # exchanges a channel remembers as writable
+_DEFINING_CLASSES = frozenset((m.ExchangeDeclare.CLASS_ID, m.QueueDeclare.CLASS_ID))
 # the commonest properties, known to be well formed: none, or only a delivery mode
 _PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
@@ -285,12 +286,16 @@ class Channel:
         self._writable.add(exchange)
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
-        settled = self.broker.definitions_settled()
+        # in a cluster, an exchange or queue method's -ok goes once every node has the
+        # definitions it changed
+        settled = (
+            self.broker.definitions_settled() if method.CLASS_ID in _DEFINING_CLASSES else None
+        )
         if getattr(method, "nowait", False):
             return
         if settled is None:
             self.send(reply)
-        else:  # in a cluster: once every node has the definitions the method changed
+        else:
             self.connection.suspend(self, settled, lambda _done: self.send(reply))
 
     # --- queues ----------------------------------------------------------------------------
