@@ -75,8 +75,8 @@ class Broker:
         return effective_settings(record, user, operator, prefetch)
 
     def definitions_settled(self) -> asyncio.Future[list[object]] | None:
-        """The definition changes made since the last call, once every node of the cluster
-        has them (None: none, or a single node): a definition's -ok waits for this."""
+        """The definition changes this node made that not every node of the cluster has
+        yet, once they have (None: none, or a single node): a definition's -ok waits."""
         return None if self.cluster is None else self.cluster.definitions.settled()
 
     def add_queue(self, record: QueueRecord) -> QueueHost:

@@ -85,7 +85,8 @@ class ReplicatedDefinitions:
         self.cluster = cluster
         self.applying = False  # applying another node's operation: do not replicate it
         self.changes = LocalChanges()
-        self._unsettled: list[asyncio.Future[object]] = []  # proposed: for `settled`
+        # proposed and not yet applied everywhere, for `settled` (in order; a set)
+        self._unsettled: dict[asyncio.Future[object], None] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -96,15 +97,18 @@ class ReplicatedDefinitions:
             self.changes.made(method, arguments)
             outcome = self.cluster.replicate((self.cluster.name, method, arguments))
             outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
-            self._unsettled.append(outcome)
+            self._unsettled[outcome] = None
+            outcome.add_done_callback(self._settled)
+
+    def _settled(self, done: asyncio.Future[object]) -> None:
+        self._unsettled.pop(done, None)
 
     def settled(self) -> asyncio.Future[list[object]] | None:
-        """The changes proposed since the last call, once every node applied them (point
-        7); None when there were none."""
+        """The changes proposed here and not yet applied on every node, once they are
+        (point 7); None when there are none."""
         if not self._unsettled:
             return None
-        unsettled, self._unsettled = self._unsettled, []
-        return asyncio.gather(*unsettled, return_exceptions=True)
+        return asyncio.gather(*self._unsettled, return_exceptions=True)
 
     def put_vhost(self, vhost: Any) -> None:
         self.store.put_vhost(vhost)
