@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from warren.runtime.cluster.peers import Peers
-from warren.runtime.cluster.raft_host import RaftHost
+from warren.runtime.cluster.raft_host import EntryMeta, RaftHost
 
 COOKIE = "bench"
 NODES = ("a", "b", "c")  # "a" leads: the followers' elections are slow to start
@@ -33,7 +33,7 @@ class Counter:
     def __init__(self) -> None:
         self.applied = 0
 
-    def apply(self, index: int, data: bytes) -> object:
+    def apply(self, meta: EntryMeta, data: bytes) -> object:
         self.applied += 1
         return None
 

@@ -5,6 +5,7 @@ clients; `warren.runtime.cluster.remote`)."""
 from __future__ import annotations
 
 import contextlib
+import struct
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,6 +15,14 @@ import pika.exceptions
 import pytest
 
 from tests.cluster.conftest import AVAILABLE_WITHIN_S, QUORUM, connect, revived
+from tests.integration.conftest import (
+    FRAME_METHOD,
+    RawAmqp,
+    frame_bytes,
+    method_payload,
+    shortstr,
+)
+from warren.amqp.table import encode_table
 from warren.testing.cluster import LocalCluster
 
 T = TypeVar("T")
@@ -122,6 +131,50 @@ def test_a_classic_queue_is_used_from_every_node(cluster: LocalCluster, name: st
     assert channel.queue_delete(name).method.message_count == 0
     connection.close()
     until(lambda: name not in {q["name"] for q in cluster.api("warren-a", "/api/queues")}, "gone")
+
+
+def test_a_definition_is_routable_everywhere_once_its_ok_came(
+    cluster: LocalCluster, name: str
+) -> None:
+    """As in RabbitMQ, a definition's -ok comes once the cluster has it: a publish with
+    mandatory through another node at once is routed (not returned as unroutable), for a
+    classic queue, an exchange bound to it, and a quorum queue."""
+    declaring, publishing = connect(cluster, "warren-a"), connect(cluster, "warren-b")
+    on_a, on_b = declaring.channel(), publishing.channel()
+    on_b.confirm_delivery()
+    for round_ in range(5):
+        queue, exchange, replicated = f"{name}-{round_}", f"{name}-{round_}.x", f"{name}-{round_}.q"
+        on_a.queue_declare(queue)
+        on_b.basic_publish("", queue, b"direct", mandatory=True)
+        on_a.exchange_declare(exchange, "direct", durable=False)
+        on_a.queue_bind(queue, exchange, "k")
+        on_b.basic_publish(exchange, "k", b"bound", mandatory=True)
+        on_a.queue_declare(replicated, durable=True, arguments=QUORUM)
+        on_b.basic_publish("", replicated, b"replicated", mandatory=True)
+        on_a.queue_delete(replicated)
+    declaring.close()
+    publishing.close()
+
+
+def test_replies_keep_the_order_of_pipelined_methods(cluster: LocalCluster, name: str) -> None:
+    """A quorum queue's declare waits twice (for the metadata log, then for its leader's
+    counts); a basic.get sent right behind it on the same channel is answered after the
+    declare-ok, not before."""
+    raw = RawAmqp(cluster.nodes["warren-b"].url)
+    try:
+        raw.handshake()
+        raw.open_channel(1)
+        declare = struct.pack(">H", 0) + shortstr(name) + bytes([0b10])  # durable
+        declare += encode_table({"x-queue-type": "quorum"})
+        get = struct.pack(">H", 0) + shortstr(name) + b"\x01"  # no-ack
+        raw.send(  # in one write, so that the node reads both at once
+            frame_bytes(FRAME_METHOD, 1, method_payload(50, 10, declare))
+            + frame_bytes(FRAME_METHOD, 1, method_payload(60, 70, get))
+        )
+        assert raw.read_frame().method == (50, 11)  # queue.declare-ok
+        assert raw.read_frame().method == (60, 72)  # basic.get-empty
+    finally:
+        raw.close()
 
 
 def test_a_non_durable_exchange_routes_on_every_node(cluster: LocalCluster, name: str) -> None:

@@ -100,12 +100,15 @@ DELIVERY_LIMIT: Final = "delivery_limit"
 class Meta:
     """What the runtime knows at the moment it applies a command."""
 
-    now_ms: int
+    now_ms: int  # a replicated command's: the leader's, stamped when the command reached it
     # remaining channel-wide prefetch (basic.qos global) of channels that have one; it
     # limits deliveries that need an ack only, as RabbitMQ's limiter does
     channel_credit: Mapping[Hashable, int] | None = None
     # channels that can take no delivery at all now (their socket's buffer is full)
     blocked_channels: Collection[Hashable] = ()
+    # a replicated (quorum) queue's command: the Raft index of its entry, which an
+    # `Enqueue` keeps in place of the message (the body stays in the log); None: local
+    index: int | None = None
 
 
 class Entry:
@@ -593,11 +596,13 @@ class QueueMachine:
                 and settings.dead_letter_exchange is not None
             ):
                 # never enqueued, so nothing to report without a dead-letter exchange
-                entry = Entry(self._take_id(), command.message, size, None, 0)
+                message = command.message if meta.index is None else meta.index
+                entry = Entry(self._take_id(), message, size, None, 0)
                 effects.append(DeadLetter(entry, MAXLEN))
             return REJECTED_REPLY
         deadline = self.message_deadline(meta.now_ms, command.ttl_ms)
-        entry = Entry(self._take_id(), command.message, size, deadline, 0)
+        message = command.message if meta.index is None else meta.index
+        entry = Entry(self._take_id(), message, size, deadline, 0)
         if self._levels_count > 1:
             entry.level = min(command.priority, self._levels_count - 1)
         if self._consumers and not self.ready_count:

@@ -37,11 +37,14 @@ from warren.model.policy import (
     make_policy,
 )
 from warren.model.vhost import RESERVED_PREFIX
+from warren.runtime import admin_access
 from warren.runtime.access import CLUSTER_NAME
+from warren.runtime.admin_errors import DefinitionsError, NotFound
 from warren.runtime.passwords import SHA256
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import Broker, QueueHost
+    from warren.runtime.broker import Broker
+    from warren.runtime.queues.host import QueueHost
 
 __all__ = ["DefinitionsError", "NotFound", "PolicyError"]
 
@@ -55,14 +58,6 @@ EXCHANGE_TYPES = (
 )
 
 Json = dict[str, Any]
-
-
-class NotFound(LookupError):
-    """A vhost, queue or policy that does not exist; `vhost` tells which was missing."""
-
-    def __init__(self, *, vhost: bool = False) -> None:
-        super().__init__("vhost_not_found" if vhost else "not_found")
-        self.vhost = vhost
 
 
 def vhost_of(broker: Broker, name: str) -> VHost:
@@ -315,10 +310,6 @@ DEFINITIONS_KEYS = ("parameters", "policies", "queues", "exchanges", "bindings")
 OPERATOR_POLICY_COMPONENT = "operator_policy"
 
 
-class DefinitionsError(ValueError):
-    """A definitions document Warren refuses (RabbitMQ's 400 ``bad_request``)."""
-
-
 def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
     """The broker's definitions in the shape of RabbitMQ's GET /api/definitions.
 
@@ -555,8 +546,6 @@ def _import(broker: Broker, document: Json, vhost: str | None) -> None:
 
 def _import_access(broker: Broker, document: Json) -> None:
     """Vhosts, users and permissions of a whole-node document (RabbitMQ's order)."""
-    from warren.runtime import admin_access  # it builds on this module
-
     for item in _items(document, "vhosts"):
         name = item["name"]
         if not isinstance(name, str):

@@ -6,7 +6,7 @@ Theory of operation:
 2. A new vhost gets the model's predeclared exchanges and, as in RabbitMQ, its creator
    gets full permissions on it. Deleting a vhost deletes its queues (with their messages),
    closes its connections (320 CONNECTION_FORCED) and forgets its permissions.
-3. Failures: `admin.NotFound` for a missing object, `AccessError` with RabbitMQ's
+3. Failures: `admin_errors.NotFound` for a missing object, `AccessError` with RabbitMQ's
    ``reason`` for a refused body (``tags_not_present``, ``vhost_or_user_not_found``).
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from warren.errors import HardError, ReplyCode
 from warren.model import VHost
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
-from warren.runtime.admin import NotFound
+from warren.runtime.admin_errors import NotFound
 from warren.runtime.passwords import SHA256, hash_password
 from warren.storage.definitions import VHostDefinition
 

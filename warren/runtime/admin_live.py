@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from warren.errors import HardError, ReplyCode
-from warren.runtime import admin_neutral, alarms
+from warren.runtime import admin_neutral, alarms, sizes
 from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_arguments, plain_value
 from warren.runtime.stats import MessageStats
 
@@ -264,12 +264,12 @@ def node_json(broker: Broker) -> Json:
         "rates_mode": "basic",
         "partitions": [],
         "mem_used": alarms.used_memory_bytes(),
-        "mem_limit": alarms.memory_limit_bytes(
+        "mem_limit": sizes.memory_limit_bytes(
             config.vm_memory_high_watermark, alarms.total_memory_bytes()
         ),
         "mem_alarm": "memory" in broker.alarms,
         "disk_free": disk_free,
-        "disk_free_limit": alarms.parse_size(config.disk_free_limit),
+        "disk_free_limit": sizes.parse_size(config.disk_free_limit),
         "disk_free_alarm": "disk" in broker.alarms,
         "fd_used": fd_used,
         "fd_total": soft_fds,

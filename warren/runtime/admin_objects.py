@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.errors import AmqpError, ReplyCode
 from warren.model import Binding, DestinationKind, Exchange, VHost
-from warren.queue import Discard, Enqueue, Get, Got, Purge, Return, Settle
+from warren.queue import Discard, Enqueue, Return, Settle
 from warren.runtime.admin import (
     NotFound,
     binding_definition,
@@ -32,6 +32,7 @@ from warren.runtime.admin import (
     vhost_of,
 )
 from warren.runtime.admin_phash import properties_key, quote_binding
+from warren.runtime.queues.host import Accepted
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def publish(broker: Broker, vhost: str, exchange: str, body: Json) -> bool:
         host = broker.queue(target.name, name)
         if host is not None:
             host.stats.publish += 1
-            host.apply(enqueue)
+            host.publish(enqueue)
     counted = MessageStats()  # the API's publishes count in the vhost's totals
     counted.publish = 1
     counted.drop_unroutable = 0 if queues else 1
@@ -238,8 +239,8 @@ def purge_queue(broker: Broker, vhost: str, name: str) -> int:
     host = broker.queue(vhost, name)
     if host is None:
         raise NotFound()
-    count = host.apply(Purge())
-    return count if isinstance(count, int) else 0
+    count = host.purge()
+    return count.value if type(count) is Accepted else 0  # a quorum queue's: not waited for
 
 
 def get_messages(broker: Broker, vhost: str, name: str, body: Json) -> list[Json]:
@@ -255,20 +256,21 @@ def get_messages(broker: Broker, vhost: str, name: str, body: Json) -> list[Json
     taken: list[int] = []
     found: list[Json] = []
     for _ in range(max(0, int(body["count"]))):
-        reply = host.apply(Get(no_ack=False))
-        if not isinstance(reply, Got):
+        outcome = host.get(no_ack=False)
+        reply = outcome.value if type(outcome) is Accepted else None
+        if reply is None:
             break
         entry = reply.entry
         taken.append(entry.msg_id)
         found.append(_message_json(entry, reply.remaining, encoding, truncate))
     if taken:
-        command = {
+        command: dict[str, type[Return] | type[Settle] | type[Discard]] = {
             "ack_requeue_true": Return,
             "reject_requeue_true": Return,
             "ack_requeue_false": Settle,
             "reject_requeue_false": Discard,
-        }[ackmode]
-        host.apply(command(taken))
+        }
+        host.settle(command[ackmode](taken))
     return found
 
 

@@ -8,7 +8,7 @@ Theory of operation (RabbitMQ's "Memory and Disk Alarms" guide):
    `disk_free_limit` (``50MB`` by default) raises the ``disk`` alarm. Each clears once
    the reading is back on the right side. Before that, memory above
    `vm_memory_high_watermark_paging_ratio` (0.5) of the watermark sets
-   `broker.memory_pressure`, and queues page messages out (`warren.runtime.paging`).
+   `broker.memory_pressure`, and queues page messages out (`warren.runtime.queues.paging`).
 2. While any alarm is up, every connection that has published is blocked: it is sent
    ``connection.blocked`` (if its client announced the capability) with the reason
    ``low on memory`` / ``low on disk`` and its socket is no longer read, so TCP pushes back
@@ -33,9 +33,10 @@ import asyncio
 import ctypes
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
+
+from warren.runtime.sizes import memory_limit_bytes, parse_size
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -46,42 +47,6 @@ MEMORY: Final = "memory"
 DISK: Final = "disk"
 REASONS: Final = {MEMORY: "low on memory", DISK: "low on disk"}
 CHECK_INTERVAL_S: Final = 0.5
-
-_UNITS = {
-    "": 1,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-    "k": 1024,
-    "kib": 1024,
-    "m": 1024**2,
-    "mib": 1024**2,
-    "g": 1024**3,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a size as RabbitMQ writes them: ``1000000``, ``50MB`` (10^6), ``512MiB``."""
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (examples: 1073741824, 50MB, 512MiB)")
-    return int(match.group(1)) * _UNITS[unit]
-
-
-def memory_limit_bytes(watermark: str, total_bytes: int) -> int:
-    """The memory alarm's threshold: a fraction of `total_bytes` or an absolute size."""
-    text = watermark.strip()
-    if "." in text:
-        fraction = float(text)
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"a relative memory watermark is between 0 and 1, not {text}")
-        return int(total_bytes * fraction)
-    return parse_size(text)
 
 
 def total_memory_bytes() -> int:

@@ -63,25 +63,12 @@ from warren.errors import (
 )
 from warren.model import DestinationKind, ExchangeType, VHost
 from warren.model.permissions import Access, PermissionCheck
-from warren.queue import (
-    REJECTED_REPLY,
-    Checkout,
-    Discard,
-    Enqueue,
-    Get,
-    Got,
-    Purge,
-    Refused,
-    Rejected,
-    Return,
-    Settle,
-    Touch,
-)
+from warren.queue import Checkout, Discard, Enqueue, Got, Return, Settle
 from warren.runtime.access import permission_check
+from warren.runtime.queues.host import ACCEPTED, Pending, QueueHost, Refused
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import QueueHost
     from warren.runtime.connection import AmqpConnection
 
 REPLY_TO = "amq.rabbitmq.reply-to"
@@ -89,6 +76,7 @@ REPLY_TO_PREFIX = REPLY_TO + "."
 # properties that make a publish decode its header: routing, checks, TTL, priority
 _INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG | REPLY_TO_FLAG
 _WRITABLE_MAX = 1024  # exchanges a channel remembers as writable
+_DEFINING_CLASSES = frozenset((m.ExchangeDeclare.CLASS_ID, m.QueueDeclare.CLASS_ID))
 # the commonest properties, known to be well formed: none, or only a delivery mode
 _PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
@@ -327,8 +315,17 @@ class Channel:
             )
 
     def _reply(self, method: m.Method, reply: m.Method) -> None:
-        if not getattr(method, "nowait", False):
+        # in a cluster, an exchange or queue method's -ok goes once every node has the
+        # definitions it changed
+        settled = (
+            self.broker.definitions_settled() if method.CLASS_ID in _DEFINING_CLASSES else None
+        )
+        if getattr(method, "nowait", False):
+            return
+        if settled is None:
             self.send(reply)
+        else:
+            self.connection.suspend(self, settled, lambda _done: self.send(reply))
 
     # --- queues ----------------------------------------------------------------------------
 
@@ -389,18 +386,17 @@ class Channel:
                 found = self.broker.queue(vhost.name, name)
                 assert found is not None
                 host = found
-        host.apply(Touch())
+        host.touch()
         self.last_queue = name
         if method.nowait:
             return
-        counts = self.broker.replicated_counts(host)
-        if counts is not None:
+        counts = host.counts()
+        if isinstance(counts, Pending):
             self.connection.suspend(
-                self, counts, lambda done: self.send(m.QueueDeclareOk(name, *done.result()))
+                self, counts.future, lambda done: self.send(m.QueueDeclareOk(name, *done.result()))
             )
         else:
-            machine = host.machine
-            self.send(m.QueueDeclareOk(name, machine.ready_count, machine.consumer_count))
+            self._reply(method, m.QueueDeclareOk(name, *counts.value))
 
     def _declare_reply_to(self, method: m.QueueDeclare) -> None:
         """As RabbitMQ: any declare (passive or not, whatever its flags) of the direct
@@ -436,14 +432,13 @@ class Channel:
         name = self._queue_name(method.queue)
         self._permit(Access.READ, DestinationKind.QUEUE, name)
         host = self._host(name)
-        count = host.apply(Purge())
-        if isinstance(count, asyncio.Future):  # a quorum queue's leader answers
+        count = host.purge()
+        if isinstance(count, Pending):  # a quorum queue's leader answers
             self.connection.suspend(
-                self, count, lambda done: self._reply(method, m.QueuePurgeOk(done.result()))
+                self, count.future, lambda done: self._reply(method, m.QueuePurgeOk(done.result()))
             )
-            return
-        assert isinstance(count, int)
-        self._reply(method, m.QueuePurgeOk(count))
+        else:
+            self._reply(method, m.QueuePurgeOk(count.value))
 
     def _queue_delete(self, method: m.QueueDelete) -> None:
         name = self._queue_name(method.queue)
@@ -458,12 +453,10 @@ class Channel:
                 raise precondition_failed(f"{where} in use")
             if method.if_empty and host.machine.ready_count:
                 raise precondition_failed(f"{where} not empty")
-            pending = self.broker.replicated_delete(vhost, name, method.if_unused, method.if_empty)
+            pending = host.forward_delete(method.if_unused, method.if_empty)
             if pending is not None:  # in a cluster: through the metadata log, or the home
                 self.connection.suspend(
-                    self,
-                    pending,
-                    lambda done: self._reply(method, m.QueueDeleteOk(_count(done.result()))),
+                    self, pending, lambda done: self._reply(method, m.QueueDeleteOk(done.result()))
                 )
                 return
             # RabbitMQ answers delete-ok before it cancels this channel's own consumers
@@ -519,32 +512,29 @@ class Channel:
             priority=_priority(arguments),
         )
         limited = bool(self.global_prefetch) or self.connection.paused
-        reply, effects = host.subscribe(self, tag, command, limited)
-        if isinstance(reply, Refused):
-            raise reply.error
+        outcome = host.subscribe(self, tag, command, limited)
+        if type(outcome) is Refused:
+            assert outcome.error is not None
+            raise outcome.error
         self.consumers[tag] = consumer
-        if isinstance(reply, asyncio.Future):  # a classic queue's home on another node
+        if type(outcome) is Pending:  # a classic queue's home on another node
             self.connection.suspend(
-                self, reply, lambda done: self._consumed(method, tag, host, effects, done)
+                self, outcome.future, lambda done: self._consumed(method, consumer, done)
             )
             return
         self._reply(method, m.BasicConsumeOk(tag))
-        host.perform(effects)
+        host.started(consumer.key)
 
     def _consumed(
-        self,
-        method: m.BasicConsume,
-        tag: str,
-        host: QueueHost,
-        effects: list[Any],
-        done: asyncio.Future[object],
+        self, method: m.BasicConsume, consumer: _Consumer, done: asyncio.Future[None]
     ) -> None:
         """The home added the consumer (or refused it: the error closes the channel)."""
         if done.exception() is not None:
-            self.consumers.pop(tag, None)
+            self.consumers.pop(consumer.tag, None)
         done.result()
-        self._reply(method, m.BasicConsumeOk(tag))
-        host.perform(effects)
+        self._reply(method, m.BasicConsumeOk(consumer.tag))
+        assert consumer.host is not None
+        consumer.host.started(consumer.key)
 
     def _consume_reply_to(self, method: m.BasicConsume, tag: str) -> None:
         if not method.no_ack:
@@ -653,17 +643,17 @@ class Channel:
         name = self._queue_name(method.queue)
         self._permit(Access.READ, DestinationKind.QUEUE, name)
         host = self._host(name)
-        reply = host.apply(Get(method.no_ack))
-        if isinstance(reply, asyncio.Future):  # a quorum queue's leader answers
+        outcome = host.get(method.no_ack)
+        if isinstance(outcome, Pending):  # a quorum queue's leader answers
             self.connection.suspend(
-                self, reply, lambda done: self._got(host, method.no_ack, done.result())
+                self, outcome.future, lambda done: self._got(host, method.no_ack, done.result())
             )
-            return
-        self._got(host, method.no_ack, reply)
+        else:
+            self._got(host, method.no_ack, outcome.value)
 
-    def _got(self, host: QueueHost, no_ack: bool, reply: object) -> None:
+    def _got(self, host: QueueHost, no_ack: bool, reply: Got | None) -> None:
         stats = self.stats
-        if not isinstance(reply, Got):
+        if reply is None:
             stats.get_empty += 1
             host.stats.get_empty += 1
             self.send(m.BasicGetEmpty())
@@ -752,7 +742,7 @@ class Channel:
         for host, msg_ids in by_host.values():
             if command is Settle:
                 host.stats.ack += len(msg_ids)
-            host.apply(command(msg_ids))
+            host.settle(command(msg_ids))
         if self.global_prefetch and counted:
             self.dispatch_consumers()
 
@@ -822,20 +812,23 @@ class Channel:
         durability = self.durability if self.confirm else None
         # a durable queue that logs the message appends to the log: the confirm waits
         logged_from = durability.log.next_sequence if durability is not None else 0
-        replicated: list[asyncio.Future[object]] | None = None
+        replicated: list[asyncio.Future[bool]] | None = None
         for name in queues:
             host = broker_queues[vhost_name, name]
             host.stats.publish += 1
-            reply = host.apply(enqueue)
-            if reply is REJECTED_REPLY:
-                rejected = True
-            elif type(reply) is not int and isinstance(reply, asyncio.Future):
-                # a quorum queue: the outcome comes once a majority has the message
-                self._count_replicating(reply)
+            outcome = host.publish(enqueue)
+            if outcome is ACCEPTED:
+                continue
+            if type(outcome) is Pending:
+                # a quorum queue (or a home elsewhere): the outcome comes once it has it
+                future = outcome.future
+                self._count_replicating(future)
                 if replicated is None:
-                    replicated = [reply]
+                    replicated = [future]
                 else:
-                    replicated.append(reply)
+                    replicated.append(future)
+            else:
+                rejected = True
         if not queues:
             if method.mandatory:
                 self.stats.return_unroutable += 1
@@ -868,7 +861,7 @@ class Channel:
         self._wait_upto = log_sequence
         durability.wait(self)
 
-    def _hold_replicated(self, outcomes: list[asyncio.Future[object]], log_sequence: int) -> None:
+    def _hold_replicated(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
         """The latest publish is confirmed once every quorum queue it went to committed it
         (and the log is durable up to `log_sequence`); nacked if one refused it."""
         item = _Held(self.publish_seq, log_sequence, False, len(outcomes))
@@ -879,7 +872,7 @@ class Channel:
         for outcome in outcomes:
             outcome.add_done_callback(lambda done: self._replicated(item, done))
 
-    def _count_replicating(self, outcome: asyncio.Future[object]) -> None:
+    def _count_replicating(self, outcome: asyncio.Future[bool]) -> None:
         """Flow control (RabbitMQ's quorum_commands_soft_limit): past the limit of publishes
         to quorum queues waiting for their commit, the connection stops reading until half
         of them are done, so a fast publisher cannot pile up commands in memory."""
@@ -888,14 +881,14 @@ class Channel:
             self.connection.hold_flow(self, True)
         outcome.add_done_callback(self._replication_done)
 
-    def _replication_done(self, _done: asyncio.Future[object]) -> None:
+    def _replication_done(self, _done: asyncio.Future[bool]) -> None:
         self.replicating -= 1
         if self.replicating <= self.broker.config.quorum_commands_soft_limit // 2:
             self.connection.hold_flow(self, False)
 
-    def _replicated(self, item: _Held, done: asyncio.Future[object]) -> None:
+    def _replicated(self, item: _Held, done: asyncio.Future[bool]) -> None:
         item.waiting -= 1
-        if done.cancelled() or done.exception() is not None or type(done.result()) is Rejected:
+        if done.cancelled() or done.exception() is not None or not done.result():
             item.nack = True
         if self.connection.channels.get(self.number) is self:
             self.connection.confirm_later(self)
@@ -1093,11 +1086,6 @@ class Channel:
 
 
 _EXPIRATION = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)
-
-
-def _count(reply: object) -> int:
-    assert isinstance(reply, int)
-    return reply
 
 
 def parse_expiration(text: str) -> int:

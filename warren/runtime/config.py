@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from warren.model.settings import DEAD_LETTER_PREFETCH_DEFAULT
-from warren.runtime.alarms import memory_limit_bytes, parse_size
 from warren.runtime.passwords import ALGORITHMS
+from warren.runtime.sizes import memory_limit_bytes, parse_size
 from warren.runtime.tls import LOGIN_FROM, VERIFY_MODES
 
 

@@ -473,7 +473,7 @@ class AmqpConnection(asyncio.Protocol):
             log.exception("internal error on connection %s", self.peer)
             self.close_with(HardError(ReplyCode.INTERNAL_ERROR, "internal error"))
         self.flush()
-        if not self._closed:
+        if not self._closed and not self._suspended:  # `then` may have to wait again
             self._resume_reading()
             self._handle_events()
 

@@ -17,7 +17,7 @@ Theory of operation:
 4. Messages: a durable queue's `QueueHost` reports what its machine did (`enqueued`,
    `delivered`, `settled`, `purged`, `queue_deleted`); the journal ignores msg_ids it
    never logged, so transient messages cost a lookup at most. Only persistent messages
-   (delivery-mode 2) are logged; `warren.runtime.paging` lets long queues keep their bodies
+   (delivery-mode 2) are logged; `warren.runtime.queues.paging` lets long queues keep their bodies
    there only. First deliveries are collected per queue and logged as
    one `Delivered` record per queue just before the batch is sealed, not one per message:
    a mark only matters once it is durable, and the journal drops marks of messages that
@@ -41,7 +41,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from warren.amqp.content import PERSISTENT, Message, delivery_mode
 from warren.amqp.table import encode_table
@@ -49,7 +49,8 @@ from warren.model import DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.policy import Policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Enqueue
-from warren.runtime.paging import Pager, PageSlot
+from warren.runtime.queues.host import QueueHost, Waiter
+from warren.runtime.queues.paging import Pager, PageSlot
 from warren.storage.definitions import (
     BindingDefinition,
     DefinitionsStore,
@@ -61,19 +62,9 @@ from warren.storage.journal import CompactionPlan, QueueJournal
 from warren.storage.log import Batch, Log, LogError
 from warren.storage.pages import PageRef, PageStore
 
-if TYPE_CHECKING:
-    from warren.runtime.broker import QueueHost
-
 log = logging.getLogger("warren.durability")
 
 CLOSE_WAIT_S = 10.0
-
-
-class Waiter(Protocol):
-    """Something that holds replies until the log is durable up to some sequence."""
-
-    def durable_reached(self, durable_sequence: int) -> bool:
-        """Release what the durable sequence allows; True while it still waits for more."""
 
 
 class DefinitionsObserver(Protocol):

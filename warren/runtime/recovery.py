@@ -17,7 +17,7 @@ Theory of operation (`open_durability`):
    is carried out, so a message dead-lettered at startup into another durable queue never
    takes a msg_id a recovered message there still has. `x-expires` countdowns start again
    from node start (the host's ``last_used_ms``). Bodies stay in the log: each one is read
-   back when its message is handed out (`warren.runtime.paging`), so a backlog larger than
+   back when its message is handed out (`warren.runtime.queues.paging`), so a backlog larger than
    memory recovers.
 4. The journal retires and compacts what it can; `Durability` takes over the open store,
    log and journal and is set as `broker.durability`.
@@ -38,7 +38,9 @@ from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Restore, Restored
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.durability import Durability
-from warren.runtime.paging import PAGED_OUT
+from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.host import QueueHost
+from warren.runtime.queues.paging import PAGED_OUT
 from warren.storage.definitions import (
     BindingDefinition,
     Definitions,
@@ -54,7 +56,7 @@ from warren.storage.messages import RecordFormatError, RecoveredMessage
 from warren.storage.pages import PageStore
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import Broker, QueueHost
+    from warren.runtime.broker import Broker
 
 log = logging.getLogger("warren.recovery")
 
@@ -116,8 +118,9 @@ def vhost_of(broker: Broker, name: str) -> VHost:
 
 def _rebuild(
     broker: Broker, definitions: DefinitionsStore, loaded: Definitions
-) -> dict[str, QueueHost]:
-    """The model from the stored definitions; returns the durable queues' hosts by key."""
+) -> dict[str, ClassicHost]:
+    """The model from the stored definitions; returns the durable classic queues' hosts by
+    key (a quorum queue's messages are in its Raft log, not in the journal)."""
     if not any(v.name == "/" for v in loaded.vhosts):
         definitions.put_vhost(VHostDefinition("/", "Default virtual host"))
     for stored_vhost in loaded.vhosts:
@@ -128,10 +131,10 @@ def _rebuild(
             restore_policy(broker, policy, operator)
     for exchange in loaded.exchanges:
         restore_exchange(broker, exchange)
-    hosts: dict[str, QueueHost] = {}
+    hosts: dict[str, ClassicHost] = {}
     for queue in loaded.queues:
         host = _restore_queue(broker, queue)
-        if host is not None:
+        if isinstance(host, ClassicHost):
             hosts[host.journal_key or ""] = host
     for binding in loaded.bindings:
         restore_binding(broker, binding)
@@ -257,23 +260,22 @@ def restore_binding(broker: Broker, stored: BindingDefinition) -> None:
 
 
 def _restore_messages(
-    hosts: Mapping[str, QueueHost], recovered: Mapping[str, list[RecoveredMessage]]
+    hosts: Mapping[str, ClassicHost], recovered: Mapping[str, list[RecoveredMessage]]
 ) -> None:
     """Every queue first, effects (expiry, dead-lettering, drop-head) after: a message
     dead-lettered into another durable queue must not take an id recovered there."""
-    pending: list[tuple[QueueHost, list[Any]]] = []
+    pending: list[tuple[ClassicHost, list[Any]]] = []
     for key, messages in recovered.items():
         host = hosts[key]
-        command = Restore([_restored(message) for message in messages])
-        _reply, effects = host.machine.apply(host.meta(), command)
+        effects = host.restore(Restore([_restored(message) for message in messages]))
         pending.append((host, effects))
     for host, effects in pending:
         if effects:
-            host.perform(effects)
+            host.effects.perform(effects)
 
 
 def _restored(recovered: RecoveredMessage) -> Restored:
-    """A recovered message with its body left in the log (`warren.runtime.paging`)."""
+    """A recovered message with its body left in the log (`warren.runtime.queues.paging`)."""
     record = recovered.message
     return Restored(
         record.msg_id,

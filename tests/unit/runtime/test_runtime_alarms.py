@@ -11,22 +11,22 @@ import pytest
 
 from warren.amqp import methods as m
 from warren.amqp.content import method_frame
-from warren.runtime import alarms
+from warren.runtime import alarms, sizes
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
 
 
 def test_sizes_are_read_as_rabbitmq_writes_them():
-    assert alarms.parse_size("1000000") == 1_000_000
-    assert alarms.parse_size("50MB") == 50_000_000
-    assert alarms.parse_size("512MiB") == 512 * 1024**2
+    assert sizes.parse_size("1000000") == 1_000_000
+    assert sizes.parse_size("50MB") == 50_000_000
+    assert sizes.parse_size("512MiB") == 512 * 1024**2
     with pytest.raises(ValueError, match="not a size"):
-        alarms.parse_size("lots")
-    assert alarms.memory_limit_bytes("0.4", 1000) == 400
-    assert alarms.memory_limit_bytes("2GB", 1000) == 2_000_000_000
+        sizes.parse_size("lots")
+    assert sizes.memory_limit_bytes("0.4", 1000) == 400
+    assert sizes.memory_limit_bytes("2GB", 1000) == 2_000_000_000
     with pytest.raises(ValueError, match="between 0 and 1"):
-        alarms.memory_limit_bytes("1.5", 1000)
+        sizes.memory_limit_bytes("1.5", 1000)
 
 
 class Transport:

@@ -14,10 +14,11 @@ import pytest
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.queue import Configure, Enqueue, Get, Got, Purge, Settle
-from warren.runtime.broker import Broker, QueueHost
+from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.durability import Durability
-from warren.runtime.paging import PRESSURE_RESIDENT_MESSAGES, PageSlot
+from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.paging import PRESSURE_RESIDENT_MESSAGES, PageSlot
 from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
 from warren.storage.pages import PageRef
@@ -41,7 +42,7 @@ class Node:
     def _failed(self) -> None:
         self.failures += 1
 
-    def declare(self, name: str, durable: bool = True, **arguments: Any) -> QueueHost:
+    def declare(self, name: str, durable: bool = True, **arguments: Any) -> ClassicHost:
         record, created = self.broker.vhosts["/"].declare_queue(
             name,
             owner=None,
@@ -52,11 +53,13 @@ class Node:
             arguments={},
         )
         assert created
-        return self.broker.declare_queue(record)
+        host = self.broker.declare_queue(record)
+        assert isinstance(host, ClassicHost)
+        return host
 
-    def host(self, name: str) -> QueueHost:
+    def host(self, name: str) -> ClassicHost:
         host = self.broker.queue("/", name)
-        assert host is not None
+        assert isinstance(host, ClassicHost)
         return host
 
     @property
@@ -72,7 +75,7 @@ class Node:
         raise AssertionError("the log was not synced")
 
 
-def publish(host: QueueHost, body: bytes, properties: bytes = PERSISTENT) -> int:
+def publish(host: ClassicHost, body: bytes, properties: bytes = PERSISTENT) -> int:
     msg_id = host.apply(Enqueue(Message("", host.name, properties, body), len(body)))
     assert isinstance(msg_id, int)
     return msg_id
@@ -189,7 +192,7 @@ def test_a_failed_sync_stops_the_node(tmp_path: Path, caplog: pytest.LogCaptureF
     )
 
 
-def paged_out(host: QueueHost) -> int:
+def paged_out(host: ClassicHost) -> int:
     """How many of the queue's ready messages have their body in the log only."""
     return sum(
         1
@@ -252,7 +255,7 @@ def test_recovered_messages_come_back_without_bodies_and_read_them_when_handed_o
     run(second)
 
 
-def scratch_paged(host: QueueHost) -> int:
+def scratch_paged(host: ClassicHost) -> int:
     return sum(1 for entry in host.machine.ready_entries() if isinstance(entry.message, PageRef))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import random
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from warren.runtime.cluster.peers import Peers
 from warren.runtime.cluster.raft_host import (
+    EntryMeta,
     HostStopped,
     NotLeader,
     RaftGroup,
@@ -34,11 +36,13 @@ class Recorder:
 
     def __init__(self) -> None:
         self.applied: list[tuple[int, bytes]] = []
+        self.metas: list[EntryMeta] = []
         self.restores = 0
         self.roles: list[tuple[bool, str | None]] = []
 
-    def apply(self, index: int, data: bytes) -> object:
-        self.applied.append((index, data))
+    def apply(self, meta: EntryMeta, data: bytes) -> object:
+        self.applied.append((meta.index, data))
+        self.metas.append(meta)
         return len(self.applied)
 
     def retained(self) -> int:
@@ -220,6 +224,31 @@ def test_two_groups_commit_1000_proposals_each_in_the_same_order_everywhere(
             sequences = [machine.applied for machine in machines]
             assert sequences[0] == sequences[1] == sequences[2]
             assert [data for _i, data in sequences[0]] == payloads[group_id]
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_every_replica_applies_an_entry_with_its_index_term_and_the_leaders_time(
+    tmp_path: Path,
+) -> None:
+    """As ra's machines: the meta of an entry is the same on every replica, and its time
+    is the leader's when the command reached it, not the applying node's."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        before = int(time.time() * 1000)
+        await propose_all(leader, "g", [b"one", b"two"])
+        after = int(time.time() * 1000)
+        await eventually(lambda: all(len(n.machines["g"].metas) == 2 for n in every))
+        metas = [node.machines["g"].metas for node in every]
+        assert metas[0] == metas[1] == metas[2]
+        raft = leader.group("g").node
+        last = raft.log.last_index  # after the leader's own empty entry
+        assert [(m.index, m.term) for m in metas[0]] == [(last - 1, raft.term), (last, raft.term)]
+        assert all(before <= m.time_ms <= after for m in metas[0])
         await stop_all(nodes)
 
     run(body)

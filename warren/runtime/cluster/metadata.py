@@ -32,6 +32,11 @@ Theory of operation:
    other's declare).
 6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`); a node
    that restores one puts every definition it holds.
+7. A definition's -ok reaches the client once every node has it, as in RabbitMQ: an
+   operation's proposer waits, after the commit, until its own node and every node it has
+   a link with applied the entry (`ClusterNode.replicate`, an `AppliedThrough` barrier,
+   bounded in time), and a channel sends the -ok of a method that proposed changes once
+   they are settled (`settled`), so a publish through any node at once finds the queue.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import logging
 import pickle
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
@@ -52,10 +58,12 @@ from warren.runtime import recovery
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.admin import apply_policies
 from warren.runtime.admin_access import delete_vhost
-from warren.runtime.broker import Broker, QueueHost
+from warren.runtime.broker import Broker
 from warren.runtime.cluster.quorum import QuorumHost
+from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.cluster.remote import RemoteHost
 from warren.runtime.durability import binding_definition, queue_definition
+from warren.runtime.queues.host import Placement, QueueHost
 from warren.storage.definitions import (
     BindingDefinition,
     Definitions,
@@ -79,6 +87,8 @@ class ReplicatedDefinitions:
         self.cluster = cluster
         self.applying = False  # applying another node's operation: do not replicate it
         self.changes = LocalChanges()
+        # proposed and not yet applied everywhere, for `settled` (in order; a set)
+        self._unsettled: dict[asyncio.Future[object], None] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -89,6 +99,18 @@ class ReplicatedDefinitions:
             self.changes.made(method, arguments)
             outcome = self.cluster.replicate((self.cluster.name, method, arguments))
             outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
+            self._unsettled[outcome] = None
+            outcome.add_done_callback(self._settled)
+
+    def _settled(self, done: asyncio.Future[object]) -> None:
+        self._unsettled.pop(done, None)
+
+    def settled(self) -> asyncio.Future[list[object]] | None:
+        """The changes proposed here and not yet applied on every node, once they are
+        (point 7); None when there are none."""
+        if not self._unsettled:
+            return None
+        return asyncio.gather(*self._unsettled, return_exceptions=True)
 
     def put_vhost(self, vhost: Any) -> None:
         self.store.put_vhost(vhost)
@@ -262,9 +284,8 @@ class TransientDefinitions:
         queues: list[tuple[str, tuple[Any, ...]]] = []
         bindings: list[tuple[str, tuple[Any, ...]]] = []
         listed: set[tuple[str, str]] = set()
-        hosts: list[object] = list(broker.queues.values())
-        for host in hosts:
-            if type(host) is QueueHost:
+        for host in list(broker.queues.values()):
+            if host.placement is Placement.LOCAL:
                 found, record = self.cluster.name, host.record
             elif isinstance(host, RemoteHost):
                 found, record = host.home, host.record
@@ -295,14 +316,14 @@ class TransientDefinitions:
         self._replicate("put_binding" if added else "delete_binding", binding)
 
     def queue_declared(self, host: QueueHost) -> None:
-        if type(host) is QueueHost:  # a classic queue whose home is this node
+        if host.placement is Placement.LOCAL:  # a classic queue whose home is this node
             record = host.record
             home = self.cluster.name
             definition = queue_definition(record)
             self._replicate("classic_queue", definition, home, record.durable, record.exclusive)
 
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
-        if type(host) is QueueHost:
+        if host.placement is Placement.LOCAL:
             self._replicate("delete_classic_queue", vhost.name, host.name, self.cluster.name)
 
 
@@ -336,18 +357,54 @@ def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[An
         log.warning("%s%r not replicated to the cluster: %s", method, arguments, error)
 
 
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What an applied operation answers its proposer: its log index, for the barrier
+    (module doc, point 7), and the operation's own result."""
+
+    index: int
+    value: object
+
+
 class MetadataMachine:
     """The metadata group's state machine: other nodes' definition changes, applied here."""
 
     def __init__(self, cluster: ClusterNode) -> None:
         self.cluster = cluster
         self.leader = False
+        self.applied_index = 0  # in memory: what `reached` waits for
+        self._reached: list[tuple[int, asyncio.Future[bool]]] = []
 
     @property
     def broker(self) -> Broker:
         return self.cluster.broker
 
-    def apply(self, index: int, data: bytes) -> object:
+    def apply(self, meta: EntryMeta, data: bytes) -> Applied:
+        index = meta.index
+        result = self._apply(index, data)
+        self.applied_index = index
+        if self._reached:
+            waiting, self._reached = self._reached, []
+            for through, future in waiting:
+                if through > index:
+                    self._reached.append((through, future))
+                elif not future.done():
+                    future.set_result(True)
+        return Applied(index, result)
+
+    async def reached(self, index: int, timeout_s: float) -> bool:
+        """Once this node applied the entry at `index`; False if that took too long (the
+        node lags behind the log, or lost the leader)."""
+        if self.applied_index >= index:
+            return True
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._reached.append((index, future))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return False
+
+    def _apply(self, index: int, data: bytes) -> object:
         store = self.cluster.definitions.store
         if index <= store.applied_index():
             return None  # applied before this node restarted

@@ -33,13 +33,33 @@ import random
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
-from warren.model import QueueRecord
+from warren.model import QueueRecord, QueueType
 from warren.runtime.cluster import operations
+from warren.runtime.cluster.calls import (
+    RETRY,
+    AddMember,
+    AppliedThrough,
+    Campaign,
+    Consumers,
+    Counts,
+    Forward,
+    GroupStatus,
+    LeaderRequest,
+    Led,
+    NodeRequest,
+    Propose,
+    Redirect,
+    RemoveMember,
+    Retry,
+    Status,
+    Transfer,
+)
 from warren.runtime.cluster.metadata import (
+    Applied,
     MetadataMachine,
     Operation,
     ReplicatedDefinitions,
@@ -50,6 +70,8 @@ from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
 from warren.runtime.durability import queue_definition
+from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.host import QueueHost
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -57,12 +79,14 @@ if TYPE_CHECKING:
     from warren.runtime.durability import Durability
 
 log = logging.getLogger("warren.cluster")
+R = TypeVar("R")
 
 RETRY_S: Final = 0.05
 LEADER_WAIT_S: Final = 10.0
 TRANSFER_WAIT_S: Final = 2.0  # for the leader the locator chose, when another won
 JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
 REAP_GRACE_TICKS: Final = 20  # two election timeouts
+SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -79,6 +103,28 @@ def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
 
 def group_prefix(vhost: str, name: str) -> str:
     return f"qq:{len(vhost)}:{vhost}:{len(name)}:{name}:"
+
+
+class ClusterHosts:
+    """The broker's `HostFactory` in a cluster: quorum queues get a `QuorumHost` and are
+    declared through the metadata log; classic queues are this node's (other nodes' get a
+    `RemoteHost` from the metadata log, `RemoteQueues.proxy`)."""
+
+    __slots__ = ("cluster",)
+
+    def __init__(self, cluster: ClusterNode) -> None:
+        self.cluster = cluster
+
+    def make(self, record: QueueRecord) -> QueueHost:
+        if record.queue_type is QueueType.QUORUM:
+            return self.cluster.quorum_host(record)
+        return ClassicHost(self.cluster.broker, record)
+
+    def replicated_declare(self, record: QueueRecord) -> asyncio.Future[None] | None:
+        cluster = self.cluster
+        if record.queue_type is not QueueType.QUORUM or cluster.applying:
+            return None
+        return cluster.propose_declare(record)
 
 
 class ClusterNode:
@@ -117,6 +163,7 @@ class ClusterNode:
         self.incarnation = secrets.token_hex(4)
         self._rng = random.Random()
         broker.cluster = self
+        broker.hosts = ClusterHosts(self)
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -162,7 +209,7 @@ class ClusterNode:
                 if not self.peers.connected(node):
                     continue
                 try:
-                    status: Any = await self.peers.call(node, ("status",), 1.0)
+                    status = await self.ask(node, Status(), 1.0)
                 except PeerUnavailable:
                     continue
                 members = status["metadata"].get("members") if status["metadata"] else None
@@ -237,27 +284,15 @@ class ClusterNode:
             group.campaign()
         else:
             with contextlib.suppress(PeerUnavailable):
-                await self.peers.call(leader, ("campaign", group_id), 2.0)
+                await self.ask(leader, Campaign(group_id), 2.0)
         while group.leader is None and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
         if group.leader not in (None, leader):  # another member's election timer came first
             with contextlib.suppress(PeerUnavailable, RemoteError):
-                await self.leader_call(group_id, ("transfer", group_id, leader))
+                await self.leader_call(Transfer(group_id, leader))
             deadline = min(deadline, loop.time() + TRANSFER_WAIT_S)
             while group.leader != leader and loop.time() < deadline:
                 await asyncio.sleep(RETRY_S)
-
-    def replicated_delete(
-        self, host: object, if_unused: bool, if_empty: bool
-    ) -> asyncio.Future[object] | None:
-        """Delete a quorum queue through the metadata log, a classic queue of another node
-        at its home; the future has the ready count (None: a classic queue of this node)."""
-        if isinstance(host, RemoteHost):
-            return host.delete(if_unused, if_empty)
-        if not isinstance(host, QuorumHost):
-            return None
-        record = host.record
-        return self.replicate_cluster("delete_queue", record.vhost, record.name, host.group_id)
 
     def quorum_host(self, record: QueueRecord) -> QuorumHost:
         """The host of a quorum queue the model just got: from the metadata log (with the
@@ -388,8 +423,24 @@ class ClusterNode:
     # --- getting commands to leaders -------------------------------------------------------------
 
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
-        """Propose a metadata operation (`warren.runtime.cluster.metadata`)."""
-        return self.submit(METADATA_GROUP, pickle.dumps(operation, pickle.HIGHEST_PROTOCOL))
+        """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
+        its result once every node applied it (metadata doc, point 7)."""
+        data = pickle.dumps(operation, pickle.HIGHEST_PROTOCOL)
+        return asyncio.ensure_future(self._applied_everywhere(self.submit(METADATA_GROUP, data)))
+
+    async def _applied_everywhere(self, submitted: asyncio.Future[object]) -> object:
+        applied = cast("Applied", await submitted)
+        peers = [node for node in self.nodes if node != self.name and self.peers.connected(node)]
+        await asyncio.gather(
+            self.metadata.reached(applied.index, SETTLE_WAIT_S),
+            *(self._peer_applied(node, applied.index) for node in peers),
+        )
+        return applied.value
+
+    async def _peer_applied(self, node: str, index: int) -> None:
+        """Until `node` applied the metadata entry at `index` (or it cannot say in time)."""
+        with contextlib.suppress(PeerUnavailable, RemoteError):
+            await self.ask(node, AppliedThrough(index), SETTLE_WAIT_S + 1.0)
 
     def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
         """The outcome of a command once its group's leader applied it.
@@ -433,9 +484,10 @@ class ClusterNode:
         else:
             outcome.set_exception(error)
 
-    async def leader_call(self, group_id: str, request: tuple[Any, ...]) -> object:
-        """Have the group's leader handle `request` (`_handle`), wherever it is, through
+    async def leader_call(self, request: LeaderRequest[R]) -> R:
+        """Have the group's leader answer `request` (`_lead`), wherever it is, through
         elections, until ``cluster_submit_timeout``."""
+        group_id = request.group_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.cluster_submit_timeout / 1000
         hint: str | None = None
@@ -450,27 +502,31 @@ class ClusterNode:
             hint = None
             if target == self.name:
                 if group is not None and group.is_leader:
-                    status, value = await self._handle(self.name, request)
-                    if status == "ok":
-                        return value
-                    hint = value
+                    answer = await self._lead(request)
+                    if isinstance(answer, Led):
+                        return answer.value
+                    hint = answer.leader
             elif target is not None:
                 try:
-                    reply: Any = await self.peers.call(
-                        target, request, timeout=self._remaining(deadline)
-                    )
-                    status, value = reply
+                    remaining = self._remaining(deadline)
+                    reply = await self.peers.call(target, request, timeout=remaining)
+                    answer = cast("Led[R] | Redirect", reply)  # `_lead` on the other node
                 except (PeerUnavailable, RemoteError) as error:
                     # gone, or stopping (its Raft host closed): ask again, maybe elsewhere
                     log.debug("%s: %s", group_id, error)
                 else:
-                    if status == "ok":
-                        return value
-                    hint = value if value != target else None
+                    if isinstance(answer, Led):
+                        return answer.value
+                    hint = answer.leader if answer.leader != target else None
             if loop.time() >= deadline:
                 raise PeerUnavailable(target or "none", f"no leader for {group_id} in time")
             if hint is None:
                 await asyncio.sleep(RETRY_S)
+
+    async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R:
+        """A request to another node; its answer is the type the request names (the link
+        carries objects: `warren.runtime.cluster.calls`)."""
+        return cast("R", await self.peers.call(node, request, timeout))
 
     def _remaining(self, deadline: float) -> float:
         return max(0.1, deadline - asyncio.get_running_loop().time())
@@ -483,53 +539,64 @@ class ClusterNode:
         return sorted(m for m in members if m != self.name)
 
     def _serve(self, sender: str, request: object) -> Awaitable[object]:
-        return self._handle(sender, request)
+        return self._handle(request)
 
-    async def _handle(self, sender: str, request: Any) -> Any:
-        """A request from a peer (or from this node's `leader_call`): group requests answer
-        ``("ok", value)`` on the leader and ``("not_leader", leader or None)`` elsewhere."""
-        kind = request[0]
-        if kind == "status":
+    async def _handle(self, request: object) -> object:
+        """A request from a peer (`warren.runtime.cluster.calls`)."""
+        kind = type(request)
+        if kind is Status:
             return self.status()
-        if kind == "forward":  # from a node that does not know the leader (join_cluster)
-            return await self.leader_call(request[1][1], request[1])
-        if kind == "group_status":
-            group = self.raft.group(request[1])
+        if isinstance(request, Forward):  # from a node that does not know the leader (join)
+            return await self.leader_call(request.request)
+        if isinstance(request, GroupStatus):
+            group = self.raft.group(request.group_id)
             return group.status() if group is not None else None
-        if kind == "campaign":  # the leader locator chose this node to lead a new queue
-            group = self.raft.group(request[1])
+        if isinstance(request, AppliedThrough):
+            return await self.metadata.reached(request.index, SETTLE_WAIT_S)
+        if isinstance(request, Campaign):  # the locator chose this node to lead a new queue
+            group = self.raft.group(request.group_id)
             if group is not None and group.leader is None:
                 group.campaign()
             return None
-        group = self.raft.group(request[1])
+        if isinstance(request, LeaderRequest):
+            return await self._lead(request)
+        raise ValueError(f"unknown cluster request {request!r}")
+
+    async def _lead(self, request: LeaderRequest[R]) -> Led[R] | Redirect:
+        """A request for a group's leader: `Led` on the leader, else `Redirect`."""
+        group = self.raft.group(request.group_id)
         if group is None:
-            return ("not_leader", None)
+            return Redirect(None)
         if not group.is_leader:
-            return ("not_leader", group.leader)
+            return Redirect(group.leader)
         try:
-            if kind == "propose":
-                proposals = [group.propose(data) for data in request[2]]
-                outcomes = await asyncio.gather(*proposals, return_exceptions=True)
-                return ("ok", [_outcome(outcome) for outcome in outcomes])
-            if kind == "add_member":
-                node, host, port = request[2:]
-                if host is not None:  # a node joining the cluster: everyone learns its address
-                    await self.replicate_cluster("node_address", node, host, port)
-                await group.add_member(node)
-                return ("ok", sorted(group.members))
-            if kind == "remove_member":
-                await group.remove_member(request[2])
-                return ("ok", sorted(group.members))
-            if kind == "transfer":
-                return ("ok", group.transfer(request[2]))
-            if kind == "counts":
-                machine = self.queues[request[1]].machine
-                return ("ok", (machine.ready_count, machine.consumer_count))
-            if kind == "consumers":  # a node without a replica checks its consumers
-                return ("ok", self.queues[request[1]].machine.consumers())
+            return Led(cast("R", await self._as_leader(group, request)))
         except NotLeader as error:
-            return ("not_leader", error.leader)
-        raise ValueError(f"unknown cluster request {kind!r}")
+            return Redirect(error.leader)
+
+    async def _as_leader(self, group: RaftGroup, request: LeaderRequest[Any]) -> object:
+        if isinstance(request, Propose):
+            proposals = [group.propose(data) for data in request.commands]
+            outcomes = await asyncio.gather(*proposals, return_exceptions=True)
+            return [_outcome(outcome) for outcome in outcomes]
+        if isinstance(request, AddMember):
+            if request.host is not None:  # a node joining: everyone learns its address
+                await self.replicate_cluster(
+                    "node_address", request.node, request.host, request.port
+                )
+            await group.add_member(request.node)
+            return sorted(group.members)
+        if isinstance(request, RemoveMember):
+            await group.remove_member(request.node)
+            return sorted(group.members)
+        if isinstance(request, Transfer):
+            return group.transfer(request.node)
+        if isinstance(request, Counts):
+            machine = self.queues[request.group_id].machine
+            return (machine.ready_count, machine.consumer_count)
+        if isinstance(request, Consumers):  # a node without a replica checks its consumers
+            return self.queues[request.group_id].machine.consumers()
+        raise ValueError(f"unknown leader request {request!r}")
 
     # --- what operators see ----------------------------------------------------------------
 
@@ -542,9 +609,6 @@ class ClusterNode:
             "metadata": meta.status() if meta is not None else {},
             "quorum_queues": len(self.queues),
         }
-
-
-RETRY: Final = ("retry",)  # a proposal the leader lost before it committed
 
 
 def _outcome(outcome: object) -> object:
@@ -585,9 +649,9 @@ class _Forwarder:
         try:
             while pending:
                 batch = [pending[i] for i in range(min(len(pending), self.BATCH_MAX))]
-                request = ("propose", self.group_id, [data for data, _ in batch])
+                request = Propose(self.group_id, tuple(data for data, _ in batch))
                 try:
-                    replies: Any = await self.cluster.leader_call(self.group_id, request)
+                    replies = await self.cluster.leader_call(request)
                 except Exception as error:  # no leader in time: these commands fail
                     for _ in batch:
                         outcome = pending.popleft()[1]
@@ -595,7 +659,7 @@ class _Forwarder:
                             outcome.set_exception(error)
                     continue
                 for reply in replies:
-                    if reply is RETRY or reply == RETRY:
+                    if type(reply) is Retry:
                         break  # this one and the rest again, in order
                     _, outcome = pending.popleft()
                     if not outcome.done():

@@ -20,6 +20,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from warren.cluster.nodes import METADATA_GROUP
+from warren.runtime.cluster.calls import AddMember, Forward, GroupStatus, RemoveMember, Transfer
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost
 
@@ -49,9 +50,7 @@ async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) ->
     if node in host.members:
         raise MembershipError(f"{node} is already a member of '{queue}'")
     await cluster.set_members(host, sorted({*host.members, node}))
-    request = ("add_member", host.group_id, node, None, None)
-    members: list[str] = await cluster.leader_call(host.group_id, request)  # type: ignore[assignment]
-    return members
+    return await cluster.leader_call(AddMember(host.group_id, node))
 
 
 async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
@@ -60,8 +59,7 @@ async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str)
         raise MembershipError(f"{node} is not a member of '{queue}'")
     if len(host.members) == 1:
         raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
-    request = ("remove_member", host.group_id, node)
-    members: list[str] = await cluster.leader_call(host.group_id, request)  # type: ignore[assignment]
+    members = await cluster.leader_call(RemoveMember(host.group_id, node))
     await cluster.set_members(host, [m for m in host.members if m != node])
     return members
 
@@ -135,9 +133,8 @@ async def rebalance(
             continue
         target = min(host.members, key=lambda node: (counts.get(node, 0), node))
         if counts.get(target, 0) + 1 < counts[leader]:
-            request = ("transfer", host.group_id, target)
             try:
-                await cluster.leader_call(host.group_id, request)
+                await cluster.leader_call(Transfer(host.group_id, target))
             except PeerUnavailable:
                 continue
             counts[leader] -= 1
@@ -151,12 +148,12 @@ async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[di
     host = _quorum_host(cluster, vhost, queue)
     rows = []
     for member in sorted(host.members):
-        status: Any
+        status: dict[str, object] | None
         if member == cluster.name:
             status = host.group.status() if host.group is not None else None
         else:
             try:
-                status = await cluster.peers.call(member, ("group_status", host.group_id), 2.0)
+                status = await cluster.ask(member, GroupStatus(host.group_id), 2.0)
             except PeerUnavailable:
                 status = None
         rows.append({"node": member, **(status or {"role": "unreachable"})})
@@ -166,9 +163,9 @@ async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[di
 async def join(cluster: ClusterNode, seed: str) -> list[str]:
     """This node joins `seed`'s cluster: the metadata group's leader adds it as a member."""
     host, port = cluster.peers.listen_address
-    request = ("add_member", METADATA_GROUP, cluster.name, host, port)
+    request = AddMember(METADATA_GROUP, cluster.name, host, port)
     try:
-        members: list[str] = await cluster.peers.call(seed, ("forward", request), 30.0)  # type: ignore[assignment]
+        members = await cluster.ask(seed, Forward(request), 30.0)
     except PeerUnavailable as error:
         raise MembershipError(f"{seed} is not reachable: {error}") from error
     return members
@@ -184,5 +181,5 @@ async def forget(cluster: ClusterNode, node: str) -> None:
     for host in list(cluster.queues.values()):
         if node in host.members and len(host.members) > 1:
             await delete_member(cluster, host.record.vhost, host.record.name, node)
-    await cluster.leader_call(METADATA_GROUP, ("remove_member", METADATA_GROUP, node))
+    await cluster.leader_call(RemoveMember(METADATA_GROUP, node))
     await cluster.replicate_cluster("node_forgotten", node)

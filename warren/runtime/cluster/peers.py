@@ -36,7 +36,10 @@ Theory of operation:
    dropped (links stay open), they report not connected and link handlers hear "down";
    `partition(set())` heals. Link handlers hear "up" when a node gets a link and "down"
    when it has none any more, not when one link replaces another.
-The peers are trusted once the cookie is proved: a frame is unpickled as it comes.
+The peers are trusted once the cookie is proved: a frame is unpickled as it comes. What
+the frames carry are the message classes of `warren.runtime.cluster.calls` (and Raft's
+messages), so changing them changes the protocol: `MAGIC` names its version, and a node of
+another version is refused in the handshake, before anything is unpickled.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from warren.errors import AmqpError, ReplyCode
 CLOSE_TIMEOUT_S: Final = 2.0
 log = logging.getLogger("warren.peers")
 
-MAGIC: Final = b"WARREN-PEERS/2\n"
+MAGIC: Final = b"WARREN-PEERS/3\n"  # 3: the messages of `warren.runtime.cluster.calls`
 _NONCE_BYTES: Final = 16
 _INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32

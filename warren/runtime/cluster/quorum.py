@@ -2,15 +2,19 @@
 
 Theory of operation:
 1. Every replica holds a `QueueMachine` and applies the same committed commands in the
-   same order with the same `Meta` (the proposer's clock travels in the entry), so every
-   replica computes the same state *and the same effects*. Channels use a `QuorumHost` as
-   they use a classic `QueueHost`: the same methods, but a command is proposed (on the
-   leader) or forwarded to the leader (`ClusterNode.submit`), and what needs its outcome
-   gets a future: publishes (the confirm waits for a majority), basic.get, purge.
+   same order with the same `Meta` (the entry's Raft index, and the leader's clock stamped
+   on the entry when the command reached it: `EntryMeta`), so every replica computes
+   the same state *and the same effects*. A `QuorumHost` is a `QueueHost`
+   (`warren.runtime.queues.host`): a command is proposed (on the leader) or forwarded to
+   the leader (`ClusterNode.submit`), and what needs its outcome answers `Pending`:
+   publishes (the confirm waits for a majority), basic.get, purge. The reply a committed
+   entry gives the proposer is already the outcome's value (a publish's: True unless the
+   queue rejected it).
    Every command is numbered by the host that sends it (`Sequenced`): when a leader
    change makes the node send a command again that had committed after all, the machine
    applies it once and answers the copy as it answered the first.
-2. Effects are carried out where they belong, by the replica that applies them:
+2. Effects are carried out by the one interpreter every host uses
+   (`warren.runtime.queues.effects`), where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
      a leader change loses no delivery in flight; for a consumer on a node that holds no
@@ -37,9 +41,9 @@ Theory of operation:
    process (`Get.holder`, a key numbered 0), and returned by the same rules.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
-5. Bodies stay on disk, as in RabbitMQ's quorum queues: an `Enqueue` is applied with the
-   message replaced by the Raft index of its entry, so the machine keeps only a small
-   record per message (`Entry`: ids, size, deadline, that index). The body is read back
+5. Bodies stay on disk, as in RabbitMQ's quorum queues: the machine keeps the Raft index
+   of an `Enqueue`'s entry (`Meta.index`) in place of its message, so it holds only a
+   small record per message (`Entry`: ids, size, deadline, that index). The body is read back
    from the entry when the message is handed out (delivered to a consumer of this node,
    fetched, dead-lettered), from the log in memory or from the WAL
    (`RaftGroup.entry_data`); the last `RECENT_BODIES_MAX` bodies applied are kept at
@@ -68,39 +72,50 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, TypeGuard
+from typing import TYPE_CHECKING, Final, TypeGuard, cast
 
 from warren.amqp.content import Message
 from warren.model import QueueRecord
-from warren.model.policy import Policy
 from warren.queue import (
     Cancel,
     Checkout,
     Command,
     Configure,
-    DeadLetter,
     Deliver,
     Discard,
-    Dispatch,
     Enqueue,
     Entry,
     Get,
     Got,
     Meta,
-    QueueExpired,
+    Purge,
     QueueMachine,
+    Rejected,
     Return,
     Sequenced,
-    SetTimer,
     Settle,
+    SettleDeadLetter,
     Tick,
+    Touch,
 )
 from warren.queue import snapshot as queue_snapshot
-from warren.runtime.broker import ConsumerRef, Subscriber, now_ms, rearm
+from warren.runtime.cluster.calls import Consumers, Counts
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
+from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.cluster.remote import ConsumerKey
-from warren.runtime.deadletter import DeadLetterWorker, dead_letter
-from warren.runtime.stats import MessageStats
+from warren.runtime.queues.effects import Interpreter
+from warren.runtime.queues.host import (
+    ACCEPTED,
+    Answer,
+    ConsumerRef,
+    HostFields,
+    Outcome,
+    Pending,
+    Placement,
+    Published,
+    Subscriber,
+    now_ms,
+)
 
 if TYPE_CHECKING:
     from warren.runtime.cluster.node import ClusterNode
@@ -113,17 +128,16 @@ _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers a
 RECENT_BODIES_MAX: Final = 4096
 
 
-class QuorumHost:
-    """One quorum queue's replica on this node, used by channels like a `QueueHost`."""
+class QuorumHost(HostFields):
+    """One quorum queue's replica on this node: a `QueueHost` driven through Raft."""
 
     replica: Replica
 
     def __init__(
         self, cluster: ClusterNode, record: QueueRecord, group_id: str, members: list[str]
     ) -> None:
+        super().__init__(cluster.broker, record)
         self.cluster = cluster
-        self.broker = cluster.broker
-        self.record = record
         self.group_id = group_id
         self.members = members
         self.group: RaftGroup | None = None
@@ -139,48 +153,68 @@ class QuorumHost:
         self._getter: ConsumerKey = (cluster.name, cluster.incarnation, 0)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self.handed = Handed()  # deliveries the leader sent here (no replica here)
-        self._timer: asyncio.TimerHandle | None = None
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
-        self.ever_consumed = False
-        self.journal_key: str | None = None  # set by the store; quorum messages live in Raft
-        self.scratch_paged = False
-        self.policy: Policy | None = None
-        self.operator_policy: Policy | None = None
-        self.stats = MessageStats()
-        self.dead_letter_worker: DeadLetterWorker | None = None  # at-least-once, on the leader
+        # timers, dead-lettering (at-least-once: its worker) on the leader; never journaled
+        self.effects = Interpreter(self, self._on_timer, journaled=False)
+        self._mine: str | None = None  # while applying an entry: whose deliveries are ours
+        self._leading = False  # likewise: whether this replica leads
+        self._applying = 0  # likewise: the entry's Raft index
         self.replica = Replica(self)
         self._recent: OrderedDict[int, Message] = OrderedDict()  # Raft index: body
         self.refresh_policies()
 
     @property
-    def name(self) -> str:
-        return self.record.name
-
-    @property
     def leader(self) -> bool:
         return self.group is not None and self.group.is_leader
 
-    # --- what channels call ------------------------------------------------------------------
+    @property
+    def placement(self) -> Placement:
+        return Placement.REPLICATED
 
-    def apply(self, command: Command) -> object:
-        """Propose `command`; a future of its reply (the caller may ignore it)."""
-        kind = type(command)
-        if kind is Dispatch:
-            return None  # consumers' credit is the machine's own: nothing to retry
-        if type(command) is Get and not command.no_ack:
-            command = replace(command, holder=self._getter)
-        if kind is Return:  # it may come back to the same consumer at once
-            self.handed.settled(command.msg_ids)  # type: ignore[attr-defined]
+    # --- what channels call (`QueueHost`) ----------------------------------------------------
+
+    # the reply of a committed entry is the outcome's value (`apply_entry`): the casts say
+    # which one, as the future comes through `ClusterNode.submit` for any group
+
+    def publish(self, command: Enqueue) -> Published:
+        return Pending(cast("asyncio.Future[bool]", self.submit(command)))
+
+    def get(self, no_ack: bool) -> Answer[Got | None]:
+        command = Get(no_ack) if no_ack else Get(no_ack, holder=self._getter)
+        return Pending(cast("asyncio.Future[Got | None]", self.submit(command)))
+
+    def purge(self) -> Answer[int]:
+        return Pending(cast("asyncio.Future[int]", self.submit(Purge())))
+
+    def counts(self) -> Answer[tuple[int, int]]:
+        return Pending(asyncio.ensure_future(self._counts()))
+
+    def touch(self) -> None:
+        self.submit(Touch())
+
+    def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
+        if type(command) is Return:  # it may come back to the same consumer at once
+            self.handed.settled(command.msg_ids)
         outcome = self.submit(command)
-        if (kind is Settle or kind is Discard) and self.handed:
+        if (type(command) is Settle or type(command) is Discard) and self.handed:
             # a leader elected before this commits may send it again: still ours till then
-            msg_ids = command.msg_ids  # type: ignore[attr-defined]
+            msg_ids = command.msg_ids
             outcome.add_done_callback(lambda _done: self.handed.settled(msg_ids))
-        return outcome
+
+    def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
+        """Through the metadata log (None while the log's delete is being applied)."""
+        cluster = self.cluster
+        if cluster.applying:
+            return None
+        record = self.record
+        deleted = cluster.replicate_cluster(
+            "delete_queue", record.vhost, record.name, self.group_id
+        )
+        return cast("asyncio.Future[int]", deleted)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
         numbered = Sequenced(self._sender, next(self._seq), command)
-        data = pickle.dumps((now_ms(), numbered), pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(numbered, pickle.HIGHEST_PROTOCOL)
         future = self.cluster.submit(self.group_id, data)
         self._outstanding.add(future)
         future.add_done_callback(self._settled)
@@ -190,15 +224,14 @@ class QuorumHost:
         self._outstanding.discard(future)
         _observe(future)
 
-    async def counts(self) -> tuple[int, int]:
+    async def _counts(self) -> tuple[int, int]:
         """declare-ok's message and consumer counts, read after every command this node
         sent has been applied, from the leader's state (read your writes)."""
         if self._outstanding:
             await asyncio.gather(*self._outstanding, return_exceptions=True)
         if self.leader:
             return self.machine.ready_count, self.machine.consumer_count
-        reply: Any = await self.cluster.leader_call(self.group_id, ("counts", self.group_id))
-        return reply[0], reply[1]
+        return await self.cluster.leader_call(Counts(self.group_id))
 
     async def recheck_consumers(self) -> None:
         """On a node without a replica, once a link is back: consumers the leader cancelled
@@ -208,9 +241,8 @@ class QuorumHost:
         ours = list(self._consumers)
         if self.group is not None or not ours:
             return
-        request = ("consumers", self.group_id)
         try:
-            alive: Any = await self.cluster.leader_call(self.group_id, request)
+            alive = await self.cluster.leader_call(Consumers(self.group_id))
         except (PeerUnavailable, RemoteError) as error:
             log.debug("consumers of %s not checked: %s", self.group_id, error)
             return
@@ -220,15 +252,18 @@ class QuorumHost:
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
-    ) -> tuple[object, list[Any]]:
+    ) -> Outcome[None]:
         key = self.cluster.remote.consumer_key()
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self.ever_consumed = True
         self.submit(replace(command, consumer=key, channel=key))
-        return None, []
+        return ACCEPTED
 
-    def unsubscribe(self, key: Hashable) -> None:
+    def started(self, key: Hashable) -> None:
+        """Deliveries come from committed entries, after consume-ok went."""
+
+    def unsubscribe(self, key: Hashable, requeue: bool = False) -> None:
         wire = self._wire_keys.pop(key, None)
         if wire is not None:
             self._consumers.pop(wire, None)
@@ -243,15 +278,15 @@ class QuorumHost:
         if index < through or (index == through and self._replica_delivered):
             return  # this node's replica, just added again, made it already
         self._delivered_through, self._replica_delivered = index, False
-        found = self._consumers.get(key)  # type: ignore[call-overload]
+        found = self._consumers.get(cast("ConsumerKey", key))
         if found is None:
-            self._drop_stale(key)  # type: ignore[arg-type]
+            self._drop_stale(cast("ConsumerKey", key))
         elif self.handed.fresh(key, entry.msg_id):
             found.channel.deliver(found.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
         """The leader cancelled a consumer of ours (this node holds no replica): say so."""
-        ref = self._consumers.pop(key, None)  # type: ignore[call-overload]
+        ref = self._consumers.pop(cast("ConsumerKey", key), None)
         if ref is not None:
             self.handed.forget(key)
             ref.channel.queue_deleted(ref.tag)
@@ -260,10 +295,7 @@ class QuorumHost:
         """Channel-wide prefetch does not apply to quorum queues (RabbitMQ refuses it)."""
 
     def dispatch(self) -> None:
-        pass
-
-    def perform(self, effects: list[Any]) -> None:
-        pass  # effects come from committed entries (`apply_entry`), never from a subscribe
+        """Consumers' credit is the machine's own: nothing to retry."""
 
     def cancel_all(self) -> None:
         for ref in list(self._consumers.values()):
@@ -276,12 +308,7 @@ class QuorumHost:
         self.cluster.forget_queue(self)
 
     def _stop_leading(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self.dead_letter_worker is not None:
-            self.dead_letter_worker.stop()
-            self.dead_letter_worker = None
+        self.effects.stop()
 
     def refresh_policies(self) -> None:
         self.policy, self.operator_policy = self.broker.policies_of(self.record)
@@ -309,22 +336,22 @@ class QuorumHost:
 
     # --- the Raft group's state machine --------------------------------------------------------
 
-    def apply_entry(self, index: int, data: bytes) -> object:
-        now, numbered = pickle.loads(data)
+    def apply_entry(self, meta: EntryMeta, data: bytes) -> object:
+        """Apply a committed entry; the reply is the proposer's outcome value (a publish's
+        bool, basic.get's `Got` or None, purge's count)."""
+        index = meta.index
+        numbered = pickle.loads(data)
         command = numbered.command if type(numbered) is Sequenced else numbered
         if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
             recent = self._recent
-            recent[index] = command.message  # type: ignore[assignment]
+            recent[index] = cast("Message", command.message)
             if len(recent) > RECENT_BODIES_MAX:
                 recent.popitem(last=False)
-            command = Enqueue(index, command.size_bytes, command.ttl_ms, command.priority)
-            if type(numbered) is Sequenced:
-                numbered = Sequenced(numbered.sender, numbered.seq, command)
-            else:
-                numbered = command
-        reply, effects = self.machine.apply(Meta(now), numbered)
+        reply, effects = self.machine.apply(Meta(meta.time_ms, index=index), numbered)
         leader = self.leader
-        if leader and type(reply) is Got:  # to the proposer, maybe on another node
+        if type(command) is Enqueue:
+            reply = type(reply) is not Rejected
+        elif leader and type(reply) is Got:  # to the proposer, maybe on another node
             reply = Got(self.with_body(reply.entry), reply.remaining)
         # a replica started again in this process (its node was a member, then not, then
         # again) applies the log from the start: its consumers had what came before
@@ -333,44 +360,41 @@ class QuorumHost:
             mine = self.cluster.name
             self._delivered_through, self._replica_delivered = index, True
         if type(command) is Cancel:
-            if command.consumer in self._consumers:
+            cancelled = cast("ConsumerKey", command.consumer)
+            if cancelled in self._consumers:
                 # the leader cancelled a consumer of ours (it thought this node gone): say so
-                ref = self._consumers.pop(command.consumer)
+                ref = self._consumers.pop(cancelled)
                 ref.channel.queue_deleted(ref.tag)
-            elif leader and self._elsewhere(command.consumer):  # type: ignore[arg-type]
-                self.cluster.remote.cancel(command.consumer[0], self.record, command.consumer)  # type: ignore[index]
+            elif leader and self._elsewhere(cancelled):
+                self.cluster.remote.cancel(cancelled[0], self.record, cancelled)
         elif type(command) is Get and self._stale(command.holder):
             self._drop_stale(command.holder)  # a get of this node's life before a restart
-        for effect in effects:
-            if type(effect) is Deliver:
-                consumer: ConsumerKey = effect.consumer  # type: ignore[assignment]
-                if consumer[0] != mine:
-                    if leader and consumer[0] not in self.members:
-                        remote = self.cluster.remote
-                        entry = self.with_body(effect.entry)
-                        remote.hand(consumer[0], self.record, consumer, entry, index)
-                    continue
-                if consumer[1] != self.cluster.incarnation:
-                    self._drop_stale(consumer)  # added before this node restarted
-                    continue
-                found = self._consumers.get(consumer)
-                if found is not None:
-                    entry = self.with_body(effect.entry)
-                    found.channel.deliver(found.tag, entry, self)  # type: ignore[arg-type]
-                else:  # the channel went away after the consumer was added
-                    self.submit(Return([effect.entry.msg_id]))
-            elif not leader:
-                continue
-            elif type(effect) is DeadLetter:
-                if effect.held:  # at-least-once: settled once the targets have it
-                    self._worker().send(effect)
-                else:
-                    dead_letter(self, effect.entry, effect.reason)  # type: ignore[arg-type]
-            elif type(effect) is SetTimer:
-                self._arm(effect.at_ms)
-            elif type(effect) is QueueExpired:
-                self.broker.expire_queue(self)  # type: ignore[arg-type]
+        if effects:
+            self._mine, self._leading, self._applying = mine, leader, index
+            self.effects.perform(effects, leader)
         return reply
+
+    # --- what the interpreter asks (`EffectHost`) ------------------------------------------------
+
+    def recipient(self, effect: Deliver) -> ConsumerRef | None:
+        """Deliveries to this node's consumers are made here, from this replica; the leader
+        sends those of consumers on nodes without a replica (point 2)."""
+        consumer = cast("ConsumerKey", effect.consumer)
+        if consumer[0] != self._mine:
+            if self._leading and consumer[0] not in self.members:
+                entry = self.with_body(effect.entry)
+                self.cluster.remote.hand(consumer[0], self.record, consumer, entry, self._applying)
+            return None
+        if consumer[1] != self.cluster.incarnation:
+            self._drop_stale(consumer)  # added before this node restarted
+            return None
+        found = self._consumers.get(consumer)
+        if found is None:  # the channel went away after the consumer was added
+            self.submit(Return([effect.entry.msg_id]))
+        return found
+
+    def handed_out(self, entry: Entry) -> Entry:
+        return self.with_body(entry)
 
     def with_body(self, entry: Entry) -> Entry:
         """A copy of `entry` with its message read back (point 5)."""
@@ -390,10 +414,11 @@ class QuorumHost:
         if message is not None:
             return message
         assert self.group is not None, "a replica without its Raft group holds no message"
-        _now, command = pickle.loads(self.group.entry_data(index))
+        command = pickle.loads(self.group.entry_data(index))
         if type(command) is Sequenced:
             command = command.command
-        return command.message  # type: ignore[no-any-return]
+        assert type(command) is Enqueue and type(command.message) is Message
+        return command.message
 
     def held(self) -> list[int]:
         return [e.message for e in self.machine.held_entries() if type(e.message) is int]
@@ -405,11 +430,6 @@ class QuorumHost:
         self.machine = queue_snapshot.loads(data)
         self._recent.clear()
 
-    def _worker(self) -> DeadLetterWorker:
-        if self.dead_letter_worker is None:
-            self.dead_letter_worker = DeadLetterWorker(self)  # type: ignore[arg-type]
-        return self.dead_letter_worker
-
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         for key in self._holders():
             if self._stale(key):
@@ -419,14 +439,14 @@ class QuorumHost:
             return
         self._configure()
         if self.machine.timer_at_ms is not None:
-            self._arm(self.machine.timer_at_ms)
+            self.effects.arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
-            self._worker().send(dead)
-        for consumer in self.machine.consumers():  # and what consumers with no replica hold
-            if self._elsewhere(consumer):  # type: ignore[arg-type]
+            self.effects.dead_letters().send(dead)
+        for consumer in self._consumer_keys():  # and what consumers with no replica hold
+            if self._elsewhere(consumer):
                 for entry in self.machine.checked_out_entries(consumer):
                     self.cluster.remote.hand(
-                        consumer[0],  # type: ignore[index]
+                        consumer[0],
                         self.record,
                         consumer,
                         self.with_body(entry),
@@ -447,10 +467,14 @@ class QuorumHost:
             if key[0] in nodes:
                 self._cancel_with_messages(key)
 
+    def _consumer_keys(self) -> list[ConsumerKey]:
+        """The consumers as the log has them (every key is a `ConsumerKey`: `subscribe`)."""
+        return cast("list[ConsumerKey]", list(self.machine.consumers()))
+
     def _holders(self) -> list[ConsumerKey]:
         """The consumers, and the node processes holding fetched messages, as the log has
         them."""
-        return [*self.machine.consumers(), *self.machine.holders()]  # type: ignore[list-item]
+        return [*self._consumer_keys(), *cast("list[ConsumerKey]", list(self.machine.holders()))]
 
     def _stale(self, key: Hashable) -> TypeGuard[ConsumerKey]:
         """A consumer or getter key of this node in an earlier life."""
@@ -467,11 +491,7 @@ class QuorumHost:
     def _cancel_with_messages(self, consumer: ConsumerKey) -> None:
         self.submit(Cancel(consumer, requeue=True))
 
-    def _arm(self, at_ms: int) -> None:
-        self._timer = rearm(self._timer, at_ms, self._on_timer)
-
     def _on_timer(self) -> None:
-        self._timer = None
         if self.leader:
             self.submit(Tick())
 
@@ -515,8 +535,8 @@ class Replica:
     def __init__(self, host: QuorumHost) -> None:
         self.host = host
 
-    def apply(self, index: int, data: bytes) -> object:
-        return self.host.apply_entry(index, data)
+    def apply(self, meta: EntryMeta, data: bytes) -> object:
+        return self.host.apply_entry(meta, data)
 
     def retained(self) -> int:
         machine = self.host.machine

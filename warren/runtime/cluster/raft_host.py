@@ -37,7 +37,12 @@ Theory of operation:
 7. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
    membership survives a restart before anything is compacted. A recovered group waits in
    memory until `add_group` claims it (or `remove_group` drops it).
-8. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
+8. A machine applies a committed entry with its `EntryMeta`, as ra's machines do: the
+   Raft index and term, and the time the leader stamped on it when the command reached
+   it (`RaftGroup.propose` puts `STAMP` before the application's bytes, so every replica
+   applies the same command with the same clock, whoever proposed it and however late a
+   replica applies it). `entry_data` gives an entry's data without the stamp.
+9. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
    critical, nothing is sent, applied or acknowledged any more, every waiting proposal
    fails with the error, and `on_failure` is called: the node must stop and recover.
 """
@@ -49,6 +54,7 @@ import concurrent.futures
 import logging
 import random
 import struct
+import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
@@ -97,8 +103,26 @@ class HostStopped(Exception):
     """The Raft host was closed, or stopped because its WAL failed."""
 
 
+# the leader's wall-clock time in ms, before a NORMAL entry's application bytes (point 8)
+STAMP: Final = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True)
+class EntryMeta:
+    """What a machine applies an entry with, besides its data (point 8)."""
+
+    index: int
+    term: int
+    time_ms: int  # the leader's clock when the command reached it
+
+
+def unstamp(data: bytes) -> tuple[int, bytes]:
+    """A NORMAL entry's leader time and the application's bytes."""
+    return STAMP.unpack_from(data)[0], data[STAMP.size :]
+
+
 class GroupMachine(Protocol):
-    def apply(self, index: int, data: bytes) -> object:
+    def apply(self, meta: EntryMeta, data: bytes) -> object:
         """Apply a committed NORMAL entry; on the proposing node the result resolves the
         proposal's future. Called in index order on every replica; must not raise."""
 
@@ -153,8 +177,12 @@ class RaftGroup:
         self._snapshot_held = held  # `machine.held()` as of the snapshot
 
     def entry_data(self, index: int) -> bytes:
-        """The data of the applied entry at `index` that the machine holds (`held`), from
-        the log in memory or else from the WAL."""
+        """The application's data of the applied entry at `index` that the machine holds
+        (`held`), from the log in memory or else from the WAL."""
+        return unstamp(self._stored(index))[1]
+
+    def _stored(self, index: int) -> bytes:
+        """The entry at `index` as the log has it (stamped, point 8)."""
         raft_log = self.node.log
         if raft_log.snapshot_index < index <= raft_log.last_index:
             return raft_log.entry_at(index).data
@@ -167,7 +195,7 @@ class RaftGroup:
         """What a follower gets for `snapshot`: its data and the entries it holds (built
         for every send, rare enough: a long queue's copy is as large as its bodies)."""
         held = sorted(index for index in self._snapshot_held if index <= snapshot.index)
-        return encode_install(snapshot.data, [(index, self.entry_data(index)) for index in held])
+        return encode_install(snapshot.data, [(index, self._stored(index)) for index in held])
 
     # --- the application's side ------------------------------------------------------------
 
@@ -288,7 +316,7 @@ class RaftGroup:
     def _propose(self, data: bytes, future: asyncio.Future[object]) -> None:
         if future.done():
             return  # the proposer gave up while the proposal waited in the inbox
-        index = self.node.propose(data)
+        index = self.node.propose(STAMP.pack(int(time.time() * 1000)) + data)
         if index is None:
             future.set_exception(NotLeader(self.leader))
         else:
@@ -325,9 +353,10 @@ class RaftGroup:
             del bodies  # views into the snapshot, which goes below
         proposals = self._proposals
         for entry in ready.committed:
-            result = (
-                machine.apply(entry.index, entry.data) if entry.kind is EntryKind.NORMAL else None
-            )
+            result = None
+            if entry.kind is EntryKind.NORMAL:
+                time_ms, data = unstamp(entry.data)
+                result = machine.apply(EntryMeta(entry.index, entry.term, time_ms), data)
             proposal = proposals.pop(entry.index, None) if proposals else None
             if proposal is not None and not proposal[1].done():
                 if proposal[0] == entry.term:

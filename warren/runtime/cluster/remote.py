@@ -4,12 +4,13 @@ consumers of a quorum queue on nodes that hold no replica of it.
 Theory of operation:
 1. A classic queue lives on its *home*, the node that declared it. Its record (with the
    home) reaches every node through the metadata group (`TransientDefinitions`), and each
-   other node gets a `RemoteHost` for it: a proxy that channels use as they use a
-   `QueueHost`, whose commands go to the home.
-2. A proxy sends its home `Item`s over the nodes' link (`Peers.send`: in order, batched
-   per loop turn): commands, consumers added and cancelled, declare-ok counts, deletes.
-   What needs an answer carries a call number and the home answers with a ``reply`` (or
-   ``error``) item, so commands from one node apply in the order that node sent them. A
+   other node gets a `RemoteHost` for it: a `QueueHost` whose commands go to the home,
+   and whose answers are `Pending` until the home's come back.
+2. A proxy sends its home `Call`s over the nodes' link (`Peers.send`: in order, batched
+   per loop turn; the messages are `warren.runtime.cluster.calls`): commands, consumers
+   added and cancelled, declare-ok counts, deletes. What needs an answer carries a call
+   number and the home answers with a `CallReply` (or `CallError`), so commands from one
+   node apply in the order that node sent them. A
    publish is answered once the home has it; a persistent message in a durable queue
    once the home's log is durable, so the publisher's confirm means what it means on the
    home itself.
@@ -26,8 +27,8 @@ Theory of operation:
    consumer since. While the home is unreachable its queues answer 404, "home node ... is
    down or inaccessible", as RabbitMQ's do.
 5. Quorum queues: a consumer's deliveries are made by its own node from its replica; for
-   a consumer on a node that holds no replica the leader sends them (a ``deliver`` item,
-   the same as a classic home's), and a new leader sends again what such consumers hold.
+   a consumer on a node that holds no replica the leader sends them (a `Delivery`, the
+   same as a classic home's), and a new leader sends again what such consumers hold.
    The node keeps the msg_ids it handed to each such consumer until they are settled and
    drops a delivery it already made (`warren.runtime.cluster.quorum.Handed`), so no
    duplicate reaches the client.
@@ -48,8 +49,7 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from warren.errors import (
     AmqpError,
@@ -62,10 +62,8 @@ from warren.errors import (
 from warren.model import QueueRecord
 from warren.queue import (
     Checkout,
-    Command,
     Configure,
     Discard,
-    Dispatch,
     Enqueue,
     Entry,
     Get,
@@ -73,35 +71,46 @@ from warren.queue import (
     Meta,
     Purge,
     QueueMachine,
-    Refused,
     Return,
     Settle,
-    Tick,
+    SettleDeadLetter,
 )
-from warren.runtime.broker import ConsumerRef, QueueHost, Subscriber, now_ms
-from warren.runtime.stats import MessageStats
+from warren.runtime.cluster.calls import (
+    Call,
+    CallError,
+    CallReply,
+    CancelConsumer,
+    Consume,
+    ConsumerCancelled,
+    Definitions,
+    DeleteQueue,
+    Delivery,
+    QueueCommand,
+    QueueCounters,
+    QueueCounts,
+    QueueRequest,
+)
+from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.host import (
+    ACCEPTED,
+    Answer,
+    ConsumerRef,
+    HostFields,
+    Outcome,
+    Pending,
+    Placement,
+    Published,
+    QueueHost,
+    Refused,
+    Subscriber,
+    now_ms,
+)
 
 if TYPE_CHECKING:
     from warren.runtime.cluster.node import ClusterNode
-    from warren.runtime.deadletter import DeadLetterWorker
 
 # (node, the node process's incarnation, number): a consumer, wherever its queue lives
 ConsumerKey = tuple[str, str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One message between a queue's home (or a quorum queue's leader) and another node."""
-
-    kind: str
-    args: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """The effect a proxy's subscribe hands the channel: performed after consume-ok."""
-
-    consumer: ConsumerKey
 
 
 def copy_entry(entry: Entry) -> Entry:
@@ -149,7 +158,7 @@ class RemoteConsumer:
     def blocked(self) -> bool:
         return False
 
-    def deliver(self, consumer_tag: str, entry: Any, host: QueueHost) -> None:
+    def deliver(self, consumer_tag: str, entry: Entry, host: QueueHost) -> None:
         self.queues.hand(self.node, host.record, self.key, entry)
 
     def queue_deleted(self, consumer_tag: str) -> None:
@@ -157,13 +166,12 @@ class RemoteConsumer:
         self.queues.cancel(self.node, self.record, self.key)
 
 
-class RemoteHost:
+class RemoteHost(HostFields):
     """A classic queue whose home is another node, used by this node's channels."""
 
     def __init__(self, queues: RemoteQueues, record: QueueRecord, home: str) -> None:
+        super().__init__(queues.broker, record)  # auto-delete is the home's to decide
         self.queues = queues
-        self.broker = queues.broker
-        self.record = record
         self.home = home
         self.attached = True  # False once the link to the home went down (module doc, 4)
         self.policy, self.operator_policy = self.broker.policies_of(record)
@@ -173,54 +181,62 @@ class RemoteHost:
         self._consumers: dict[Hashable, ConsumerRef] = {}  # by our key
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._waiting: dict[Hashable, list[Entry]] = {}  # deliveries before consume-ok
-        self.ever_consumed = False  # auto-delete is the home's to decide
-        self.journal_key: str | None = None
-        self.scratch_paged = False
-        self.stats = MessageStats()
-        self.dead_letter_worker: DeadLetterWorker | None = None
 
     @property
-    def name(self) -> str:
-        return self.record.name
+    def placement(self) -> Placement:
+        return Placement.REMOTE
 
-    def _call(self, kind: str, *args: object) -> asyncio.Future[Any]:
-        return self.queues.call(self, kind, *args)
+    @property
+    def _where(self) -> tuple[str, str]:
+        return self.record.vhost, self.record.name
 
-    def _send(self, kind: str, *args: object) -> None:
+    def _send(self, request: QueueRequest) -> None:
+        """A request the home answers nobody for (a settlement, a consumer cancelled)."""
         if self.attached:
-            self.queues.peers.send(self.home, Item(kind, (self.record.vhost, self.name, 0, *args)))
+            self.queues.peers.send(self.home, Call(0, request))
 
-    # --- what channels call ------------------------------------------------------------------
+    # --- what channels call (`QueueHost`) ----------------------------------------------------
+    # Publishes, gets and purges are answered by the home; settlements go one way; what the
+    # home does by itself (dispatch, timers, settings) is not sent.
 
-    def apply(self, command: Command) -> object:
-        """Publishes, gets and purges answer with a future; settlements and the rest go
-        one way; what the home does by itself (dispatch, timers, settings) is not sent."""
-        kind = type(command)
-        if kind is Dispatch or kind is Configure or kind is Tick:
-            return None
-        if kind is Enqueue or kind is Get or kind is Purge:
-            return self._call("command", command)
-        self._send("command", command)
-        return None
+    def publish(self, command: Enqueue) -> Published:
+        return Pending(self.queues.call(self, QueueCommand(*self._where, command)))
 
-    def counts(self) -> asyncio.Future[Any]:
-        return self._call("counts")
+    def get(self, no_ack: bool) -> Answer[Got | None]:
+        return Pending(self.queues.call(self, QueueCommand(*self._where, Get(no_ack))))
 
-    def counters(self) -> asyncio.Future[Any]:
+    def purge(self) -> Answer[int]:
+        return Pending(self.queues.call(self, QueueCommand(*self._where, Purge())))
+
+    def counts(self) -> Answer[tuple[int, int]]:
+        return Pending(self.queues.call(self, QueueCounts(*self._where)))
+
+    def counters(self) -> asyncio.Future[dict[str, int]]:
         """The home's message and consumer counts, for the management API (module doc, 7)."""
-        return self._call("counters")
+        return self.queues.call(self, QueueCounters(*self._where))
 
-    def delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[Any]:
-        """queue.delete at the home; its answer is the ready count."""
-        answer = self._call("delete", if_unused, if_empty)
+    def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
+        self._send(QueueCommand(*self._where, command))
+
+    def touch(self) -> None:
+        """The home counts x-expires from its own use."""
+
+    def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
+        """queue.delete at the home; its answer is the ready count (None while the
+        metadata log's delete is being applied here)."""
+        if self.queues.cluster.applying:
+            return None
+        request = DeleteQueue(*self._where, if_unused, if_empty)
+        answer: asyncio.Future[int] = self.queues.call(self, request)
         answer.add_done_callback(self._deleted)
         return answer
 
-    def _deleted(self, done: asyncio.Future[Any]) -> None:
+    def _deleted(self, done: asyncio.Future[int]) -> None:
         """Gone from here at once: the home's metadata operation, applied here a little
         later, then finds nothing to delete."""
         key = (self.record.vhost, self.name)
-        queues: dict[tuple[str, str], object] = self.broker.queues  # type: ignore[assignment]
+        broker = self.queues.broker
+        queues = broker.queues
         if done.exception() is not None or queues.get(key) is not self:
             return
         del queues[key]
@@ -231,41 +247,48 @@ class RemoteHost:
 
     def subscribe(
         self, channel: Subscriber, tag: str, command: Checkout, limited: bool
-    ) -> tuple[object, list[Any]]:
-        """The home adds the consumer: the answer is a future, failed if the home refuses
-        it (or is down); the `Started` effect releases deliveries after consume-ok."""
+    ) -> Outcome[None]:
+        """The home adds the consumer: the answer is pending, failed if the home refuses
+        it (or is down); `started` releases deliveries after consume-ok."""
         key = self.queues.consumer_key()
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self._waiting[key] = []
-        args = (key, command.prefetch_count, command.no_ack, command.exclusive, command.priority)
-        answer = self._call("consume", *args)
+        request = Consume(
+            *self._where,
+            key,
+            command.prefetch_count,
+            command.no_ack,
+            command.exclusive,
+            command.priority,
+        )
+        answer: asyncio.Future[None] = self.queues.call(self, request)
         answer.add_done_callback(lambda done: self._consumed(key, done))
-        return answer, [Started(key)]
+        return Pending(answer)
 
-    def _consumed(self, key: ConsumerKey, done: asyncio.Future[Any]) -> None:
+    def _consumed(self, key: ConsumerKey, done: asyncio.Future[None]) -> None:
         if done.cancelled() or done.exception() is not None:
             self._forget(key)
 
-    def perform(self, effects: list[Any]) -> None:
+    def started(self, key: Hashable) -> None:
         """After consume-ok: what the home delivered meanwhile goes to the channel."""
-        for effect in effects:
-            waiting = self._waiting.pop(effect.consumer, None)
-            for entry in waiting or ():
-                self.delivered(effect.consumer, entry, 0)
+        ours = self._wire_keys.get(key)
+        waiting = self._waiting.pop(ours, None) if ours is not None else None
+        for entry in waiting or ():
+            self.delivered(ours, entry, 0)
 
     def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
         """A delivery from the home, in order (`index` is a quorum leader's); returned at
         once if the consumer is gone."""
         ref = self._consumers.get(key)
         if ref is None:
-            self._send("command", Return([entry.msg_id]))
+            self._send(QueueCommand(*self._where, Return([entry.msg_id])))
             return
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.append(entry)
         else:
-            ref.channel.deliver(ref.tag, entry, self)  # type: ignore[arg-type]
+            ref.channel.deliver(ref.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
         """The home cancelled a consumer of ours (its queue went): tell the client."""
@@ -280,13 +303,13 @@ class RemoteHost:
                 del self._wire_keys[wire]
         return self._consumers.pop(key, None)
 
-    def unsubscribe(self, key: Hashable) -> None:
+    def unsubscribe(self, key: Hashable, requeue: bool = False) -> None:
         ours = self._wire_keys.pop(key, None)
         if ours is None:
             return
         waiting = self._waiting.pop(ours, None) or []
         self._consumers.pop(ours, None)
-        self._send("cancel", ours, [entry.msg_id for entry in waiting])
+        self._send(CancelConsumer(*self._where, ours, [entry.msg_id for entry in waiting]))
 
     def limit(self, channel: Subscriber) -> None:
         """A channel-wide prefetch is not applied to consumers of a queue on another node."""
@@ -323,8 +346,8 @@ class RemoteQueues:
         self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
         self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any]]] = {}
         # as a home: other nodes' consumers and unsettled basic.gets, by node
-        self._consumers: dict[str, dict[ConsumerKey, QueueHost]] = {}
-        self._fetched: dict[str, dict[QueueHost, set[int]]] = {}
+        self._consumers: dict[str, dict[ConsumerKey, ClassicHost]] = {}
+        self._fetched: dict[str, dict[ClassicHost, set[int]]] = {}
         # answers to publishes that wait for this node's log: (log sequence, node, call, reply)
         self._durable_answers: deque[tuple[int, str, int, object]] = deque()
         self.peers.on_message(self._received)
@@ -335,12 +358,11 @@ class RemoteQueues:
     ) -> None:
         """Send a delivery to a consumer on `node` (from a classic home, or from a quorum
         leader with the index of the log entry that made it)."""
-        item = Item("deliver", (record.vhost, record.name, key, copy_entry(entry), index))
-        self.peers.send(node, item)
+        self.peers.send(node, Delivery(record.vhost, record.name, key, copy_entry(entry), index))
 
     def cancel(self, node: str, record: QueueRecord, key: Hashable) -> None:
         """Tell a consumer's node that its consumer is gone (consumer_cancel_notify)."""
-        self.peers.send(node, Item("cancelled", (record.vhost, record.name, key)))
+        self.peers.send(node, ConsumerCancelled(record.vhost, record.name, key))
 
     # --- as a user of another node's queue ---------------------------------------------------
 
@@ -351,83 +373,92 @@ class RemoteQueues:
 
     def proxy(self, record: QueueRecord, home: str) -> RemoteHost:
         host = RemoteHost(self, record, home)
-        self.broker.queues[record.vhost, record.name] = host  # type: ignore[assignment]
+        self.broker.queues[record.vhost, record.name] = host
         return host
 
-    def call(self, host: RemoteHost, kind: str, *args: object) -> asyncio.Future[Any]:
+    def call(self, host: RemoteHost, request: QueueRequest) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not host.attached or not self.peers.connected(host.home):
             future.set_exception(home_down(host.record, host.home))
             return future
         number = next(self.numbers)
         self._calls[number] = (host, future)
-        self.peers.send(host.home, Item(kind, (host.record.vhost, host.name, number, *args)))
+        self.peers.send(host.home, Call(number, request))
         return future
 
-    def _answered(self, node: str, number: int, value: object) -> None:
-        call = self._calls.pop(number, None)
+    def _answered(self, node: str, reply: CallReply) -> None:
+        call = self._calls.pop(reply.number, None)
         if call is not None and not call[1].done():
-            call[1].set_result(value)
+            call[1].set_result(reply.value)
 
-    def _failed(self, node: str, number: int, code: int, detail: str) -> None:
-        call = self._calls.pop(number, None)
+    def _failed(self, node: str, error: CallError) -> None:
+        call = self._calls.pop(error.number, None)
         if call is not None and not call[1].done():
-            call[1].set_exception(SoftError(ReplyCode(code), detail))
+            call[1].set_exception(SoftError(ReplyCode(error.code), error.detail))
 
-    def _delivered(
-        self, node: str, vhost: str, name: str, key: Hashable, entry: Entry, index: int
-    ) -> None:
-        host = self.broker.queues.get((vhost, name))
+    def _delivered(self, node: str, delivery: Delivery) -> None:
+        host = self.broker.queues.get((delivery.vhost, delivery.name))
         if isinstance(host, Receiver):
-            host.delivered(key, entry, index)
+            host.delivered(delivery.key, delivery.entry, delivery.index)
         else:  # the queue went from here meanwhile: the sender gets the message back
-            self.peers.send(node, Item("command", (vhost, name, 0, Return([entry.msg_id]))))
+            back = QueueCommand(delivery.vhost, delivery.name, Return([delivery.entry.msg_id]))
+            self.peers.send(node, Call(0, back))
 
-    def _cancelled(self, node: str, vhost: str, name: str, key: Hashable) -> None:
-        host = self.broker.queues.get((vhost, name))
+    def _cancelled(self, node: str, cancelled: ConsumerCancelled) -> None:
+        host = self.broker.queues.get((cancelled.vhost, cancelled.name))
         if isinstance(host, Receiver):
-            host.cancelled(key)
+            host.cancelled(cancelled.key)
 
     # --- as a home -------------------------------------------------------------------------
 
-    def _local(self, node: str, vhost: str, name: str, number: int) -> QueueHost | None:
-        host = self.broker.queues.get((vhost, name))
-        if type(host) is QueueHost:
+    def _local(self, node: str, number: int, request: QueueRequest) -> ClassicHost | None:
+        host = self.broker.queues.get((request.vhost, request.name))
+        if isinstance(host, ClassicHost):
             return host
-        self._refuse(node, number, queue_not_found(name, vhost))
+        self._refuse(node, number, queue_not_found(request.name, request.vhost))
         return None
 
     def _refuse(self, node: str, number: int, error: AmqpError) -> None:
         if number:
             detail = error.text.partition(" - ")[2]
-            self.peers.send(node, Item("error", (number, int(error.code), detail)))
+            self.peers.send(node, CallError(number, int(error.code), detail))
 
     def _answer(self, node: str, number: int, value: object) -> None:
         if number:
-            self.peers.send(node, Item("reply", (number, value)))
+            self.peers.send(node, CallReply(number, value))
 
-    def _command(self, node: str, vhost: str, name: str, number: int, command: Any) -> None:
-        host = self._local(node, vhost, name, number)
+    def _command(self, node: str, number: int, request: QueueCommand) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
-        kind = type(command)
-        if kind is Settle or kind is Return or kind is Discard:
+        command = request.command
+        if type(command) is Settle or type(command) is Return or type(command) is Discard:
             fetched = self._fetched.get(node, {}).get(host)
             if fetched:
                 fetched.difference_update(command.msg_ids)
         durability = self.broker.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
-        reply = host.apply(command)
-        if kind is Get and type(reply) is Got:
-            if not command.no_ack:
-                self._fetched.setdefault(node, {}).setdefault(host, set()).add(reply.entry.msg_id)
-            reply = Got(copy_entry(reply.entry), reply.remaining)
-        elif durability is not None and durability.log.next_sequence != logged_from:
-            sequence = durability.log.next_sequence - 1
-            if kind is Enqueue and sequence > durability.log.durable_sequence:
-                self._durable_answers.append((sequence, node, number, reply))
-                durability.wait(self)
-                return
+        reply: object = None
+        if type(command) is Enqueue:
+            reply = host.publish(command) is ACCEPTED  # the proxy's outcome: True unless rejected
+            if durability is not None:
+                sequence = durability.log.next_sequence - 1
+                if sequence >= logged_from and sequence > durability.log.durable_sequence:
+                    self._durable_answers.append((sequence, node, number, reply))
+                    durability.wait(self)
+                    return
+        elif type(command) is Get:
+            got = host.get(command.no_ack).value
+            if got is not None:
+                if not command.no_ack:
+                    self._fetched.setdefault(node, {}).setdefault(host, set()).add(got.entry.msg_id)
+                reply = Got(copy_entry(got.entry), got.remaining)
+        elif type(command) is Purge:
+            reply = host.purge().value
+        elif type(command) is Settle or type(command) is Return or type(command) is Discard:
+            host.settle(command)
+        else:
+            raise ValueError(f"a home takes no {command!r} from another node")
         self._answer(node, number, reply)
 
     def durable_reached(self, durable_sequence: int) -> bool:
@@ -438,13 +469,13 @@ class RemoteQueues:
             self._answer(node, number, reply)
         return bool(waiting)
 
-    def _counts(self, node: str, vhost: str, name: str, number: int) -> None:
-        host = self._local(node, vhost, name, number)
+    def _counts(self, node: str, number: int, request: QueueCounts) -> None:
+        host = self._local(node, number, request)
         if host is not None:
             self._answer(node, number, (host.machine.ready_count, host.machine.consumer_count))
 
-    def _counters(self, node: str, vhost: str, name: str, number: int) -> None:
-        host = self._local(node, vhost, name, number)
+    def _counters(self, node: str, number: int, request: QueueCounters) -> None:
+        host = self._local(node, number, request)
         if host is not None:
             machine = host.machine
             self._answer(
@@ -459,41 +490,31 @@ class RemoteQueues:
                 },
             )
 
-    def _consume(
-        self,
-        node: str,
-        vhost: str,
-        name: str,
-        number: int,
-        key: ConsumerKey,
-        prefetch_count: int,
-        no_ack: bool,
-        exclusive: bool,
-        priority: int,
-    ) -> None:
-        host = self._local(node, vhost, name, number)
+    def _consume(self, node: str, number: int, request: Consume) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
+        key = cast("ConsumerKey", request.key)
         consumer = RemoteConsumer(self, node, key, host.record)
-        command = Checkout(key, consumer, prefetch_count, no_ack, exclusive, priority)
-        reply, effects = host.subscribe(consumer, "", command, False)
-        if isinstance(reply, Refused):
-            self._refuse(node, number, reply.error)
+        limits = (request.prefetch_count, request.no_ack, request.exclusive, request.priority)
+        command = Checkout(key, consumer, *limits)
+        outcome = host.subscribe(consumer, "", command, False)
+        if type(outcome) is Refused:
+            assert outcome.error is not None
+            self._refuse(node, number, outcome.error)
             return
         self._consumers.setdefault(node, {})[key] = host
         self._answer(node, number, None)
-        host.perform(effects)
+        host.started(key)
 
-    def _cancel(
-        self, node: str, vhost: str, name: str, number: int, key: ConsumerKey, waiting: list[int]
-    ) -> None:
-        host = self._local(node, vhost, name, number)
+    def _cancel(self, node: str, number: int, request: CancelConsumer) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
-        if waiting:  # handed to the node, never to its client
-            host.apply(Return(waiting))
-        self.consumer_gone(node, key)
-        host.unsubscribe(key)
+        if request.waiting:  # handed to the node, never to its client
+            host.settle(Return(request.waiting))
+        self.consumer_gone(node, cast("ConsumerKey", request.key))
+        host.unsubscribe(request.key)
         self.broker.auto_delete(host)
 
     def consumer_gone(self, node: str, key: ConsumerKey) -> None:
@@ -501,25 +522,35 @@ class RemoteQueues:
         if consumers is not None:
             consumers.pop(key, None)
 
-    def _delete(
-        self, node: str, vhost: str, name: str, number: int, if_unused: bool, if_empty: bool
-    ) -> None:
-        host = self._local(node, vhost, name, number)
+    def _delete(self, node: str, number: int, request: DeleteQueue) -> None:
+        host = self._local(node, number, request)
         if host is None:
             return
-        where = describe_queue(name, vhost)
-        if if_unused and host.machine.consumer_count:
+        where = describe_queue(request.name, request.vhost)
+        if request.if_unused and host.machine.consumer_count:
             self._refuse(node, number, precondition_failed(f"{where} in use"))
-        elif if_empty and host.machine.ready_count:
+        elif request.if_empty and host.machine.ready_count:
             self._refuse(node, number, precondition_failed(f"{where} not empty"))
         else:
-            self._answer(node, number, self.broker.delete_queue(self.broker.vhosts[vhost], name))
+            vhost = self.broker.vhosts[request.vhost]
+            self._answer(node, number, self.broker.delete_queue(vhost, request.name))
 
     # --- links -------------------------------------------------------------------------------
 
     def _received(self, node: str, item: object) -> None:
-        if type(item) is Item:
-            _HANDLERS[item.kind](self, node, *item.args)
+        """A message from another node, dispatched by its type (`calls`)."""
+        if type(item) is Call:
+            _CALLS[type(item.request)](self, node, item.number, item.request)
+        elif type(item) is CallReply:
+            self._answered(node, item)
+        elif type(item) is CallError:
+            self._failed(node, item)
+        elif type(item) is Delivery:
+            self._delivered(node, item)
+        elif type(item) is ConsumerCancelled:
+            self._cancelled(node, item)
+        elif type(item) is Definitions:
+            self._definitions(node, item.operations)
 
     def _link(self, node: str, up: bool) -> None:
         """A link went down: each side lets go of what the other held (module doc, 4).
@@ -530,14 +561,13 @@ class RemoteQueues:
         self._home_lost(node)
         if up:
             operations = self.cluster.transient.operations(self.cluster.name)
-            self.peers.send(node, Item("definitions", (operations,)))
+            self.peers.send(node, Definitions(operations))
 
     def _definitions(self, node: str, operations: list[tuple[str, tuple[Any, ...]]]) -> None:
         """A node's own classic queues, non-durable exchanges and bindings as it has them
         now: made here if missing; a proxy of one of its queues that it no longer has goes."""
         listed = {(op[1][0].vhost, op[1][0].name) for op in operations if op[0] == "classic_queue"}
-        hosts: list[tuple[tuple[str, str], object]] = list(self.broker.queues.items())
-        for (vhost, name), host in hosts:
+        for (vhost, name), host in list(self.broker.queues.items()):
             if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
                 operations.append(("delete_classic_queue", (vhost, name, node)))
         bindings = [op for op in operations if op[0] == "put_binding"]
@@ -560,12 +590,11 @@ class RemoteQueues:
             self.broker.auto_delete(host)
         for host, msg_ids in self._fetched.pop(node, {}).items():
             if msg_ids and self.broker.queues.get((host.record.vhost, host.name)) is host:
-                host.apply(Return(sorted(msg_ids)))
+                host.settle(Return(sorted(msg_ids)))
 
     def _home_lost(self, home: str) -> None:
         """As a user of the home's queues: fresh proxies, and nothing waits for it."""
-        proxies: list[object] = list(self.broker.queues.values())
-        for proxy in proxies:
+        for proxy in list(self.broker.queues.values()):
             if isinstance(proxy, RemoteHost) and proxy.home == home:
                 proxy.detach()
                 self.proxy(proxy.record, home)
@@ -576,16 +605,12 @@ class RemoteQueues:
                     future.set_exception(home_down(proxy.record, home))
 
 
-_HANDLERS: Mapping[str, Callable[..., None]] = {
-    "command": RemoteQueues._command,
-    "counts": RemoteQueues._counts,
-    "counters": RemoteQueues._counters,
-    "consume": RemoteQueues._consume,
-    "cancel": RemoteQueues._cancel,
-    "delete": RemoteQueues._delete,
-    "reply": RemoteQueues._answered,
-    "error": RemoteQueues._failed,
-    "deliver": RemoteQueues._delivered,
-    "cancelled": RemoteQueues._cancelled,
-    "definitions": RemoteQueues._definitions,
+# a home's handler of each request, by the request's type
+_CALLS: Mapping[type[QueueRequest], Callable[[RemoteQueues, str, int, Any], None]] = {
+    QueueCommand: RemoteQueues._command,
+    QueueCounts: RemoteQueues._counts,
+    QueueCounters: RemoteQueues._counters,
+    Consume: RemoteQueues._consume,
+    CancelConsumer: RemoteQueues._cancel,
+    DeleteQueue: RemoteQueues._delete,
 }

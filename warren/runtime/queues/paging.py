@@ -25,7 +25,7 @@ Theory of operation:
 4. Everything that hands a message out (a delivery, basic.get, dead-lettering) first calls
    `resident`, which puts the `Message` back into the entry, reading the log or the scratch
    page (and freeing that page). A quorum queue's entry holds the Raft index of the entry
-   that enqueued it (an int): its host reads that back (`QuorumHost.read_body`) and the
+   that enqueued it (an int): its host reads that back (`BodyReader.read_body`) and the
    machine's entry keeps the index. An unacked message therefore stays in memory until it is
    settled, like the deliveries a prefetch window allows. A scratch page whose message
    leaves otherwise (dropped, purged, its queue deleted) is freed by `release`.
@@ -48,7 +48,7 @@ from warren.queue import Enqueue, Entry
 from warren.storage.pages import PageRef
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import QueueHost
+    from warren.runtime.queues.host import QueueHost
 
 # Under memory pressure a queue keeps this many ready messages in memory at most.
 PRESSURE_RESIDENT_MESSAGES: Final = 64

@@ -35,19 +35,12 @@ from typing import TYPE_CHECKING, Any, Final
 from warren.amqp.content import Message, encode_properties
 from warren.amqp.table import Typed
 from warren.errors import AmqpError
-from warren.queue import (
-    REJECTED,
-    REJECTED_REPLY,
-    DeadLetter,
-    Enqueue,
-    Entry,
-    Rejected,
-    SettleDeadLetter,
-)
-from warren.runtime.paging import resident
+from warren.queue import REJECTED, DeadLetter, Enqueue, Entry, SettleDeadLetter
+from warren.runtime.queues.host import Pending, Refused
+from warren.runtime.queues.paging import resident
 
 if TYPE_CHECKING:
-    from warren.runtime.broker import QueueHost
+    from warren.runtime.queues.host import QueueHost
 
 log = logging.getLogger("warren.deadletter")
 
@@ -60,7 +53,7 @@ def dead_letter(
     entry: Entry,
     reason: str,
     taken: set[str] | None = None,
-    replicating: list[tuple[str, asyncio.Future[object]]] | None = None,
+    replicating: list[tuple[str, asyncio.Future[bool]]] | None = None,
 ) -> bool:
     """Publish the dead copy of `entry` to the queues it routes to, except those in `taken`
     (which gains the ones that take it now). True when every queue it routes to has it;
@@ -95,13 +88,13 @@ def dead_letter(
             continue
         target = host.broker.queue(record.vhost, name)
         enqueue = Enqueue(dead, size, None, dead.properties.priority or 0)
-        reply = target.apply(enqueue) if target is not None else REJECTED_REPLY
-        if reply is REJECTED_REPLY:
+        outcome = target.publish(enqueue) if target is not None else None
+        if outcome is None or type(outcome) is Refused:
             complete = False
         elif taken is not None:
             taken.add(name)
-            if replicating is not None and isinstance(reply, asyncio.Future):
-                replicating.append((name, reply))
+            if replicating is not None and type(outcome) is Pending:
+                replicating.append((name, outcome.future))
                 complete = False
     return complete
 
@@ -127,7 +120,7 @@ class DeadLetterWorker:
         durability = self.host.broker.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
         taken = self._taken.setdefault(msg_id, set())
-        replicating: list[tuple[str, asyncio.Future[object]]] = []
+        replicating: list[tuple[str, asyncio.Future[bool]]] = []
         complete = dead_letter(self.host, dead.entry, dead.reason, taken, replicating)
         if durability is not None and durability.log.next_sequence != logged_from:
             self._logged.append((durability.log.next_sequence - 1, msg_id))
@@ -146,7 +139,7 @@ class DeadLetterWorker:
             self._settle_soon(msg_id)
 
     def _committed(
-        self, dead: DeadLetter, replicating: list[tuple[str, asyncio.Future[object]]]
+        self, dead: DeadLetter, replicating: list[tuple[str, asyncio.Future[bool]]]
     ) -> None:
         """The quorum targets of a held message answered: those that did not take it lose
         their place in `taken`, and the message goes out again (to them only)."""
@@ -155,7 +148,7 @@ class DeadLetterWorker:
         if taken is None:
             return  # settled or dropped meanwhile
         for name, outcome in replicating:
-            if outcome.cancelled() or outcome.exception() or type(outcome.result()) is Rejected:
+            if outcome.cancelled() or outcome.exception() or not outcome.result():
                 taken.discard(name)
         if self.host.broker.queue(self.host.record.vhost, self.host.name) is self.host:
             self.send(dead)
@@ -182,7 +175,7 @@ class DeadLetterWorker:
         msg_ids, self._settle = self._settle, []
         self._complete.difference_update(msg_ids)
         if self.host.broker.queue(self.host.record.vhost, self.host.name) is self.host:
-            self.host.apply(SettleDeadLetter(msg_ids))
+            self.host.settle(SettleDeadLetter(msg_ids))
 
     def _retry_later(self) -> None:
         if self._retry is None:
