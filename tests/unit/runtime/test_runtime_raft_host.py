@@ -20,6 +20,7 @@ from warren.runtime.cluster.raft_host import (
     NotLeader,
     RaftGroup,
     RaftHost,
+    unstamp,
 )
 from warren.storage.log import LogFailed
 
@@ -248,10 +249,19 @@ def test_every_replica_applies_an_entry_with_its_index_term_and_the_leaders_time
         raft = leader.group("g").node
         last = raft.log.last_index  # after the leader's own empty entry
         assert [(m.index, m.term) for m in metas[0]] == [(last - 1, raft.term), (last, raft.term)]
-        assert all(before <= m.time_ms <= after for m in metas[0])
+        assert all(m.time_ms is not None and before <= m.time_ms <= after for m in metas[0])
         await stop_all(nodes)
 
     run(body)
+
+
+def test_an_entry_written_before_stamps_is_applied_with_no_leader_time() -> None:
+    """Logs of Warren 0.1.0 hold bare pickles (the quorum host's `(time, command)`): they
+    are read back as they are, so a data directory of the previous release recovers."""
+    legacy = pickle.dumps((1_700_000_000_000, "command"), pickle.HIGHEST_PROTOCOL)
+    assert unstamp(legacy) == (None, legacy)
+    stamped = (1_700_000_000_123).to_bytes(8, "big") + legacy
+    assert unstamp(stamped) == (1_700_000_000_123, legacy)
 
 
 def test_a_new_leader_takes_over_when_the_leader_is_cut_off(tmp_path: Path) -> None:

@@ -340,14 +340,18 @@ class QuorumHost(HostFields):
         """Apply a committed entry; the reply is the proposer's outcome value (a publish's
         bool, basic.get's `Got` or None, purge's count)."""
         index = meta.index
-        numbered = pickle.loads(data)
+        time_ms = meta.time_ms
+        if time_ms is None:  # written before the leader stamped entries: (proposer's time, command)
+            time_ms, numbered = pickle.loads(data)
+        else:
+            numbered = pickle.loads(data)
         command = numbered.command if type(numbered) is Sequenced else numbered
         if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
             recent = self._recent
             recent[index] = cast("Message", command.message)
             if len(recent) > RECENT_BODIES_MAX:
                 recent.popitem(last=False)
-        reply, effects = self.machine.apply(Meta(meta.time_ms, index=index), numbered)
+        reply, effects = self.machine.apply(Meta(time_ms, index=index), numbered)
         leader = self.leader
         if type(command) is Enqueue:
             reply = type(reply) is not Rejected
@@ -415,6 +419,8 @@ class QuorumHost(HostFields):
             return message
         assert self.group is not None, "a replica without its Raft group holds no message"
         command = pickle.loads(self.group.entry_data(index))
+        if type(command) is tuple:  # written before stamps: (proposer's time, command)
+            command = command[1]
         if type(command) is Sequenced:
             command = command.command
         assert type(command) is Enqueue and type(command.message) is Message

@@ -41,7 +41,10 @@ Theory of operation:
    Raft index and term, and the time the leader stamped on it when the command reached
    it (`RaftGroup.propose` puts `STAMP` before the application's bytes, so every replica
    applies the same command with the same clock, whoever proposed it and however late a
-   replica applies it). `entry_data` gives an entry's data without the stamp.
+   replica applies it). `entry_data` gives an entry's data without the stamp. An entry
+   written before stamps existed (Warren 0.1.0's logs: a bare pickle, which opens with
+   pickle's PROTO byte 0x80 where a stamp opens with 0x00) is applied with `time_ms`
+   None: its machine kept the proposer's time in its own data and reads it from there.
 9. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
    critical, nothing is sent, applied or acknowledged any more, every waiting proposal
    fails with the error, and `on_failure` is called: the node must stop and recover.
@@ -105,6 +108,8 @@ class HostStopped(Exception):
 
 # the leader's wall-clock time in ms, before a NORMAL entry's application bytes (point 8)
 STAMP: Final = struct.Struct(">q")
+# the first byte of an entry written before stamps: pickle's PROTO opcode (point 8)
+UNSTAMPED_FIRST_BYTE: Final = 0x80
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +118,14 @@ class EntryMeta:
 
     index: int
     term: int
-    time_ms: int  # the leader's clock when the command reached it
+    time_ms: int | None  # the leader's clock when the command reached it; None: unstamped
 
 
-def unstamp(data: bytes) -> tuple[int, bytes]:
-    """A NORMAL entry's leader time and the application's bytes."""
+def unstamp(data: bytes) -> tuple[int | None, bytes]:
+    """A NORMAL entry's leader time and the application's bytes (None and the bytes as they
+    are for an entry written before stamps, point 8)."""
+    if data[:1] == bytes((UNSTAMPED_FIRST_BYTE,)):
+        return None, data
     return STAMP.unpack_from(data)[0], data[STAMP.size :]
 
 
