@@ -728,10 +728,9 @@ class Channel:
     def _apply_settlement(self, command: type, taken: list[tuple[int, Any]]) -> None:
         by_host: dict[int, tuple[QueueHost, list[int]]] = {}
         counted = 0
-        live = self.broker.queues
         for _tag, (host, msg_id, is_counted) in taken:
             counted += is_counted
-            if live.get((host.record.vhost, host.record.name)) is not host:
+            if not self._is_live(host):
                 continue  # the queue was deleted meanwhile: RabbitMQ ignores the settlement
             group = by_host.get(id(host))
             if group is None:
@@ -745,6 +744,10 @@ class Channel:
             host.settle(command(msg_ids))
         if self.global_prefetch and counted:
             self.dispatch_consumers()
+
+    def _is_live(self, host: QueueHost) -> bool:
+        """Whether `host` still serves its queue (not deleted, nor declared anew)."""
+        return self.broker.queues.get((host.record.vhost, host.record.name)) is host
 
     def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
         if not method.requeue:
