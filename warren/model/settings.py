@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from warren.amqp.table import Typed
+from warren.model.erlang_terms import INTEGER_TAGS
 
 
 class Overflow(enum.Enum):
@@ -85,8 +86,13 @@ def settings_from_arguments(arguments: Mapping[str, Typed]) -> QueueSettings:
     values: dict[str, object] = {}
     for argument, name in _INTEGER_ARGUMENTS.items():
         typed = arguments.get(argument)
-        if typed is not None and isinstance(typed.value, int):
+        if typed is not None and typed.tag in INTEGER_TAGS and isinstance(typed.value, int):
             values[name] = typed.value
+    limit = values.get("delivery_limit")
+    if isinstance(limit, int) and limit < 0:
+        # RabbitMQ takes any x-delivery-limit: a negative one drops at the first return, as
+        # 0 does; one that is not an integer never compares lower than a count: no limit
+        values["delivery_limit"] = 0
     for argument, name in _STRING_ARGUMENTS.items():
         typed = arguments.get(argument)
         if typed is not None:
