@@ -333,6 +333,7 @@ def _quorum_behaviour(settings: QueueSettings) -> QueueSettings:
         delivery_count_header=True,
         fetch_counts_as_consumer=True,
         global_qos=False,
+        handover_after_returns=False,
     )
 
 

@@ -62,6 +62,10 @@ class QueueSettings:
     delivery_count_header: bool = False  # deliveries carry x-delivery-count
     fetch_counts_as_consumer: bool = False  # an unsettled basic.get counts as a consumer
     global_qos: bool = True  # a channel with a channel-wide prefetch may consume
+    # a cancelled single active consumer that still holds messages: the next one gets nothing
+    # until those come back (its channel closes) or another message arrives, so that the
+    # returned ones go first (a classic queue's process); quorum queues hand over at once
+    handover_after_returns: bool = True
 
 
 DEFAULT_SETTINGS = QueueSettings()
