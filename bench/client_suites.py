@@ -15,9 +15,14 @@ Theory of operation:
 3. The same command against RabbitMQ and against a Warren node gives counts to compare side
    by side. The exit status is 0 when nothing failed.
 
-Suites not automated here yet (`docs/client-suites.md`): pika (its sdist ships no tests;
-they are in its repository at tag 1.4.4), amqplib (npm), aiormq (its fixtures start a
-Docker container), amqpstorm and FastStream.
+pika's sdist ships no tests: they come from its repository at the installed version's tag
+(`--pika-repo`, a clone or bare git directory of github.com/pika/pika, e.g. the one the
+search tool's `fetch github:pika/pika` leaves in /work/.mirror/pika+pika/repo). Its
+acceptance tests name port 5672 in two files; for another port that number is replaced
+there, and nothing else is changed.
+
+Suites not automated here yet (`docs/client-suites.md`): amqplib (its npm package ships
+no tests), aiormq (its fixtures start a Docker container), amqpstorm and FastStream.
 """
 
 from __future__ import annotations
@@ -45,14 +50,24 @@ class Suite:
     package: str  # the PyPI project whose sdist holds the tests
     tests: tuple[str, ...]  # paths inside the unpacked sdist, given to pytest
     select: str = ""  # a pytest -k expression: what a plain (non-TLS) listener can run
+    from_git: bool = False  # tests from the project's repository at the version's tag
+    port_files: tuple[str, ...] = ()  # files that hard-code port 5672
+    ignore: tuple[str, ...] = ()  # test files for adapters this environment does not have
 
 
 SUITES = {
     # the TLS cases need the suite's own certificates on :5671
     "py-amqp": Suite("amqp", ("t/integration/test_rmq.py",), select="not tls"),
     "kombu": Suite("kombu", ("t/integration/test_py_amqp.py",)),
+    "pika": Suite(
+        "pika",
+        ("tests/acceptance",),
+        from_git=True,
+        port_files=("tests/acceptance/blocking_adapter_test.py", "tests/base/async_test_base.py"),
+        ignore=("tests/acceptance/twisted_adapter_tests.py",),  # Twisted is not installed
+    ),
 }
-NOT_AUTOMATED = ("pika", "amqplib", "aiormq", "amqpstorm", "faststream")
+NOT_AUTOMATED = ("amqplib", "aiormq", "amqpstorm", "faststream")
 
 
 def fetch_sdist(package: str, work: Path) -> Path:
@@ -76,6 +91,27 @@ def fetch_sdist(package: str, work: Path) -> Path:
     return root
 
 
+def fetch_tag(suite: Suite, repository: Path, work: Path, port: int) -> Path:
+    """Export the installed version's tag of `repository` (its tests) under `work`, pointed
+    at `port`."""
+    package = suite.package
+    version = importlib.metadata.version(package)
+    root = work / f"{package}-{version}-git"
+    if not root.is_dir():
+        root.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "--git-dir", str(repository), "archive", version, "tests", "pyproject.toml"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(root, filter="data")
+        for name in suite.port_files:
+            path = root / name
+            path.write_text(path.read_text().replace("5672", str(port)))
+    return root
+
+
 def run_pytest(suite: Suite, root: Path, amqp_url: str) -> Path:
     address = urlsplit(amqp_url)
     environment = dict(os.environ)
@@ -88,6 +124,8 @@ def run_pytest(suite: Suite, root: Path, amqp_url: str) -> Path:
     command += ["--junitxml", str(report), "-q", *suite.tests]
     if suite.select:
         command += ["-k", suite.select]
+    for name in suite.ignore:
+        command += ["--ignore", name]
     subprocess.run(command, cwd=root, env=environment, check=False, timeout=1800)
     return report
 
@@ -114,12 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--amqp-url", required=True)
     parser.add_argument("--mgmt-url", help="management API, for suites that use it")
     parser.add_argument("--work", type=Path, default=Path("/tmp/warren-client-suites"))
+    parser.add_argument("--pika-repo", type=Path, default=Path("/work/.mirror/pika+pika/repo"))
     options = parser.parse_args(argv)
     if options.suite in NOT_AUTOMATED:
         print(f"{options.suite}: not automated yet (module docstring)")
         return 2
     suite = SUITES[options.suite]
-    root = fetch_sdist(suite.package, options.work)
+    if suite.from_git:
+        port = urlsplit(options.amqp_url).port or 5672
+        root = fetch_tag(suite, options.pika_repo, options.work / f"port-{port}", port)
+    else:
+        root = fetch_sdist(suite.package, options.work)
     tally, not_passed = counts(run_pytest(suite, root, options.amqp_url))
     summary = ", ".join(f"{outcome} {number}" for outcome, number in tally.items())
     print(f"{options.suite} against {options.amqp_url}: {summary}")
