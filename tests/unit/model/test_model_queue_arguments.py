@@ -282,8 +282,6 @@ def test_quorum_invalid_args(arguments: dict[str, object], arg: str, reason: str
     assert refusal({**QQ, **arguments}) == invalid(arg, reason)
 
 
-
-
 @pytest.mark.parametrize(
     ("flags", "prop"),
     [
