@@ -21,8 +21,14 @@ search tool's `fetch github:pika/pika` leaves in /work/.mirror/pika+pika/repo). 
 acceptance tests name port 5672 in two files; for another port that number is replaced
 there, and nothing else is changed.
 
-Suites not automated here yet (`docs/client-suites.md`): amqplib (its npm package ships
-no tests), aiormq (its fixtures start a Docker container), amqpstorm and FastStream.
+amqplib's npm package ships no tests either: they come from a git copy of
+github.com/amqp-node/amqplib (`--amqplib-repo`, its HEAD; `fetch github:amqp-node/amqplib`),
+with their one test dependency (claire) installed by npm; `node --test` runs them with the
+broker in `URL`, each test given 60 s instead of the suite's 1 s (Node 20 counts the limit
+per file, which a loaded machine exceeds).
+
+Suites not automated here yet (`docs/client-suites.md`): aiormq (its fixtures start a Docker
+container), amqpstorm and FastStream.
 """
 
 from __future__ import annotations
@@ -67,7 +73,9 @@ SUITES = {
         ignore=("tests/acceptance/twisted_adapter_tests.py",),  # Twisted is not installed
     ),
 }
-NOT_AUTOMATED = ("amqplib", "aiormq", "amqpstorm", "faststream")
+NODE_SUITES = ("amqplib",)
+NOT_AUTOMATED = ("aiormq", "amqpstorm", "faststream")
+AMQPLIB_TEST_DEPENDENCIES = ("claire@0.4.1",)
 
 
 def fetch_sdist(package: str, work: Path) -> Path:
@@ -146,24 +154,68 @@ def counts(report: Path) -> tuple[dict[str, int], list[str]]:
     return tally, not_passed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.client_suites")
-    parser.add_argument("suite", choices=[*SUITES, *NOT_AUTOMATED])
-    parser.add_argument("--amqp-url", required=True)
-    parser.add_argument("--mgmt-url", help="management API, for suites that use it")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/warren-client-suites"))
-    parser.add_argument("--pika-repo", type=Path, default=Path("/work/.mirror/pika+pika/repo"))
-    options = parser.parse_args(argv)
-    if options.suite in NOT_AUTOMATED:
-        print(f"{options.suite}: not automated yet (module docstring)")
-        return 2
-    suite = SUITES[options.suite]
+def run_python_suite(suite: Suite, options: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
     if suite.from_git:
         port = urlsplit(options.amqp_url).port or 5672
         root = fetch_tag(suite, options.pika_repo, options.work / f"port-{port}", port)
     else:
         root = fetch_sdist(suite.package, options.work)
-    tally, not_passed = counts(run_pytest(suite, root, options.amqp_url))
+    return counts(run_pytest(suite, root, options.amqp_url))
+
+
+def run_amqplib(repository: Path, work: Path, amqp_url: str) -> tuple[dict[str, int], list[str]]:
+    """amqplib's `node --test` suite; counts from its TAP summary, failures from `not ok`."""
+    root = work / "amqplib-git"
+    if not root.is_dir():
+        root.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "--git-dir", str(repository), "archive", "HEAD"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(root, filter="data")
+        npm = ["npm", "install", "--no-save", "--ignore-scripts", *AMQPLIB_TEST_DEPENDENCIES]
+        subprocess.run(npm, cwd=root, check=True)
+    environment = {**os.environ, "URL": amqp_url}
+    output = subprocess.run(
+        ["node", "--test", "--test-timeout=60000"],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    ).stdout
+    tally = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    names = {"pass": "passed", "fail": "failed", "cancelled": "errors", "skipped": "skipped"}
+    not_passed: list[str] = []
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "#" and words[1] in names:
+            tally[names[words[1]]] = int(words[2])
+        elif line.lstrip().startswith("not ok"):
+            not_passed.append("failed: " + line.strip())
+    return tally, not_passed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.client_suites")
+    parser.add_argument("suite", choices=[*SUITES, *NODE_SUITES, *NOT_AUTOMATED])
+    parser.add_argument("--amqp-url", required=True)
+    parser.add_argument("--mgmt-url", help="management API, for suites that use it")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/warren-client-suites"))
+    parser.add_argument("--pika-repo", type=Path, default=Path("/work/.mirror/pika+pika/repo"))
+    default_amqplib = Path("/work/.mirror/amqp-node+amqplib/repo")
+    parser.add_argument("--amqplib-repo", type=Path, default=default_amqplib)
+    options = parser.parse_args(argv)
+    if options.suite in NOT_AUTOMATED:
+        print(f"{options.suite}: not automated yet (module docstring)")
+        return 2
+    if options.suite in NODE_SUITES:
+        tally, not_passed = run_amqplib(options.amqplib_repo, options.work, options.amqp_url)
+    else:
+        tally, not_passed = run_python_suite(SUITES[options.suite], options)
     summary = ", ".join(f"{outcome} {number}" for outcome, number in tally.items())
     print(f"{options.suite} against {options.amqp_url}: {summary}")
     for line in not_passed:
