@@ -129,15 +129,17 @@ def test_quorum_queue_accepts_what_rabbitmq_accepts(amqp, arguments):
 def test_quorum_delivery_limit_of_odd_values(amqp, limit, left):
     """A negative limit drops a message at its first return, as 0 does; a limit that is not
     an integer never applies (Erlang orders numbers below binaries)."""
-    channel = amqp.channel()
+    connection = amqp.connect()
+    channel = connection.channel()
     queue = amqp.name("qq")
     channel.queue_declare(queue, durable=True, arguments={**QQ, "x-delivery-limit": limit})
     amqp.publish(channel, queue, "m")
     for _ in range(3):
+        amqp.settle(connection, 0.3)  # a quorum queue takes a nack asynchronously
         method, _, _ = channel.basic_get(queue)
-        if method is None:
-            break
-        channel.basic_nack(method.delivery_tag, requeue=True)
+        if method is not None:
+            channel.basic_nack(method.delivery_tag, requeue=True)
+    amqp.settle(connection, 0.3)
     assert amqp.bodies(channel, queue) == left
 
 
