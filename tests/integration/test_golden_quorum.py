@@ -111,51 +111,29 @@ def test_unsupported_args(amqp, golden):
     assert amqp.normalise(observed, scenario) == golden(scenario)
 
 
-def overflow_declares(amqp, connection) -> dict:
+def test_overflow_reject_publish_dlx(amqp, golden):
+    # RabbitMQ 3.10.8 accepts reject-publish-dlx on a quorum queue and behaves as drop-head.
+    connection = amqp.connect()
+
     def declare(suffix: str, arguments: dict) -> dict:
         return amqp.declare_counts(
             connection.channel(), amqp.name(suffix), durable=True, arguments=arguments
         )
 
-    return {
+    queue = amqp.name("a")
+    observed = {
         "reject_publish_dlx": declare(
             "a", qq(**{"x-overflow": "reject-publish-dlx", "x-max-length": 1})
         ),
         "reject_publish": declare("b", qq(**{"x-overflow": "reject-publish"})),
         "drop_head": declare("c", qq(**{"x-overflow": "drop-head"})),
     }
-
-
-def test_overflow_reject_publish_dlx(amqp, golden):
-    # The declares both brokers accept; for reject-publish-dlx see the Warren-only test.
-    observed = overflow_declares(amqp, amqp.connect())
-    del observed["reject_publish_dlx"]
-    expected = golden("quorum.overflow_reject_publish_dlx")
-    assert observed == {key: expected[key] for key in observed}
-
-
-@pytest.mark.warren_only
-def test_overflow_reject_publish_dlx_is_refused(amqp):
-    # RabbitMQ 3.10.8 accepts the declare and behaves as drop-head; its quorum-queue guide
-    # says the mode is not supported, and Warren refuses it (golden README).
-    connection = amqp.connect()
-    observed = overflow_declares(amqp, connection)
-    queue = amqp.name("a")
-    assert observed["reject_publish_dlx"] == {
-        "closed": "channel",
-        "code": 406,
-        "text": f"PRECONDITION_FAILED - invalid arg 'x-overflow' for queue '{queue}' in vhost"
-        " '/': reject-publish-dlx is not supported by quorum queues",
-    }
-    assert (
-        observed["reject_publish"]
-        == observed["drop_head"]
-        == {
-            "ok": True,
-            "message_count": 0,
-            "consumer_count": 0,
-        }
-    )
+    channel = connection.channel()
+    channel.confirm_delivery()
+    observed["confirms"] = [amqp.confirm(channel, queue, body) for body in ("m1", "m2", "m3")]
+    observed["drained"] = amqp.bodies(channel, queue)
+    scenario = "quorum.overflow_reject_publish_dlx"
+    assert amqp.normalise(observed, scenario) == golden(scenario)
 
 
 # --- consuming -----------------------------------------------------------------------------

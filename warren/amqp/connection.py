@@ -48,11 +48,13 @@ from warren.amqp.methods import (
     ConnectionOpen,
     ConnectionStartOk,
     ConnectionTuneOk,
+    ConnectionUpdateSecret,
     Method,
     cannot_decode,
     decode_method,
 )
 from warren.errors import (
+    HardError,
     channel_error,
     command_invalid,
     frame_error,
@@ -185,8 +187,9 @@ class ServerConnection:
         assembly = self._assembling.get(channel)
         if assembly is not None:
             return self._on_content_frame(frame_type, channel, payload, assembly)
-        if frame_type != FRAME_METHOD:
-            if channel == 0:
+        if frame_type != FRAME_METHOD or (channel and self.state is State.AWAITING_OPEN):
+            # before connection.open RabbitMQ reads channel 0 only, and quotes anything else
+            if channel == 0 or frame_type == FRAME_METHOD:
                 raise unexpected_frame(f"type {frame_type}, all octets = {erlang_binary(payload)}")
             raise unexpected_frame("expected method frame, got non method frame instead")
         if payload[:4] == _PUBLISH_ID and channel in self.open_channels:
@@ -206,6 +209,8 @@ class ServerConnection:
             self.state = State.CLOSED
             return MethodReceived(channel, method)
         expected, next_state = _HANDSHAKE[self.state]
+        if self.state is State.AWAITING_OPEN and not isinstance(method, expected):
+            raise _unexpected_in("opening", method)
         if channel != 0 or not isinstance(method, expected):
             raise command_invalid(
                 f"expected '{expected.NAME.replace('-', '_')}', got '{method.NAME}'"
@@ -215,21 +220,18 @@ class ServerConnection:
 
     def _on_method(self, channel: int, method: Method) -> Event:
         if channel == 0:
-            if method.CLASS_ID != 10:
-                raise command_invalid(f"unexpected method '{method.NAME}' on channel 0").at(
-                    method.CLASS_ID, method.METHOD_ID
-                )
+            # what an open connection takes on channel 0, as RabbitMQ's reader in `running`
+            if not isinstance(method, ConnectionClose | ConnectionCloseOk | ConnectionUpdateSecret):
+                raise _unexpected_in("running", method)
             if isinstance(method, ConnectionClose | ConnectionCloseOk):
                 self.state = State.CLOSED
             return MethodReceived(channel, method)
-        if method.CLASS_ID == 10:
-            raise command_invalid(f"connection method '{method.NAME}' on channel {channel}").at(
-                method.CLASS_ID, method.METHOD_ID
-            )
         if isinstance(method, ChannelOpen):
             self._open_channel(channel, method)
         elif channel not in self.open_channels:
             raise channel_error("expected 'channel.open'").at(method.CLASS_ID, method.METHOD_ID)
+        elif method.CLASS_ID == 10:  # a channel process has no connection methods
+            raise command_invalid("unimplemented method").at(method.CLASS_ID, method.METHOD_ID)
         elif isinstance(method, ChannelClose):
             self.open_channels.discard(channel)
         elif method.HAS_CONTENT:
@@ -298,15 +300,11 @@ class ServerConnection:
     # --- the server's side of the conversation -----------------------------------------
 
     def tune(self, frame_max: int, channel_max: int) -> None:
-        """Apply the limits the client agreed to in ``connection.tune-ok``."""
-        if frame_max and frame_max < FRAME_MIN_SIZE:
-            raise not_allowed(f"frame_max={frame_max} < {FRAME_MIN_SIZE} min_size").at(10, 31)
-        if frame_max > self.frame_max:
-            raise not_allowed(f"frame_max={frame_max} > {self.frame_max} max_size").at(10, 31)
-        if channel_max > self.channel_max:
-            raise not_allowed(f"channel_max={channel_max} > {self.channel_max} max_channels").at(
-                10, 31
-            )
+        """Apply the limits the client agreed to in ``connection.tune-ok``: each within the
+        minimum and the server's value, 0 ("no limit") only when the server has none, as
+        RabbitMQ's reader checks them."""
+        _negotiated("frame_max", frame_max, FRAME_MIN_SIZE, self.frame_max)
+        _negotiated("channel_max", channel_max, 1, self.channel_max)
         if frame_max:
             self.frame_max = frame_max
             self._decoder.frame_max = frame_max
@@ -329,6 +327,24 @@ class ServerConnection:
         self.state = State.CLOSING
         self.open_channels.clear()  # so that a publish no longer starts a content assembly
         self._assembling.clear()
+
+
+def _negotiated(field: str, value: int, minimum: int, server: int) -> None:
+    if value and value < minimum:
+        raise not_allowed(
+            f"negotiated {field} = {value} is lower than the minimum allowed value ({minimum})"
+        ).at(10, 31)
+    if server and (value == 0 or value > server):
+        raise not_allowed(
+            f"negotiated {field} = {value} is higher than the maximum allowed value ({server})"
+        ).at(10, 31)
+
+
+def _unexpected_in(state: str, method: Method) -> HardError:
+    """A method channel 0 does not take in this state (RabbitMQ's names: opening, running)."""
+    error = channel_error(f"unexpected method in connection state {state}")
+    error.at(method.CLASS_ID, method.METHOD_ID)
+    return error
 
 
 def _decode_publish(payload: bytes) -> tuple[BasicPublish, bytes]:

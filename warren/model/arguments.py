@@ -267,18 +267,34 @@ VALIDATORS: Mapping[str, Validator] = {
     "x-stream-max-segment-size-bytes": check_non_negative_integer,
     "x-initial-cluster-size": check_initial_cluster_size,
     "x-queue-leader-locator": one_of(LEADER_LOCATORS, lambda _: "invalid_queue_locator_arg"),
-    "x-delivery-limit": check_non_negative_integer,  # Warren only: RabbitMQ takes any value
 }
 
 
-# Values a queue type refuses although the argument is valid for it: (argument, value) ->
-# the reason in the 406 text.
-REFUSED_VALUES: Mapping[QueueType, Mapping[tuple[str, str], str]] = {
-    QueueType.QUORUM: {
-        ("x-overflow", "reject-publish-dlx"): "reject-publish-dlx is not supported by quorum"
-        " queues",
-    },
+# --- Checks of a consumer's arguments (rabbit_amqqueue:check_consume_arguments, then the
+# queue type's own). ---
+
+CONSUMER_VALIDATORS: Mapping[str, Validator] = {
+    "x-priority": lambda value, _: None if _integer(value) is not None else _not_integer(value),
+    "x-cancel-on-ha-failover": check_boolean,
 }
+STREAM_CONSUMER_ARGUMENTS = ("x-stream-offset",)
+
+
+def consumer_priority(
+    name: str, vhost: str, queue_type: QueueType, arguments: Mapping[str, Typed]
+) -> int:
+    """Raise the 406 RabbitMQ would for a consumer's arguments; return its `x-priority`."""
+    for key, check in CONSUMER_VALIDATORS.items():
+        value = arguments.get(key)
+        reason = None if value is None else check(value, arguments)
+        if reason is not None:
+            raise invalid_queue_arg(key, name, vhost, reason)
+    if queue_type is not QueueType.STREAM:
+        for key in STREAM_CONSUMER_ARGUMENTS:
+            if key in arguments:
+                raise queue_arg_not_for_type(key, name, vhost, queue_type.module_name)
+    priority = arguments.get("x-priority")
+    return 0 if priority is None else _integer(priority) or 0
 
 
 # --- Checks of a queue about to be created. ---
@@ -299,7 +315,6 @@ def validate_new_queue(
     queue_type = queue_type_of(arguments)
     accepted = QUEUE_TYPE_ARGUMENTS[queue_type]
     _run_validators(name, vhost, arguments, [key for key in VALIDATORS if key in accepted])
-    _check_refused_values(name, vhost, arguments, queue_type)
     _check_foreign_arguments(name, vhost, arguments, queue_type)
     error = _property_error(queue_type, name, vhost, durable, exclusive, auto_delete, arguments)
     if error is not None:
@@ -324,15 +339,6 @@ def _run_validators(
             continue
         reason = VALIDATORS[key](value, arguments)
         if reason is not None:
-            raise invalid_queue_arg(key, name, vhost, reason)
-
-
-def _check_refused_values(
-    name: str, vhost: str, arguments: Mapping[str, Typed], queue_type: QueueType
-) -> None:
-    for (key, refused), reason in REFUSED_VALUES.get(queue_type, {}).items():
-        value = arguments.get(key)
-        if value is not None and _string(value) == refused:
             raise invalid_queue_arg(key, name, vhost, reason)
 
 

@@ -312,7 +312,7 @@ def effective_settings(
         value = definition.get(key)
         if value is None:
             continue
-        from_policy = _setting_value(record.queue_type, field, value)
+        from_policy = _setting_value(field, value)
         current = getattr(settings, field)
         if f"x-{key}" not in record.arguments or current is None:
             changes[field] = from_policy
@@ -331,17 +331,23 @@ def _classic_behaviour(settings: QueueSettings) -> QueueSettings:
 
 def _quorum_behaviour(settings: QueueSettings) -> QueueSettings:
     """rabbit_fifo: returns go to the back without a delivery limit (so that the log can be
-    truncated), to the head with one; x-delivery-count; no global QoS."""
+    truncated), to the head with one; x-delivery-count; no global QoS. `reject-publish-dlx`
+    (argument or policy) falls back to drop-head, as rabbit_quorum_queue:overflow/3 does."""
+    overflow = settings.overflow
+    if overflow is Overflow.REJECT_PUBLISH_DLX:
+        overflow = Overflow.DROP_HEAD
     strategy = settings.dead_letter_strategy
     if settings.overflow is not Overflow.REJECT_PUBLISH or settings.dead_letter_exchange is None:
         strategy = DeadLetterStrategy.AT_MOST_ONCE
     return dataclasses.replace(
         settings,
+        overflow=overflow,
         dead_letter_strategy=strategy,
         requeue_at_back=settings.delivery_limit is None,
         delivery_count_header=True,
         fetch_counts_as_consumer=True,
         global_qos=False,
+        handover_after_returns=False,
     )
 
 
@@ -352,12 +358,7 @@ _TYPE_BEHAVIOUR: Mapping[QueueType, Callable[[QueueSettings], QueueSettings]] = 
 }
 
 
-def _setting_value(queue_type: QueueType, field: str, value: JsonValue) -> object:
+def _setting_value(field: str, value: JsonValue) -> object:
     if field == "dead_letter_strategy":
         return DeadLetterStrategy(value)
-    if field != "overflow":
-        return value
-    overflow = Overflow(value)
-    if queue_type is QueueType.QUORUM and overflow is Overflow.REJECT_PUBLISH_DLX:
-        return Overflow.DROP_HEAD  # rabbit_quorum_queue:overflow/3 falls back to its default
-    return overflow
+    return Overflow(value) if field == "overflow" else value

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from warren.amqp.table import Typed
+from warren.model.erlang_terms import INTEGER_TAGS
 
 
 class Overflow(enum.Enum):
@@ -61,6 +62,10 @@ class QueueSettings:
     delivery_count_header: bool = False  # deliveries carry x-delivery-count
     fetch_counts_as_consumer: bool = False  # an unsettled basic.get counts as a consumer
     global_qos: bool = True  # a channel with a channel-wide prefetch may consume
+    # a cancelled single active consumer that still holds messages: the next one gets nothing
+    # until those come back (its channel closes) or another message arrives, so that the
+    # returned ones go first (a classic queue's process); quorum queues hand over at once
+    handover_after_returns: bool = True
 
 
 DEFAULT_SETTINGS = QueueSettings()
@@ -85,8 +90,13 @@ def settings_from_arguments(arguments: Mapping[str, Typed]) -> QueueSettings:
     values: dict[str, object] = {}
     for argument, name in _INTEGER_ARGUMENTS.items():
         typed = arguments.get(argument)
-        if typed is not None and isinstance(typed.value, int):
+        if typed is not None and typed.tag in INTEGER_TAGS and isinstance(typed.value, int):
             values[name] = typed.value
+    limit = values.get("delivery_limit")
+    if isinstance(limit, int) and limit < 0:
+        # RabbitMQ takes any x-delivery-limit: a negative one drops at the first return, as
+        # 0 does; one that is not an integer never compares lower than a count: no limit
+        values["delivery_limit"] = 0
     for argument, name in _STRING_ARGUMENTS.items():
         typed = arguments.get(argument)
         if typed is not None:

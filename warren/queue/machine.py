@@ -697,7 +697,9 @@ class QueueMachine:
                     break
             if self.active_consumer == command.consumer:
                 self.active_consumer = self._rings[0][1][0] if self._rings else None
-                self._dispatch(meta, effects)
+                waits = self.settings.handover_after_returns and consumer.in_flight > 0
+                if not waits or command.requeue:
+                    self._dispatch(meta, effects)
             self.last_used_ms = meta.now_ms
         held = self.checked_out(command.consumer) if command.requeue else []
         if held:  # once the consumer is gone, so that none of them goes back to it

@@ -62,6 +62,7 @@ from warren.errors import (
     queue_not_found,
 )
 from warren.model import DestinationKind, ExchangeType, VHost
+from warren.model.arguments import consumer_priority
 from warren.model.permissions import Access, PermissionCheck
 from warren.queue import Checkout, Discard, Enqueue, Got, Return, Settle
 from warren.runtime.access import permission_check
@@ -501,7 +502,9 @@ class Channel:
         if self.global_prefetch and not host.machine.settings.global_qos:
             where = describe_queue(name, self.vhost.name)
             raise not_implemented(f"{where} does not support global qos")
+        record = self.vhost.queues[name]
         arguments = _typed_arguments(method.arguments)
+        priority = consumer_priority(name, self.vhost.name, record.queue_type, arguments)
         consumer = _Consumer(tag, host, method.no_ack, arguments)
         command = Checkout(
             consumer=consumer.key,
@@ -509,7 +512,7 @@ class Channel:
             prefetch_count=self.prefetch_count,
             no_ack=method.no_ack,
             exclusive=method.exclusive,
-            priority=_priority(arguments),
+            priority=priority,
         )
         limited = bool(self.global_prefetch) or self.connection.paused
         outcome = host.subscribe(self, tag, command, limited)
@@ -1114,17 +1117,6 @@ def _typed_arguments(raw: bytes) -> dict[str, Typed]:
 
 def _plain_arguments(raw: bytes) -> dict[str, object]:
     return decode_table(raw) if raw != b"\x00\x00\x00\x00" else {}
-
-
-def _priority(arguments: dict[str, Typed]) -> int:
-    value = arguments.get("x-priority")
-    if value is None:
-        return 0
-    if isinstance(value.value, int) and not isinstance(value.value, bool):
-        return value.value
-    raise precondition_failed(
-        f"invalid arg 'x-priority' for consumer: {value.value!r} is not an integer"
-    )
 
 
 def with_delivery_count(message: Message, count: int) -> Message:

@@ -49,6 +49,10 @@ log = logging.getLogger("warren.connection")
 
 CLOSE_OK_TIMEOUT_S = 3.0
 CLOSING_TIMEOUT_S = 30  # RabbitMQ's ?CLOSING_TIMEOUT: how long a closed socket may linger
+# A client that fails the handshake before tune-ok waits this long for its socket to close,
+# and hears nothing (RabbitMQ's SILENT_CLOSE_DELAY): repeated bad logins cost it time.
+HANDSHAKE_FAILURE_DELAY_S = 3.0
+PASSWORD_MECHANISMS = ["PLAIN", "AMQPLAIN"]
 # Events one connection may handle per event-loop turn. A publisher can hand the loop
 # megabytes in one read event; without a bound the loop would spend seconds on it while
 # consumers' sockets and timers wait. Past the bound the connection stops reading and
@@ -107,6 +111,9 @@ class AmqpConnection(asyncio.Protocol):
         self.published = False  # ever: a resource alarm blocks such connections
         self.blocked = False  # by a resource alarm: not read until it clears
         self._blocked_capability = False  # the client takes connection.blocked
+        self._failure_close = False  # the client takes a 403 close for a failed login
+        self._tuned = False  # tune-ok accepted: failures are answered with connection.close
+        self._silenced = False  # a failed handshake: nothing more is read or answered
 
     @property
     def frame_max(self) -> int:
@@ -175,7 +182,7 @@ class AmqpConnection(asyncio.Protocol):
             else:
                 self._throttle()
         except HardError as error:
-            self.close_with(error)
+            self._fail(error)
         except Exception:
             log.exception("internal error on connection %s", self.peer)
             self.close_with(HardError(ReplyCode.INTERNAL_ERROR, "internal error"))
@@ -199,6 +206,7 @@ class AmqpConnection(asyncio.Protocol):
             and not self._authenticating
             and not self._suspended
             and not self._flow_held
+            and not self._silenced
         ):
             self.transport.resume_reading()
 
@@ -370,7 +378,7 @@ class AmqpConnection(asyncio.Protocol):
                     "product": "Warren",
                     "version": __version__,
                 },
-                b"PLAIN AMQPLAIN EXTERNAL" if self._peer_certificate else b"PLAIN AMQPLAIN",
+                " ".join(self._mechanisms()).encode(),
                 b"en_US",
             ),
         )
@@ -405,16 +413,21 @@ class AmqpConnection(asyncio.Protocol):
         if isinstance(capabilities, dict):
             self.cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
             self._blocked_capability = bool(capabilities.get("connection.blocked"))
+            self._failure_close = bool(capabilities.get("authentication_failure_close"))
         access = self.broker.access
         mechanism = method.mechanism
+        if mechanism not in self._mechanisms():
+            raise HardError(
+                ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
+            )
         if mechanism == "EXTERNAL":
             user = login_name(self._peer_certificate, self.broker.config.ssl_cert_login_from)
             self._login(mechanism, user, user is not None and user in access.users)
             return
         user, password = _credentials(mechanism, method.response)
         if user is None or password is None:
-            self._login(mechanism, user, False)
-        elif access.authenticated(user, password) is not None:
+            raise HardError(ReplyCode.SYNTAX_ERROR, f"{mechanism} response is malformed")
+        if access.authenticated(user, password) is not None:
             self._login(mechanism, user, True)
         elif not access.has_password(user):
             self._login(mechanism, user, False)
@@ -425,6 +438,10 @@ class AmqpConnection(asyncio.Protocol):
             checked = self.loop.run_in_executor(None, access.authenticate, user, password)
             checked.add_done_callback(lambda done: self._checked(mechanism, user, done))
 
+    def _mechanisms(self) -> list[str]:
+        """What connection.start offers: EXTERNAL only to a client with a certificate."""
+        return [*PASSWORD_MECHANISMS, "EXTERNAL"] if self._peer_certificate else PASSWORD_MECHANISMS
+
     def _checked(self, mechanism: str, user: str, done: asyncio.Future[Any]) -> None:
         """The password check finished: carry on with the login, then with what was read."""
         self._authenticating = False
@@ -433,10 +450,10 @@ class AmqpConnection(asyncio.Protocol):
         try:
             self._login(mechanism, user, done.result() is not None)
         except HardError as error:
-            self.close_with(error)
+            self._fail(error)
         self.flush()
-        if not self._closed:
-            self._resume_reading()
+        if not self._silenced:
+            self._resume_reading()  # also to read the close-ok of a refused login
             self._handle_events()
 
     def hold_flow(self, channel: Channel, held: bool) -> None:
@@ -503,6 +520,7 @@ class AmqpConnection(asyncio.Protocol):
     def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
         self.protocol.tune(method.frame_max, method.channel_max)
         self.heartbeat_s = method.heartbeat
+        self._tuned = True
 
     def _open(self, method: m.ConnectionOpen) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -543,6 +561,22 @@ class AmqpConnection(asyncio.Protocol):
         self._abort()
 
     # --- closing ---------------------------------------------------------------------------
+
+    def _fail(self, error: HardError) -> None:
+        """A hard error of this connection's own making. Before tune-ok RabbitMQ answers
+        none but a refused login, and that only to clients with the
+        `authentication_failure_close` capability; the others see the socket close later."""
+        handshaking = not self._tuned and self.protocol.state is not State.CLOSED
+        refused_login = error.code == ReplyCode.ACCESS_REFUSED and self._failure_close
+        if not handshaking or refused_login:
+            self.close_with(error)
+            return
+        log.info("handshake of %s failed: %s", self.peer, error.text)
+        self._release()
+        self._silenced = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self._timer = self.loop.call_later(HANDSHAKE_FAILURE_DELAY_S, self._abort)
 
     def close_with(self, error: AmqpError) -> None:
         """Close the connection with `connection.close`, then wait for close-ok."""

@@ -131,26 +131,59 @@ OUT_OF_ORDER = {
     "open-first": [(0, OPEN)],
     "open-before-tune-ok": [(0, START_OK), (0, OPEN)],
     "start-ok-twice": [(0, START_OK), (0, START_OK)],
-    "tune-ok-twice": [(0, START_OK), (0, TUNE_OK), (0, TUNE_OK)],
     "secure-ok-unasked": [(0, m.ConnectionSecureOk(b"x"))],
-    "channel-open-before-open": [(0, START_OK), (0, TUNE_OK), (1, m.ChannelOpen())],
-    "queue-declare-before-open": [(0, START_OK), (0, TUNE_OK), (1, m.QueueDeclare())],
     "start-ok-on-channel-1": [(1, START_OK)],
-    "basic-method-on-channel-0": [(0, m.BasicQos())],
 }
 
 
 @pytest.mark.parametrize("script", OUT_OF_ORDER.values(), ids=OUT_OF_ORDER.keys())
 def test_out_of_order_handshake_is_503(script: list[tuple[int, m.Method]]) -> None:
+    """Before tune-ok (the runtime answers these with silence, but logs them)."""
+    error = _error_after(script)
+    assert error.code == ReplyCode.COMMAND_INVALID
+    _, culprit = script[-1]
+    assert (error.class_id, error.method_id) == (culprit.CLASS_ID, culprit.METHOD_ID)
+
+
+OPENING = [(0, START_OK), (0, TUNE_OK)]
+ON_CHANNEL_0 = {
+    "tune-ok-twice": (OPENING, (0, TUNE_OK), "opening"),
+    "basic-method-before-open": (OPENING, (0, m.BasicQos()), "opening"),
+    "basic-method-once-open": ([*OPENING, (0, OPEN)], (0, m.BasicQos()), "running"),
+    "open-twice": ([*OPENING, (0, OPEN)], (0, OPEN), "running"),
+}
+
+
+@pytest.mark.parametrize("case", ON_CHANNEL_0.values(), ids=ON_CHANNEL_0.keys())
+def test_unexpected_method_on_channel_0_is_504(case) -> None:
+    before, (channel, culprit), state = case
+    error = _error_after([*before, (channel, culprit)])
+    assert error.code == ReplyCode.CHANNEL_ERROR
+    assert error.text == f"CHANNEL_ERROR - unexpected method in connection state {state}"
+    assert (error.class_id, error.method_id) == (culprit.CLASS_ID, culprit.METHOD_ID)
+
+
+@pytest.mark.parametrize("culprit", [m.ChannelOpen(), m.QueueDeclare()])
+def test_channel_frame_before_open_is_505(culprit: m.Method) -> None:
+    error = _error_after([*OPENING, (1, culprit)])
+    assert error.code == ReplyCode.UNEXPECTED_FRAME
+    assert (error.class_id, error.method_id) == (0, 0)
+
+
+def test_connection_method_on_an_open_channel_is_503() -> None:
+    error = _error_after([*OPENING, (0, OPEN), (1, m.ChannelOpen()), (1, OPEN)])
+    assert error.text == "COMMAND_INVALID - unimplemented method"
+    assert (error.class_id, error.method_id) == (10, 40)
+
+
+def _error_after(script: list[tuple[int, m.Method]]) -> HardError:
     connection = ServerConnection()
     connection.receive_data(PROTOCOL_HEADER)
     drain(connection)
     *before, (channel, culprit) = script
     connection.receive_data(b"".join(method_frame(c, method) for c, method in before))
     drain(connection)
-    error = error_of(connection, method_frame(channel, culprit))
-    assert error.code == ReplyCode.COMMAND_INVALID
-    assert (error.class_id, error.method_id) == (culprit.CLASS_ID, culprit.METHOD_ID)
+    return error_of(connection, method_frame(channel, culprit))
 
 
 def test_heartbeats_are_accepted_during_the_handshake() -> None:
@@ -200,13 +233,16 @@ def test_tune_lowers_frame_max_for_later_frames() -> None:
     assert error.code == ReplyCode.FRAME_ERROR
 
 
-def test_tune_with_zeros_keeps_the_server_limits() -> None:
-    connection = ServerConnection(frame_max=8192, channel_max=10)
+def test_tune_with_zeros_is_for_servers_without_limits() -> None:
+    connection = ServerConnection(frame_max=0, channel_max=0)
     connection.tune(0, 0)
-    assert (connection.frame_max, connection.channel_max) == (8192, 10)
+    assert (connection.frame_max, connection.channel_max) == (0, 0)
 
 
-@pytest.mark.parametrize(("frame_max", "channel_max"), [(4095, 0), (131073, 0), (0, 2048)])
+@pytest.mark.parametrize(
+    ("frame_max", "channel_max"),
+    [(4095, 2047), (131073, 2047), (131072, 2048), (0, 2047), (131072, 0)],
+)
 def test_tune_beyond_the_limits_is_530(frame_max: int, channel_max: int) -> None:
     with pytest.raises(HardError) as raised:
         ServerConnection().tune(frame_max, channel_max)
@@ -273,7 +309,7 @@ def test_second_channel_open_is_504() -> None:
 
 def test_channel_max_counts_open_channels_not_numbers() -> None:
     connection = opened()
-    connection.tune(0, 2)
+    connection.tune(connection.frame_max, 2)
     connection.receive_data(method_frame(65535, m.ChannelOpen()) + method_frame(9, m.ChannelOpen()))
     assert drain(connection) == [
         MethodReceived(65535, m.ChannelOpen()),
@@ -286,8 +322,8 @@ def test_channel_max_counts_open_channels_not_numbers() -> None:
     )
 
 
-def test_channel_open_on_channel_0_is_503() -> None:
-    assert error_of(opened(), method_frame(0, m.ChannelOpen())).code == ReplyCode.COMMAND_INVALID
+def test_channel_open_on_channel_0_is_504() -> None:
+    assert error_of(opened(), method_frame(0, m.ChannelOpen())).code == ReplyCode.CHANNEL_ERROR
 
 
 def test_connection_method_on_a_channel_is_503() -> None:

@@ -1,0 +1,242 @@
+"""Connection negotiation and channel 0, on a raw socket, as RabbitMQ 3.10.8 answers them.
+
+Before `tune-ok` is accepted RabbitMQ trusts the client with nothing: a failure there (limits
+out of range, an unknown mechanism, a malformed response, a method out of turn) sends no
+frame, and the socket closes about three seconds later. A refused login is the one
+exception, and only for a client that announced the `authentication_failure_close`
+capability: it hears 403. Once tuned, every violation is a `connection.close`:
+504 for what channel 0 does not take in the current state, 503 for connection methods on a
+channel, 505 for another channel's frames before `connection.open`.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from tests.integration.conftest import (
+    CLIENT_PROPERTIES,
+    PROTOCOL_HEADER,
+    RawAmqp,
+    longstr,
+    shortstr,
+)
+
+NO_PROPERTIES = struct.pack(">I", 0)
+ACCESS_REFUSED = (
+    "ACCESS_REFUSED - Login was refused using authentication mechanism {}. "
+    "For details see the broker logfile."
+)
+CONNECTION_OPEN = shortstr("/") + shortstr("") + b"\x00"
+
+
+def start_ok(
+    raw: RawAmqp,
+    mechanism: str = "PLAIN",
+    response: bytes = b"\x00guest\x00guest",
+    capability: bool = True,
+    locale: str = "en_US",
+) -> None:
+    raw.send(PROTOCOL_HEADER)
+    raw.expect_method(0, (10, 10))
+    properties = CLIENT_PROPERTIES if capability else NO_PROPERTIES
+    arguments = properties + shortstr(mechanism) + longstr(response) + shortstr(locale)
+    raw.send_method(0, 10, 11, arguments)
+
+
+def tune_ok(raw: RawAmqp, channel_max: int | None, frame_max: int | None) -> tuple[int, int]:
+    """Answer connection.tune with the given limits (None: the server's); return the server's."""
+    tune = raw.expect_method(0, (10, 30)).payload
+    server_channel_max, server_frame_max, _ = struct.unpack(">HIH", tune[4:12])
+    channel_max = server_channel_max if channel_max is None else channel_max
+    frame_max = server_frame_max if frame_max is None else frame_max
+    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0))
+    return server_channel_max, server_frame_max
+
+
+@pytest.mark.parametrize(
+    ("channel_max", "frame_max"),
+    [(0, None), ("above", None), (None, 0), (None, 4095), (None, 8), (None, "above")],
+    ids=[
+        "channel_max-0",
+        "channel_max-above",
+        "frame_max-0",
+        "frame_max-4095",
+        "frame_max-8",
+        "frame_max-above",
+    ],
+)
+def test_tune_ok_out_of_range_closes_silently(raw_amqp, channel_max, frame_max):
+    raw = raw_amqp(handshake=False)
+    start_ok(raw)
+    tune = raw.expect_method(0, (10, 30)).payload
+    server_channel_max, server_frame_max, _ = struct.unpack(">HIH", tune[4:12])
+    channel_max = server_channel_max + 1 if channel_max == "above" else channel_max
+    frame_max = server_frame_max + 1 if frame_max == "above" else frame_max
+    channel_max = server_channel_max if channel_max is None else channel_max
+    frame_max = server_frame_max if frame_max is None else frame_max
+    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0))
+    assert raw.read_until_closed() == b""
+
+
+@pytest.mark.parametrize(
+    ("channel_max", "frame_max"), [(1, 4096), (None, None)], ids=["minimum", "server's"]
+)
+def test_tune_ok_within_range_opens(raw_amqp, channel_max, frame_max):
+    raw = raw_amqp(handshake=False)
+    start_ok(raw)
+    tune_ok(raw, channel_max, frame_max)
+    raw.open()
+    raw.open_channel(1)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "AMQPLAIN"])
+def test_refused_login_with_capability_hears_403(raw_amqp, mechanism):
+    raw = raw_amqp(handshake=False)
+    response = (
+        b"\x00guest\x00wrong"
+        if mechanism == "PLAIN"
+        else shortstr("LOGIN")
+        + b"S"
+        + longstr(b"guest")
+        + shortstr("PASSWORD")
+        + b"S"
+        + longstr(b"wrong")
+    )
+    start_ok(raw, mechanism, response)
+    assert raw.read_connection_close() == (403, ACCESS_REFUSED.format(mechanism), 0, 0)
+    assert raw.read_until_closed() == b""
+
+
+def test_refused_login_without_capability_closes_silently(raw_amqp):
+    raw = raw_amqp(handshake=False)
+    start_ok(raw, response=b"\x00guest\x00wrong", capability=False)
+    assert raw.read_until_closed() == b""
+
+
+@pytest.mark.parametrize("capability", [True, False], ids=["capability", "no-capability"])
+@pytest.mark.parametrize(
+    ("mechanism", "response"),
+    [
+        ("FOO", b"\x00guest\x00guest"),
+        ("plain", b"\x00guest\x00guest"),
+        ("", b"\x00guest\x00guest"),
+        ("EXTERNAL", b""),
+        ("PLAIN", b"guest"),
+        ("AMQPLAIN", b"\x05LOG"),
+    ],
+    ids=[
+        "unknown",
+        "lower-case",
+        "empty",
+        "external-without-tls",
+        "plain-malformed",
+        "amqplain-malformed",
+    ],
+)
+def test_bad_mechanism_or_response_closes_silently(raw_amqp, mechanism, response, capability):
+    raw = raw_amqp(handshake=False)
+    start_ok(raw, mechanism, response, capability)
+    assert raw.read_until_closed() == b""
+
+
+@pytest.mark.parametrize("locale", ["", "xx_XX"])
+def test_any_locale_is_accepted(raw_amqp, locale):
+    raw = raw_amqp(handshake=False)
+    start_ok(raw, locale=locale)
+    tune_ok(raw, None, None)
+    raw.open()
+
+
+@pytest.mark.parametrize(
+    "stage", ["before-tune-ok", "before-start-ok"], ids=["before-tune-ok", "before-start-ok"]
+)
+def test_method_out_of_turn_before_tune_ok_closes_silently(raw_amqp, stage):
+    raw = raw_amqp(handshake=False)
+    if stage == "before-tune-ok":
+        start_ok(raw)
+        raw.expect_method(0, (10, 30))
+    else:
+        raw.send(PROTOCOL_HEADER)
+        raw.expect_method(0, (10, 10))
+    raw.send_method(1, 20, 10, shortstr(""))
+    assert raw.read_until_closed() == b""
+
+
+def _opening(raw_amqp) -> RawAmqp:
+    raw = raw_amqp(handshake=False)
+    start_ok(raw)
+    tune_ok(raw, None, None)
+    return raw
+
+
+def test_channel_frame_before_open_is_an_unexpected_frame(raw_amqp):
+    raw = _opening(raw_amqp)
+    raw.send_method(1, 20, 10, shortstr(""))
+    text = "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,0>>"
+    assert raw.read_connection_close() == (505, text, 0, 0)
+
+
+def test_other_method_before_open_is_a_channel_error(raw_amqp):
+    raw = _opening(raw_amqp)
+    raw.send_method(0, 90, 10)  # tx.select
+    text = "CHANNEL_ERROR - unexpected method in connection state opening"
+    assert raw.read_connection_close() == (504, text, 90, 10)
+
+
+RUNNING = "CHANNEL_ERROR - unexpected method in connection state running"
+CHANNEL_0_METHODS = {
+    "channel.open": (20, 10, shortstr("")),
+    "channel.flow": (20, 20, b"\x01"),
+    "channel.close": (20, 40, struct.pack(">H", 200) + shortstr("") + struct.pack(">HH", 0, 0)),
+    "queue.declare": (50, 10, struct.pack(">H", 0) + shortstr("q") + b"\x00" + NO_PROPERTIES),
+    "basic.qos": (60, 10, struct.pack(">IHB", 0, 10, 0)),
+    "basic.publish": (60, 40, struct.pack(">H", 0) + shortstr("") + shortstr("q") + b"\x00"),
+    "tx.select": (90, 10, b""),
+    "confirm.select": (85, 10, b"\x00"),
+    "connection.start-ok": (
+        10,
+        11,
+        NO_PROPERTIES + shortstr("PLAIN") + longstr(b"\x00guest\x00guest") + shortstr("en_US"),
+    ),
+    "connection.secure-ok": (10, 21, longstr(b"")),
+    "connection.tune-ok": (10, 31, struct.pack(">HIH", 0, 131072, 0)),
+    "connection.open": (10, 40, CONNECTION_OPEN),
+    "connection.blocked": (10, 60, shortstr("x")),
+}
+
+
+@pytest.mark.parametrize("method", CHANNEL_0_METHODS)
+def test_channel_0_takes_only_close_once_open(raw_amqp, method):
+    raw = raw_amqp()
+    class_id, method_id, arguments = CHANNEL_0_METHODS[method]
+    raw.send_method(0, class_id, method_id, arguments)
+    assert raw.read_connection_close() == (504, RUNNING, class_id, method_id)
+
+
+CONNECTION_METHODS = {
+    "connection.open": (10, 40, CONNECTION_OPEN),
+    "connection.close": (10, 50, struct.pack(">H", 200) + shortstr("") + struct.pack(">HH", 0, 0)),
+    "connection.close-ok": (10, 51, b""),
+    "connection.tune-ok": (10, 31, struct.pack(">HIH", 0, 131072, 0)),
+}
+
+
+@pytest.mark.parametrize("method", CONNECTION_METHODS)
+def test_connection_method_on_a_channel(raw_amqp, method):
+    raw = raw_amqp()
+    raw.open_channel(1)
+    class_id, method_id, arguments = CONNECTION_METHODS[method]
+    raw.send_method(1, class_id, method_id, arguments)
+    text = "COMMAND_INVALID - unimplemented method"
+    assert raw.read_connection_close() == (503, text, class_id, method_id)
+
+
+@pytest.mark.parametrize("method", CONNECTION_METHODS)
+def test_connection_method_on_an_unopened_channel(raw_amqp, method):
+    raw = raw_amqp()
+    class_id, method_id, arguments = CONNECTION_METHODS[method]
+    raw.send_method(2, class_id, method_id, arguments)
+    text = "CHANNEL_ERROR - expected 'channel.open'"
+    assert raw.read_connection_close() == (504, text, class_id, method_id)
