@@ -201,7 +201,11 @@ class LocalCluster:
         while time.monotonic() < deadline:
             assert node.process is not None
             if node.process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {node.process.returncode}: {node.log_path}")
+                tail = node.log_path.read_text(errors="replace").splitlines()[-5:]
+                raise RuntimeError(
+                    f"{name} exited with {node.process.returncode}: {node.log_path}: "
+                    + " | ".join(tail)
+                )
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", node.port)):
                 return
             time.sleep(0.05)
