@@ -6,7 +6,7 @@
 Theory of operation:
 1. Each suite's test sources come from its package registry, pinned to the client version
    installed in this environment (so the tests match the library they exercise): the sdist
-   from PyPI's simple index (JSON form, PEP 691), unpacked into `--work` (default
+   that `pip download` fetches, unpacked into `--work` (default
    `/tmp/warren-client-suites`) once and reused.
 2. The suite's own test runner runs in a subprocess with the broker's address in the
    environment variables that suite reads (py-amqp and kombu: `RABBITMQ_HOST`,
@@ -37,18 +37,13 @@ import argparse
 import dataclasses
 import importlib.metadata
 import io
-import json
 import os
 import subprocess
 import sys
 import tarfile
-import urllib.request
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from urllib.parse import urlsplit
-
-SIMPLE_INDEX = "https://pypi.org/simple/{}/"
-PEP691 = "application/vnd.pypi.simple.v1+json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,22 +74,21 @@ AMQPLIB_TEST_DEPENDENCIES = ("claire@0.4.1",)
 
 
 def fetch_sdist(package: str, work: Path) -> Path:
-    """Unpack the sdist of the installed version of `package` under `work`; return its root."""
+    """Unpack the sdist of the installed version of `package` under `work`; return its root.
+    pip fetches it, from whatever index this environment's pip is set up with."""
     version = importlib.metadata.version(package)
     root = work / f"{package}-{version}"
     if root.is_dir():
         return root
-    request = urllib.request.Request(SIMPLE_INDEX.format(package), headers={"Accept": PEP691})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        files = json.load(response)["files"]
+    downloads = work / "sdists"
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+    command += ["--no-binary", ":all:", "--dest", str(downloads), f"{package}=={version}"]
+    subprocess.run(command, check=True)
     wanted = {f"{package}-{version}.tar.gz", f"{package.replace('-', '_')}-{version}.tar.gz"}
-    found = [entry for entry in files if entry["filename"] in wanted]
+    found = [path for path in downloads.iterdir() if path.name in wanted]
     if not found:
-        raise SystemExit(f"no sdist of {package} {version} on PyPI")
-    with urllib.request.urlopen(found[0]["url"], timeout=120) as response:
-        data = response.read()
-    work.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        raise SystemExit(f"pip gave no sdist of {package} {version}")
+    with tarfile.open(found[0]) as archive:
         archive.extractall(work, filter="data")
     return root
 
