@@ -14,6 +14,17 @@ import { count, h, perSecond } from "./dom.js";
 
 const RANGE_S = 60; // the charts say "last minute"
 const INCREMENT_S = 5;
+// A node's or channel's message_stats series: label, colour, key (each drawn thinner than
+// the one before, so Publish stays visible under Ack).
+export const MESSAGE_RATES = [
+  ["Publish", "#2f6fb0", "publish"],
+  ["Publisher confirm", "#6a9f2f", "confirm"],
+  ["Deliver / get", "#8f3fa8", "deliver_get"],
+  ["Redelivered", "#c77c1b", "redeliver"],
+  ["Consumer ack", "#1d8a8a", "ack"],
+  ["Unroutable (return)", "#b33", "return_unroutable"],
+];
+
 export const RANGE_QUERY = ["lengths", "msg_rates", "data_rates"]
   .map((family) => `${family}_age=${RANGE_S}&${family}_incr=${INCREMENT_S}`)
   .join("&");

@@ -2,20 +2,11 @@
 // GET /api/channels/{name} with the sample range.
 
 import { apiPath, get } from "../api.js";
-import { RANGE_QUERY, ratesChart } from "../chart.js";
+import { MESSAGE_RATES, RANGE_QUERY, ratesChart } from "../chart.js";
 import { count, facts, h, link, section, table } from "../dom.js";
 import { mode } from "./channels.js";
 
 export const title = "Channel";
-
-const RATES = [
-  ["Publish", "#2f6fb0", "publish"],
-  ["Publisher confirm", "#6a9f2f", "confirm"],
-  ["Deliver / get", "#8f3fa8", "deliver_get"],
-  ["Redelivered", "#c77c1b", "redeliver"],
-  ["Consumer ack", "#1d8a8a", "ack"],
-  ["Unroutable (return)", "#b33", "return_unroutable"],
-];
 
 const CONSUMER_COLUMNS = [
   { label: "Consumer tag", cell: (c) => c.consumer_tag },
@@ -36,7 +27,7 @@ export function render(root, [name]) {
   root.append(h("h1", {}, `Channel ${name}`), charts, about, section("Consumers", consumers));
   return async () => {
     const channel = await get(`${path}?${RANGE_QUERY}`);
-    charts.replaceChildren(ratesChart("Message rates", RATES, channel.message_stats));
+    charts.replaceChildren(ratesChart("Message rates", MESSAGE_RATES, channel.message_stats));
     about.replaceChildren(details(channel));
     consumers.replaceChildren(table("Consumers", CONSUMER_COLUMNS, channel.consumer_details ?? []));
   };

@@ -6,7 +6,7 @@
 // tag is shown neither the node nor the listeners, as in RabbitMQ.
 
 import { Refused, apiPath, get } from "../api.js";
-import { RANGE_QUERY, lengthsChart, ratesChart } from "../chart.js";
+import { MESSAGE_RATES, RANGE_QUERY, lengthsChart, ratesChart } from "../chart.js";
 import { bytes, count, duration, facts, h, section, table } from "../dom.js";
 
 export const title = "Overview";
@@ -15,14 +15,6 @@ export const QUEUED = [
   ["Ready", "#2f6fb0", "messages_ready"],
   ["Unacked", "#c77c1b", "messages_unacknowledged"],
   ["Total", "#555", "messages"],
-];
-const RATES = [
-  ["Publish", "#2f6fb0", "publish"],
-  ["Publisher confirm", "#6a9f2f", "confirm"],
-  ["Deliver / get", "#8f3fa8", "deliver_get"],
-  ["Redelivered", "#c77c1b", "redeliver"],
-  ["Consumer ack", "#1d8a8a", "ack"],
-  ["Unroutable (return)", "#b33", "return_unroutable"],
 ];
 
 export function render(root) {
@@ -41,7 +33,7 @@ export function render(root) {
     const overview = await get(`overview?${RANGE_QUERY}`);
     charts.replaceChildren(
       lengthsChart("Queued messages", QUEUED, overview.queue_totals),
-      ratesChart("Message rates", RATES, overview.message_stats),
+      ratesChart("Message rates", MESSAGE_RATES, overview.message_stats),
     );
     node.replaceChildren(await nodePanel(overview.node));
     totals.replaceChildren(totalsFacts(overview));
