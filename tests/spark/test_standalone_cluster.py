@@ -39,11 +39,12 @@ class Cluster:
     workers: list[int]  # their process ids
 
     def executors(self) -> list[int]:
-        """The executors' JVMs: the workers' children."""
+        """The executors' JVMs: the workers' children, whichever of a worker JVM's threads
+        started them (`/proc/PID/task/TID/children` lists one thread's children only)."""
         children = []
         for worker in self.workers:
-            path = Path(f"/proc/{worker}/task/{worker}/children")
-            children += [int(pid) for pid in path.read_text().split()]
+            for thread in Path(f"/proc/{worker}/task").iterdir():
+                children += [int(pid) for pid in (thread / "children").read_text().split()]
         return children
 
 
