@@ -733,8 +733,6 @@ class Channel:
         counted = 0
         for _tag, (host, msg_id, is_counted) in taken:
             counted += is_counted
-            if not self._is_live(host):
-                continue  # the queue was deleted meanwhile: RabbitMQ ignores the settlement
             group = by_host.get(id(host))
             if group is None:
                 by_host[id(host)] = (host, [msg_id])
@@ -742,6 +740,8 @@ class Channel:
                 group[1].append(msg_id)
         self.counted_unacked -= counted
         for host, msg_ids in by_host.values():
+            if not self._is_live(host):
+                continue  # the queue was deleted meanwhile: RabbitMQ ignores the settlement
             if command is Settle:
                 host.stats.ack += len(msg_ids)
             host.settle(command(msg_ids))
