@@ -110,13 +110,7 @@ PROCESS: Final[Json] = {
     "reductions_details": RATE,
 }
 TRAFFIC: Final[Json] = _counted(("recv_oct", "send_oct"))
-CONNECTION: Final[Json] = {
-    **PROCESS,
-    **TRAFFIC,
-    "recv_cnt": 0,
-    "send_cnt": 0,
-    "send_pend": 0,
-}
+CONNECTION: Final[Json] = {**PROCESS, **TRAFFIC}  # counts and send_pend: connection_json
 QUEUE: Final[Json] = {
     **PROCESS,
     "memory": 0,
