@@ -485,7 +485,7 @@ class RemoteQueues:
                     "messages_ready": machine.ready_count,
                     "messages_unacknowledged": machine.unacked_count,
                     "message_bytes_ready": machine.ready_bytes,
-                    "message_bytes_unacknowledged": getattr(machine, "unacked_bytes", 0),
+                    "message_bytes_unacknowledged": machine.unacked_bytes,
                     "consumers": machine.consumer_count,
                 },
             )
