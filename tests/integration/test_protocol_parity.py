@@ -217,6 +217,25 @@ def test_truncated_method_is_a_frame_error(bystander, raw_amqp):
     bystander.assert_unharmed()
 
 
+@pytest.mark.parametrize(
+    ("class_id", "method_id", "arguments"),
+    [(60, 10, b"\x00\x00\x00\x00\x00\x0a\x00\x07"), (60, 40, b"\x00\x00\x00\x01q\x00\x07")],
+    ids=["basic.qos", "basic.publish"],
+)
+def test_method_with_trailing_octets_is_a_frame_error(
+    bystander, raw_amqp, class_id, method_id, arguments
+):
+    # RabbitMQ decodes a method's fields by matching the whole payload, so octets after the
+    # last field do not parse: the same 501 as a field cut short, naming every octet.
+    raw = raw_amqp()
+    raw.open_channel(1)
+    raw.send_method(1, class_id, method_id, arguments)
+    octets = ",".join(str(octet) for octet in arguments)
+    text = f"FRAME_ERROR - cannot decode <<{octets}>>"
+    assert raw.read_connection_close() == (501, text, class_id, method_id)
+    bystander.assert_unharmed()
+
+
 def test_method_frame_without_method_id(bystander, raw_amqp):
     raw = raw_amqp()
     raw.open_channel(1)

@@ -358,4 +358,6 @@ def _decode_publish(payload: bytes) -> tuple[BasicPublish, bytes]:
         bits = payload[end]
     except IndexError as error:
         raise cannot_decode(BasicPublish, payload) from error
+    if len(payload) != end + 1:
+        raise cannot_decode(BasicPublish, payload)
     return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2)), payload[6:end]

@@ -9,7 +9,7 @@ Theory of operation:
 2. `decode_method(payload)` reads a method frame's payload into an instance;
    `encode_method(m)` writes one back. Consecutive ``bit`` fields share an octet, as the
    spec's packing rule says (section 4.2.5.2).
-3. Fields that do not parse raise `HardError` 501 ``FRAME_ERROR - cannot decode <<...>>``
+3. Fields that do not parse (cut short, or followed by octets) raise `HardError` 501 ``FRAME_ERROR - cannot decode <<...>>``
    naming the method, and a frame too short for the ids 501 ``unknown_frame``, in
    RabbitMQ's words; an unknown class/method pair drops the connection as RabbitMQ does.
 4. Names: RabbitMQ refuses a shortstr that is not UTF-8 (501 ``Malformed UTF-8 in
@@ -594,7 +594,7 @@ def decode_method(payload: bytes) -> Method:
         raise frame_error("Malformed UTF-8 in shortstr") from error
     except (struct.error, IndexError, TableError) as error:
         raise cannot_decode(cls, payload) from error
-    if end > len(payload):
+    if end != len(payload):  # cut short, or octets after the last field
         raise cannot_decode(cls, payload)
     return cls(*values)
 
