@@ -9,9 +9,10 @@ Theory of operation:
 2. `decode_method(payload)` reads a method frame's payload into an instance;
    `encode_method(m)` writes one back. Consecutive ``bit`` fields share an octet, as the
    spec's packing rule says (section 4.2.5.2).
-3. Fields that do not parse (cut short, or followed by octets) raise `HardError` 501 ``FRAME_ERROR - cannot decode <<...>>``
-   naming the method, and a frame too short for the ids 501 ``unknown_frame``, in
-   RabbitMQ's words; an unknown class/method pair drops the connection as RabbitMQ does.
+3. Fields that do not parse (cut short, or followed by octets) raise `HardError` 501
+   ``FRAME_ERROR - cannot decode <<...>>`` naming the method, and a frame too short for
+   the ids 501 ``unknown_frame``, in RabbitMQ's words; an unknown class/method pair drops
+   the connection as RabbitMQ does.
 4. Names: RabbitMQ refuses a shortstr that is not UTF-8 (501 ``Malformed UTF-8 in
    shortstr``) in every method but those that carry content (basic.publish, and what the
    server sends of a message), whose exchange and routing key are bytes it passes on. So
