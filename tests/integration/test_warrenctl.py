@@ -212,6 +212,21 @@ def test_list_queues_columns_in_each_formatter(ctl: Ctl, amqp: Any) -> None:
     assert expected in pretty_rows(pretty)
 
 
+def test_a_reader_that_goes_away_stops_it_quietly(ctl: Ctl) -> None:
+    # `warrenctl list_exchanges | head -1` where head has gone before the table is written:
+    # no traceback, the status a shell gives a command killed by SIGPIPE.
+    env = {**os.environ, "WARREN_URL": ctl.url}
+    command = [sys.executable, "-m", "warren.cli", "list_exchanges"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        errors = process.stderr.read()
+        assert process.wait(timeout=60) == 141
+    assert errors == ""
+
+
 def test_unknown_column_is_a_usage_error(ctl: Ctl) -> None:
     done = ctl("list_queues", "name", "nosuchcol")
     assert done.returncode == 64

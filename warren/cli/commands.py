@@ -30,6 +30,7 @@ from warren.cli.client import Client, Reply
 from warren.cli.formatters import Formatter
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM = 0, 64, 65, 69, 70, 77
+EX_BROKEN_PIPE = 128 + 13  # the status a shell gives a command killed by SIGPIPE
 
 POLICY_COLUMNS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
 QUEUE_COLUMNS = (

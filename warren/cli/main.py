@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TypeVar
 from warren.cli import cluster, commands, diagnostics
 from warren.cli import verbs as actions
 from warren.cli.client import DEFAULT_URL, Client, Unreachable
-from warren.cli.commands import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, Context
+from warren.cli.commands import EX_BROKEN_PIPE, EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, Context
 from warren.cli.formatters import FORMATTER_NAMES, Formatter
 from warren.cli.verbs import LISTINGS
 
@@ -371,6 +371,12 @@ def execute(
             file=sys.stderr,
         )
         return EX_UNAVAILABLE
+    except BrokenPipeError:
+        # The reader went away (`warrenctl list_queues | head -1`): stop quietly, as a UNIX
+        # tool killed by SIGPIPE does, and point stdout at nothing so that Python's final
+        # flush does not complain about the pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EX_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
