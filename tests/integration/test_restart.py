@@ -8,12 +8,17 @@ are gone. These tests need a node of their own, so they only run against Warren.
 from __future__ import annotations
 
 import contextlib
+import struct
+import time
 from collections.abc import Iterator
 
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
+
+from tests.conftest import STOP_GRACE_S
+from tests.integration.conftest import RawAmqp
 
 pytestmark = pytest.mark.warren_only
 
@@ -75,3 +80,18 @@ def test_clients_see_the_connection_drop_when_the_node_dies(server_factory):
         server.kill()
         with pytest.raises(pika.exceptions.AMQPConnectionError):
             channel.queue_declare("after-death")
+
+
+def test_a_node_stops_at_once_while_a_closed_client_keeps_its_socket(server_factory):
+    # After close-ok a connection lingers until the client closes its socket (at most 30 s,
+    # RabbitMQ's closing timeout); a node told to stop must not wait for it.
+    server = server_factory()
+    raw = RawAmqp(server.broker.url)
+    raw.handshake()
+    raw.send_method(0, 10, 50, struct.pack(">H", 200) + raw.shortstr("bye") + b"\x00" * 4)
+    raw.expect_method(0, (10, 51))
+    started = time.monotonic()
+    server.process.terminate()
+    assert server.process.wait(timeout=STOP_GRACE_S) == 0
+    assert time.monotonic() - started < 5
+    raw.close()
