@@ -357,6 +357,23 @@ def test_queue_columns(api: Api, amqp: Any) -> None:
     channel.basic_ack(method.delivery_tag)
 
 
+def test_an_exchange_names_the_policy_that_applies_to_it(api: Api) -> None:
+    # RabbitMQ shows ``policy`` on an exchange only while one applies, in the listing too.
+    name = f"{api.prefix}-x"
+    path = f"exchanges/%2F/{quote(name, safe='')}"
+    assert api.call("PUT", path, {"type": "direct"})[0] == 201
+    try:
+        assert "policy" not in api.call("GET", path)[1]
+        body = {"pattern": exact(name), "definition": {"alternate-exchange": "amq.fanout"}}
+        assert api.put_policy("ae", {**body, "apply-to": "exchanges"}) == 201
+        assert api.call("GET", path)[1]["policy"] == f"{api.prefix}-ae"
+        status, listed = api.call("GET", "exchanges/%2F?columns=name,policy")
+        assert status == 200 and {"name": name, "policy": f"{api.prefix}-ae"} in listed
+        assert {"name": "amq.direct"} in listed
+    finally:
+        api.call("DELETE", path)
+
+
 def test_overview_shape(api: Api) -> None:
     status, overview = api.call("GET", "overview")
     assert status == 200

@@ -81,9 +81,13 @@ def get_exchange(broker: Broker, vhost: str, name: str) -> Json:
 
 
 def exchange_listed(vhost: VHost, exchange: Exchange) -> Json:
-    """An exchange as the API shows it: with ``message_stats`` once published to, as
-    RabbitMQ (rates are added by the HTTP layer), and no record of who declared it."""
+    """An exchange as the API shows it: with ``message_stats`` once published to and the
+    ``policy`` that applies to it, if one does, as RabbitMQ (rates are added by the HTTP
+    layer), and no record of who declared it."""
     json = {**exchange_json(vhost, exchange), "user_who_performed_action": ""}
+    policy = vhost.policies.match_exchange(exchange.name) if exchange.name else None
+    if policy is not None:
+        json["policy"] = policy.name
     if exchange.publish_in:
         json["message_stats"] = {
             "publish_in": exchange.publish_in,
