@@ -240,3 +240,31 @@ def test_connection_method_on_an_unopened_channel(raw_amqp, method):
     raw.send_method(2, class_id, method_id, arguments)
     text = "CHANNEL_ERROR - expected 'channel.open'"
     assert raw.read_connection_close() == (504, text, class_id, method_id)
+
+
+def test_heartbeats_start_at_tune_ok(broker):
+    # RabbitMQ starts its heartbeater when tune-ok arrives, not at connection.open: a
+    # client that tuned one-second heartbeats hears them before it opens a vhost.
+    raw = RawAmqp(broker.url)
+    raw.start()
+    tune = raw.expect_method(0, (10, 30)).payload
+    channel_max, frame_max = struct.unpack(">HI", tune[4:10])
+    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 1))
+    frame = raw.read_frame()
+    assert (frame.frame_type, frame.channel, frame.payload) == (8, 0, b"")
+    raw.close()
+
+
+def test_a_silent_client_is_dropped_after_missed_heartbeats(broker):
+    # One-second heartbeats, then nothing from the client: the server sends heartbeats,
+    # and closes the socket (no connection.close) once two intervals passed unheard.
+    raw = RawAmqp(broker.url)
+    raw.start()
+    tune = raw.expect_method(0, (10, 30)).payload
+    channel_max, frame_max = struct.unpack(">HI", tune[4:10])
+    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 1))
+    raw.open()
+    heard = raw.read_until_closed()
+    heartbeat = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+    assert heard and heard == heartbeat * (len(heard) // len(heartbeat))
+    raw.close()

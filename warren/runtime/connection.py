@@ -8,8 +8,9 @@ Theory of operation:
 2. Errors: `SoftError` closes the channel, `HardError` the connection, each with RabbitMQ's
    reply code and text. Any other exception is a bug: it is logged and the connection is
    closed with 541 INTERNAL_ERROR; other connections never notice.
-3. Heartbeats: one timer per connection sends a heartbeat when nothing was written for
-   half the interval and drops the peer when nothing was read for two intervals.
+3. Heartbeats: from tune-ok on (as RabbitMQ's heartbeater), one timer per connection sends
+   a heartbeat when nothing was written for half the interval and drops the peer when
+   nothing was read for two intervals.
 4. Flow: when the socket's write buffer passes its high-water mark the connection's
    channels stop receiving deliveries (their credit is zero) until it drains.
 5. Resource alarms (`warren.runtime.alarms`) block a connection that publishes: it gets
@@ -101,7 +102,8 @@ class AmqpConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._confirming: dict[int, Channel] = {}
         self._last_read = self._last_write = self.loop.time()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # handshake, close-ok or linger
+        self._beat: asyncio.TimerHandle | None = None  # heartbeats, from tune-ok on
         self._closed = False
         self._throttled = False  # reading paused until the buffered events are handled
         self._peer_certificate: dict[str, Any] | None = None
@@ -521,6 +523,8 @@ class AmqpConnection(asyncio.Protocol):
         self.protocol.tune(method.frame_max, method.channel_max)
         self.heartbeat_s = method.heartbeat
         self._tuned = True
+        if self.heartbeat_s:  # RabbitMQ's heartbeater starts here, before connection.open
+            self._beat = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
 
     def _open(self, method: m.ConnectionOpen) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -534,11 +538,9 @@ class AmqpConnection(asyncio.Protocol):
                 f"access to vhost '{vhost.name}' refused for user '{self.user}'",
             ).at(10, 40)
         self.vhost = vhost
-        if self._timer is not None:
+        if self._timer is not None:  # the handshake is over
             self._timer.cancel()
             self._timer = None
-        if self.heartbeat_s:
-            self._timer = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
         self.send_method(0, m.ConnectionOpenOk())
 
     # --- heartbeats and timeouts -----------------------------------------------------------
@@ -554,7 +556,7 @@ class AmqpConnection(asyncio.Protocol):
         if now - self._last_write >= self.heartbeat_s / 2 and self.transport is not None:
             self._emit(HEARTBEAT_FRAME)
             self._last_write = now
-        self._timer = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
+        self._beat = self.loop.call_later(self.heartbeat_s / 2, self._heartbeat)
 
     def _handshake_timeout(self) -> None:
         log.warning("closing connection %s: handshake timeout", self.peer)
@@ -619,9 +621,10 @@ class AmqpConnection(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._beat):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._beat = None
         for number in list(self.channels):
             self._drop_channel(number)
         if self.vhost is not None:
