@@ -45,7 +45,7 @@ def rates(request: web.Request) -> RateView:
 
 def listed(request: web.Request, broker: Broker, items: list[Any]) -> web.Response:
     try:
-        return replies.ok(listing.apply(items, request.query))
+        return replies.ok(listing.query_reply(items, request.query))
     except listing.ListingError as refused:
         return replies.error(400, refused.kind, refused.reason)
 

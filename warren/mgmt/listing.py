@@ -77,7 +77,7 @@ def select_columns(value: Any, columns: str | None) -> Any:
     return [pick(item) for item in value] if isinstance(value, list) else pick(value)
 
 
-def apply(items: list[Any], query: Mapping[str, str]) -> Any:
+def query_reply(items: list[Any], query: Mapping[str, str]) -> Any:
     """The list reply for `items` under RabbitMQ's query parameters."""
     total = len(items)
     name = query.get("name")

@@ -15,26 +15,26 @@ ITEMS = [
 
 
 def test_a_plain_list_is_left_as_it_is() -> None:
-    assert listing.apply(ITEMS, {}) == ITEMS
+    assert listing.query_reply(ITEMS, {}) == ITEMS
 
 
 def test_name_is_a_case_insensitive_substring_or_a_regex() -> None:
-    assert [i["name"] for i in listing.apply(ITEMS, {"name": "A"})] == ["a", "Ca"]
-    found = listing.apply(ITEMS, {"name": "^[ab]$", "use_regex": "true"})
+    assert [i["name"] for i in listing.query_reply(ITEMS, {"name": "A"})] == ["a", "Ca"]
+    found = listing.query_reply(ITEMS, {"name": "^[ab]$", "use_regex": "true"})
     assert [i["name"] for i in found] == ["b", "a"]
     with pytest.raises(listing.ListingError):
-        listing.apply(ITEMS, {"name": "(", "use_regex": "true"})
+        listing.query_reply(ITEMS, {"name": "(", "use_regex": "true"})
 
 
 def test_sort_by_a_nested_field_missing_ones_first_and_reverse() -> None:
-    by_publish = listing.apply(ITEMS, {"sort": "message_stats.publish"})
+    by_publish = listing.query_reply(ITEMS, {"sort": "message_stats.publish"})
     assert [i["name"] for i in by_publish] == ["a", "Ca", "b"]
-    reverse = listing.apply(ITEMS, {"sort": "messages", "sort_reverse": "true"})
+    reverse = listing.query_reply(ITEMS, {"sort": "messages", "sort_reverse": "true"})
     assert [i["name"] for i in reverse] == ["a", "b", "Ca"]
 
 
 def test_pages_in_rabbitmqs_shape() -> None:
-    page = listing.apply(ITEMS, {"page": "2", "page_size": "2", "sort": "name", "name": ""})
+    page = listing.query_reply(ITEMS, {"page": "2", "page_size": "2", "sort": "name", "name": ""})
     assert page == {
         "filtered_count": 3,
         "item_count": 1,
@@ -45,13 +45,13 @@ def test_pages_in_rabbitmqs_shape() -> None:
         "total_count": 3,
     }
     with pytest.raises(listing.ListingError) as beyond:
-        listing.apply(ITEMS, {"page": "3", "page_size": "2"})
+        listing.query_reply(ITEMS, {"page": "3", "page_size": "2"})
     assert beyond.value.reason == "Page out of range, page: 3 page size: 2, len: 3"
-    assert listing.apply([], {"page": "1"})["page_count"] == 1
+    assert listing.query_reply([], {"page": "1"})["page_count"] == 1
 
 
 def test_columns_keep_only_named_fields_also_nested() -> None:
-    picked = listing.apply(ITEMS[:1], {"columns": "name,message_stats.publish,nothing"})
+    picked = listing.query_reply(ITEMS[:1], {"columns": "name,message_stats.publish,nothing"})
     assert picked == [{"name": "b", "message_stats": {"publish": 5}}]
 
 
