@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from warren import __version__
 from warren.mgmt import start_management
+from warren.runtime import admin_live
 from warren.runtime import config as config_module
 from warren.runtime.alarms import ResourceMonitor
 from warren.runtime.broker import Broker
@@ -174,7 +176,8 @@ async def _serve(config: Config, listeners: list[Listener]) -> int:
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
     try:
-        cluster = ClusterNode(broker, config, stop.set) if config.cluster_nodes else None
+        describe = functools.partial(admin_live.node_json, broker)
+        cluster = ClusterNode(broker, config, stop.set, describe) if config.cluster_nodes else None
     except ValueError as error:  # cluster_nodes or cluster_cookie
         raise StartError(str(error)) from None
     if cluster is not None:

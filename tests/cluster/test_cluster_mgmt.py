@@ -1,5 +1,6 @@
 """The management API on a cluster: one cluster name for all nodes, topic permissions
-that hold on every node, and a classic queue's counts on nodes that are not its home."""
+that hold on every node, a classic queue's counts on nodes that are not its home, and
+every node in /api/nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.cluster.conftest import connect, until
+from tests.cluster.conftest import connect, revived, until
 from warren.testing.cluster import LocalCluster
 
 OTHERS = ("warren-b", "warren-c")
@@ -106,3 +107,18 @@ def test_the_node_health_check_names_any_node_of_the_cluster(cluster: LocalClust
         cluster.api("warren-a", "/api/healthchecks/node/nope@nowhere")
     missing.value.close()
     assert missing.value.code == 404
+
+
+def test_every_node_lists_every_node_and_names_one_that_is_down(cluster: LocalCluster) -> None:
+    nodes = ["warren-a", *OTHERS]
+    for asked in nodes:
+        listed = cluster.api(asked, "/api/nodes")
+        assert [(n["name"], n["running"]) for n in listed] == [(n, True) for n in nodes]
+        assert all(n["mem_limit"] > 0 and n["os_pid"] for n in listed), asked
+        assert cluster.api(asked, "/api/nodes/warren-b")["name"] == "warren-b"
+    with revived(cluster):
+        cluster.kill("warren-c")
+        down = {"name": "warren-c", "type": "disc", "running": False}
+        listed = until(lambda: cluster.api("warren-a", "/api/nodes"), lambda got: down in got)
+        assert [n["name"] for n in listed] == nodes and down in listed
+        assert cluster.api("warren-a", "/api/nodes/warren-c") == down

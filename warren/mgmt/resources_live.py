@@ -8,6 +8,7 @@ RabbitMQ's do.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +20,10 @@ from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
 from warren.runtime import admin, admin_live, admin_neutral, config
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.calls import NodeDetails
+from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
+
+NODE_DETAILS_WAIT_S = 2.0  # how long /api/nodes waits for another node's answer
 
 MANAGEMENT = Level.MANAGEMENT
 MONITOR = Level.MONITOR
@@ -76,7 +81,13 @@ async def extensions(request: web.Request, broker: Broker, params: list[str]) ->
 
 
 async def list_nodes(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    return listed(request, broker, [admin_live.node_json(broker)])
+    """Every node of the cluster, as RabbitMQ lists them: a node that cannot be reached
+    is named with ``"running": false`` only."""
+    cluster = broker.cluster
+    if cluster is None:
+        return listed(request, broker, [admin_live.node_json(broker)])
+    names = sorted({*cluster.nodes, cluster.name})
+    return listed(request, broker, [await _node(broker, name) for name in names])
 
 
 async def environment(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -86,9 +97,22 @@ async def environment(request: web.Request, broker: Broker, params: list[str]) -
 
 
 async def get_node(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
-    if params[0] != broker.config.node_name:
+    cluster = broker.cluster
+    if params[0] != broker.config.node_name and (cluster is None or params[0] not in cluster.nodes):
         return replies.not_found()
-    return single(request, admin_live.node_json(broker))
+    return single(request, await _node(broker, params[0]))
+
+
+async def _node(broker: Broker, name: str) -> Any:
+    """One node's details: this node's own, another's asked over the peer link."""
+    cluster = broker.cluster
+    if name == broker.config.node_name or cluster is None:
+        return admin_live.node_json(broker)
+    details = None
+    if name not in cluster.unreachable():
+        with contextlib.suppress(PeerUnavailable, RemoteError, TimeoutError):
+            details = await cluster.ask(name, NodeDetails(), NODE_DETAILS_WAIT_S)
+    return details or {"name": name, "type": "disc", "running": False}
 
 
 # --- Connections ---

@@ -1,9 +1,9 @@
 """Node-to-node messages: one small frozen class per request and reply, dispatched by type.
 
 Theory of operation:
-1. Requests a node answers itself (`NodeRequest`): `Status`, `GroupStatus`, `Campaign`,
-   `AppliedThrough` (the metadata group's barrier), and `Forward`, which asks a node to
-   pass a leader request on to whichever node leads.
+1. Requests a node answers itself (`NodeRequest`): `Status`, `NodeDetails`, `GroupStatus`,
+   `Campaign`, `AppliedThrough` (the metadata group's barrier), and `Forward`, which asks
+   a node to pass a leader request on to whichever node leads.
 2. Requests for a Raft group's leader (`LeaderRequest`, `ClusterNode.leader_call`):
    `Propose` (a batch of commands), `AddMember`, `RemoveMember`, `Transfer`, `Counts`,
    `Consumers`. A node answers `Led` with the value when it leads the group, else
@@ -47,6 +47,11 @@ class NodeRequest(Generic[R]):
 @dataclass(frozen=True, slots=True)
 class Status(NodeRequest[dict[str, Any]]):
     """The node's cluster status (`ClusterNode.status`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDetails(NodeRequest["dict[str, Any] | None"]):
+    """The node as the management API shows it (`ClusterNode.describe`; None: unknown)."""
 
 
 @dataclass(frozen=True, slots=True)

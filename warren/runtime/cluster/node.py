@@ -50,6 +50,7 @@ from warren.runtime.cluster.calls import (
     GroupStatus,
     LeaderRequest,
     Led,
+    NodeDetails,
     NodeRequest,
     Propose,
     Redirect,
@@ -129,9 +130,15 @@ class ClusterHosts:
 
 class ClusterNode:
     def __init__(
-        self, broker: Broker, config: Config, on_failure: Callable[[], None] = lambda: None
+        self,
+        broker: Broker,
+        config: Config,
+        on_failure: Callable[[], None] = lambda: None,
+        describe: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.broker = broker
+        # the node as the management API shows it, for the other nodes' /api/nodes
+        self.describe = describe
         self.config = config
         self.name = config.node_name
         self.nodes = parse_nodes(config.cluster_nodes)
@@ -546,6 +553,8 @@ class ClusterNode:
         kind = type(request)
         if kind is Status:
             return self.status()
+        if kind is NodeDetails:
+            return self.describe() if self.describe is not None else None
         if isinstance(request, Forward):  # from a node that does not know the leader (join)
             return await self.leader_call(request.request)
         if isinstance(request, GroupStatus):
