@@ -109,21 +109,18 @@ CHANNEL_COUNTERS = (
 
 def _queue_values(broker: Broker) -> Iterable[tuple[str, str, dict[str, int]]]:
     for (vhost, name), host in sorted(broker.queues.items()):
-        machine = host.machine
-        ready, unacked = machine.ready_count, machine.unacked_count
-        ready_bytes = machine.ready_bytes
-        unacked_bytes = getattr(machine, "unacked_bytes", 0)
+        counters = host.machine.counters()
         yield (
             vhost,
             name,
             {
-                "ready": ready,
-                "unacked": unacked,
-                "total": ready + unacked,
-                "ready_bytes": ready_bytes,
-                "unacked_bytes": unacked_bytes,
-                "bytes": ready_bytes + unacked_bytes,
-                "consumers": machine.consumer_count,
+                "ready": counters.ready,
+                "unacked": counters.unacked,
+                "total": counters.ready + counters.unacked,
+                "ready_bytes": counters.ready_bytes,
+                "unacked_bytes": counters.unacked_bytes,
+                "bytes": counters.ready_bytes + counters.unacked_bytes,
+                "consumers": counters.consumers,
             },
         )
 

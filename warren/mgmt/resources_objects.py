@@ -22,6 +22,7 @@ from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
 from warren.model import DestinationKind, VHost
+from warren.queue import Counters
 from warren.runtime import admin, admin_live, admin_neutral, admin_objects
 from warren.runtime.admin import Json, NotFound
 from warren.runtime.broker import Broker
@@ -155,7 +156,7 @@ async def destination_bindings(
 
 
 HOME_TIMEOUT_S = 2.0
-HomeCounters = dict[tuple[str, str], dict[str, int]]
+HomeCounters = dict[tuple[str, str], Counters]
 
 
 async def home_counters(broker: Broker, queues: list[tuple[str, str]]) -> HomeCounters:
@@ -175,7 +176,7 @@ async def home_counters(broker: Broker, queues: list[tuple[str, str]]) -> HomeCo
     return {
         (host.record.vhost, host.name): answer
         for host, answer in zip(remote, answers, strict=True)
-        if isinstance(answer, dict)
+        if isinstance(answer, Counters)
     }
 
 
@@ -194,12 +195,9 @@ def queue_json(
     key: tuple[str, ...] = ("queue", vhost.name, name)
     home = (homes or {}).get((vhost.name, name))
     if home is not None:  # the home's counts; the rates are the home's to show
-        ready, unacked = home["messages_ready"], home["messages_unacknowledged"]
-        info.update(home)
-        info["messages"] = ready + unacked
-        info["message_bytes"] = home["message_bytes_ready"] + home["message_bytes_unacknowledged"]
-        counts = {"messages": ready + unacked, "messages_ready": ready}
-        counts["messages_unacknowledged"] = unacked
+        info.update(admin.counters_json(home))
+        counts = {"messages": home.ready + home.unacked, "messages_ready": home.ready}
+        counts["messages_unacknowledged"] = home.unacked
         key = ("home-queue", vhost.name, name)
     sampled = rates(request)
     info.update(sampled.with_details(key, counts))

@@ -96,6 +96,17 @@ MAXLEN: Final = "maxlen"
 DELIVERY_LIMIT: Final = "delivery_limit"
 
 
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """What a queue holds, as operators see it (the management API, metrics, warrenctl)."""
+
+    ready: int = 0
+    unacked: int = 0
+    ready_bytes: int = 0
+    unacked_bytes: int = 0
+    consumers: int = 0
+
+
 @dataclass(slots=True)
 class Meta:
     """What the runtime knows at the moment it applies a command."""
@@ -500,6 +511,15 @@ class QueueMachine:
         self.version = MACHINE_VERSION
 
     # --- queries ---------------------------------------------------------------------------
+
+    def counters(self) -> Counters:
+        return Counters(
+            self.ready_count,
+            self.unacked_count,
+            self.ready_bytes,
+            self.unacked_bytes,
+            self.consumer_count,
+        )
 
     @property
     def unacked_count(self) -> int:

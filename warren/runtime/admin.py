@@ -37,6 +37,7 @@ from warren.model.policy import (
     make_policy,
 )
 from warren.model.vhost import RESERVED_PREFIX
+from warren.queue import Counters
 from warren.runtime import admin_access
 from warren.runtime.access import CLUSTER_NAME
 from warren.runtime.admin_errors import DefinitionsError, NotFound
@@ -188,22 +189,19 @@ def queue_info(broker: Broker, vhost: VHost, record: QueueRecord) -> Json:
 
 
 def _counters(host: QueueHost | None) -> Json:
-    if host is None:
-        ready = unacked = ready_bytes = unacked_bytes = consumers = 0
-    else:
-        machine = host.machine
-        ready, unacked = machine.ready_count, machine.unacked_count
-        ready_bytes = machine.ready_bytes
-        unacked_bytes = getattr(machine, "unacked_bytes", 0)
-        consumers = machine.consumer_count
+    return counters_json(host.machine.counters() if host is not None else Counters())
+
+
+def counters_json(counters: Counters) -> Json:
+    """A queue's counts under RabbitMQ's names."""
     return {
-        "messages": ready + unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": unacked,
-        "message_bytes": ready_bytes + unacked_bytes,
-        "message_bytes_ready": ready_bytes,
-        "message_bytes_unacknowledged": unacked_bytes,
-        "consumers": consumers,
+        "messages": counters.ready + counters.unacked,
+        "messages_ready": counters.ready,
+        "messages_unacknowledged": counters.unacked,
+        "message_bytes": counters.ready_bytes + counters.unacked_bytes,
+        "message_bytes_ready": counters.ready_bytes,
+        "message_bytes_unacknowledged": counters.unacked_bytes,
+        "consumers": counters.consumers,
     }
 
 

@@ -63,6 +63,7 @@ from warren.model import QueueRecord
 from warren.queue import (
     Checkout,
     Configure,
+    Counters,
     Discard,
     Enqueue,
     Entry,
@@ -211,7 +212,7 @@ class RemoteHost(HostFields):
     def counts(self) -> Answer[tuple[int, int]]:
         return Pending(self.queues.call(self, QueueCounts(*self._where)))
 
-    def counters(self) -> asyncio.Future[dict[str, int]]:
+    def counters(self) -> asyncio.Future[Counters]:
         """The home's message and consumer counts, for the management API (module doc, 7)."""
         return self.queues.call(self, QueueCounters(*self._where))
 
@@ -477,18 +478,7 @@ class RemoteQueues:
     def _counters(self, node: str, number: int, request: QueueCounters) -> None:
         host = self._local(node, number, request)
         if host is not None:
-            machine = host.machine
-            self._answer(
-                node,
-                number,
-                {
-                    "messages_ready": machine.ready_count,
-                    "messages_unacknowledged": machine.unacked_count,
-                    "message_bytes_ready": machine.ready_bytes,
-                    "message_bytes_unacknowledged": machine.unacked_bytes,
-                    "consumers": machine.consumer_count,
-                },
-            )
+            self._answer(node, number, host.machine.counters())
 
     def _consume(self, node: str, number: int, request: Consume) -> None:
         host = self._local(node, number, request)
