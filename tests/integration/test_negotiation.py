@@ -242,14 +242,20 @@ def test_connection_method_on_an_unopened_channel(raw_amqp, method):
     assert raw.read_connection_close() == (504, text, class_id, method_id)
 
 
-def test_heartbeats_start_at_tune_ok(broker):
-    # RabbitMQ starts its heartbeater when tune-ok arrives, not at connection.open: a
-    # client that tuned one-second heartbeats hears them before it opens a vhost.
+def tuned_with_heartbeats(broker, heartbeat_s: int) -> RawAmqp:
+    """A raw connection that answered the tune with `heartbeat_s` and nothing else yet."""
     raw = RawAmqp(broker.url)
     raw.start()
     tune = raw.expect_method(0, (10, 30)).payload
     channel_max, frame_max = struct.unpack(">HI", tune[4:10])
-    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 1))
+    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, heartbeat_s))
+    return raw
+
+
+def test_heartbeats_start_at_tune_ok(broker):
+    # RabbitMQ starts its heartbeater when tune-ok arrives, not at connection.open: a
+    # client that tuned one-second heartbeats hears them before it opens a vhost.
+    raw = tuned_with_heartbeats(broker, 1)
     frame = raw.read_frame()
     assert (frame.frame_type, frame.channel, frame.payload) == (8, 0, b"")
     raw.close()
@@ -258,11 +264,7 @@ def test_heartbeats_start_at_tune_ok(broker):
 def test_a_silent_client_is_dropped_after_missed_heartbeats(broker):
     # One-second heartbeats, then nothing from the client: the server sends heartbeats,
     # and closes the socket (no connection.close) once two intervals passed unheard.
-    raw = RawAmqp(broker.url)
-    raw.start()
-    tune = raw.expect_method(0, (10, 30)).payload
-    channel_max, frame_max = struct.unpack(">HI", tune[4:10])
-    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 1))
+    raw = tuned_with_heartbeats(broker, 1)
     raw.open()
     heard = raw.read_until_closed()
     heartbeat = b"\x08\x00\x00\x00\x00\x00\x00\xce"
