@@ -126,6 +126,7 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
     connection = channel.connection
     peer_host, peer_port = _split(connection.peer)
     transaction = channel.transaction
+    confirms = channel.confirms
     json: Json = {
         "name": channel_name(channel),
         "node": broker.config.node_name,
@@ -139,15 +140,13 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
             "peer_port": peer_port,
         },
         "state": "running",
-        "confirm": channel.confirm,
+        "confirm": confirms is not None,
         "transactional": transaction is not None,
         "consumer_count": len(channel.consumers),
         "prefetch_count": channel.prefetch_count,
         "global_prefetch_count": channel.global_prefetch,
         "messages_unacknowledged": len(channel.unacked),
-        "messages_unconfirmed": channel.publish_seq - channel.confirmed_upto
-        if channel.confirm
-        else 0,
+        "messages_unconfirmed": confirms.unconfirmed if confirms is not None else 0,
         "messages_uncommitted": len(transaction.publishes) if transaction else 0,
         "acks_uncommitted": sum(len(t) for _c, t in transaction.settlements) if transaction else 0,
         "pending_raft_commands": 0,

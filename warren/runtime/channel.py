@@ -7,12 +7,10 @@ Theory of operation:
    close itself.
 2. Delivery tags count up per channel. `unacked` maps a tag to the queue host and the
    queue's msg_id, in tag order, so `multiple` acks take a prefix of it.
-3. Publisher confirms: every publish in confirm mode gets the next sequence number; acks
-   are merged into one ``basic.ack(multiple)`` when the connection flushes, after any
-   ``basic.return`` of the same message. A publish that wrote to the message log (a
-   persistent message in a durable queue) is *held* with the log sequence it needs until
-   the log is durable that far (`durable_reached`); confirms stay in publish order, so a
-   later publish is not acked (nor nacked) before a held one.
+3. Publisher confirms are `warren.runtime.confirms.Confirms` (present in confirm mode):
+   the channel tells it what each publish did (refused, replicated, logged); it holds and
+   orders the acks and nacks, which go when the connection flushes, after any
+   ``basic.return`` of the same message.
 4. Transactions buffer publishes and settlements until ``tx.commit``; a rollback drops the
    publishes and puts the settled tags back as unacknowledged. A commit that wrote to the
    message log answers ``tx.commit-ok`` once that is durable; methods the channel sends
@@ -66,6 +64,7 @@ from warren.model.arguments import consumer_priority
 from warren.model.permissions import Access, PermissionCheck
 from warren.queue import Checkout, Discard, Enqueue, Got, Return, Settle
 from warren.runtime.access import permission_check
+from warren.runtime.confirms import Confirms
 from warren.runtime.queues.host import ACCEPTED, Pending, QueueHost, Refused
 from warren.runtime.stats import MessageStats
 
@@ -104,19 +103,6 @@ class _Consumer:
         self.key: Hashable = object()
 
 
-class _Held:
-    """A confirm that waits: for the log to be durable up to `log_sequence`, and for
-    `waiting` replicated outcomes (quorum queues' commits); `nack` if any queue refused."""
-
-    __slots__ = ("log_sequence", "nack", "seq", "waiting")
-
-    def __init__(self, seq: int, log_sequence: int, nack: bool, waiting: int = 0) -> None:
-        self.seq = seq
-        self.log_sequence = log_sequence
-        self.nack = nack
-        self.waiting = waiting
-
-
 class _Transaction:
     __slots__ = ("publishes", "settlements")
 
@@ -141,17 +127,13 @@ class Channel:
         self.consumers: dict[str, _Consumer] = {}
         self.prefetch_count = 0
         self.global_prefetch = 0
-        self.confirm = False
-        self.publish_seq = 0
-        self.confirmed_upto = 0
+        self.confirms: Confirms | None = None  # in confirm mode
         self.durability = self.broker.durability
         self.max_message_size = self.broker.config.max_message_size
-        # confirms waiting for the log, in publish order: (publish seq, log seq, nack)
-        self._held: deque[_Held] = deque()
         self.replicating = 0  # publishes to quorum queues not yet committed
         # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
         self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
-        self._wait_upto = 0  # the highest log sequence anything here waits for
+        self._wait_upto = 0  # the log sequence a waiting tx.commit-ok needs
         self.transaction: _Transaction | None = None
         self._permission: PermissionCheck | None = None  # see `_permit`
         self._permission_source: object = None
@@ -815,7 +797,8 @@ class Channel:
         vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
-        durability = self.durability if self.confirm else None
+        confirms = self.confirms
+        durability = self.durability if confirms is not None else None
         # a durable queue that logs the message appends to the log: the confirm waits
         logged_from = durability.log.next_sequence if durability is not None else 0
         replicated: list[asyncio.Future[bool]] | None = None
@@ -841,42 +824,11 @@ class Channel:
                 self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
             else:
                 self.stats.drop_unroutable += 1
-        if self.confirm:
-            self.publish_seq += 1
-            if rejected:
-                self._nack_latest()
-            elif replicated is not None:
-                logged = durability is not None and durability.log.next_sequence != logged_from
-                self._hold_replicated(
-                    replicated,
-                    durability.log.next_sequence - 1 if logged else 0,  # type: ignore[union-attr]
-                )
-            elif durability is not None and durability.log.next_sequence != logged_from:
-                self._hold(durability.log.next_sequence - 1)
-            else:
-                self.connection.confirm_later(self)
-
-    def _hold(self, log_sequence: int) -> None:
-        """The latest publish is confirmed once the log is durable up to `log_sequence`."""
-        durability = self.durability
-        assert durability is not None
-        if log_sequence <= durability.log.durable_sequence:
-            self.connection.confirm_later(self)
-            return
-        self._held.append(_Held(self.publish_seq, log_sequence, False))
-        self._wait_upto = log_sequence
-        durability.wait(self)
-
-    def _hold_replicated(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
-        """The latest publish is confirmed once every quorum queue it went to committed it
-        (and the log is durable up to `log_sequence`); nacked if one refused it."""
-        item = _Held(self.publish_seq, log_sequence, False, len(outcomes))
-        self._held.append(item)
-        if log_sequence and self.durability is not None:
-            self._wait_upto = max(self._wait_upto, log_sequence)
-            self.durability.wait(self)
-        for outcome in outcomes:
-            outcome.add_done_callback(lambda done: self._replicated(item, done))
+        if confirms is not None:
+            log_sequence = 0  # the log sequence its confirm waits for, if it logged
+            if durability is not None and durability.log.next_sequence != logged_from:
+                log_sequence = durability.log.next_sequence - 1
+            confirms.published(rejected, replicated, log_sequence)
 
     def _count_replicating(self, outcome: asyncio.Future[bool]) -> None:
         """Flow control (RabbitMQ's quorum_commands_soft_limit): past the limit of publishes
@@ -891,24 +843,6 @@ class Channel:
         self.replicating -= 1
         if self.replicating <= self.broker.config.quorum_commands_soft_limit // 2:
             self.connection.hold_flow(self, False)
-
-    def _replicated(self, item: _Held, done: asyncio.Future[bool]) -> None:
-        item.waiting -= 1
-        if done.cancelled() or done.exception() is not None or not done.result():
-            item.nack = True
-        if self.connection.channels.get(self.number) is self:
-            self.connection.confirm_later(self)
-
-    def _nack_latest(self) -> None:
-        """A queue refused the latest publish: ack what came before, then nack it."""
-        seq = self.publish_seq
-        if self._held:  # after the held ones, in order
-            self._held.append(_Held(seq, 0, True))
-            return
-        if seq - 1 > self.confirmed_upto:
-            self.send(m.BasicAck(seq - 1, seq - 1 - self.confirmed_upto > 1))
-        self.send(m.BasicNack(seq, False, False))
-        self.confirmed_upto = seq
 
     def _inspect_properties(self, message: Message, routing_keys: list[str]) -> Any:
         """Check user_id, expand CC/BCC and rewrite a direct reply-to address."""
@@ -947,9 +881,8 @@ class Channel:
             target._deliver_reply(message)
         elif method.mandatory:
             self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
-        if self.confirm:
-            self.publish_seq += 1
-            self.connection.confirm_later(self)
+        if self.confirms is not None:
+            self.confirms.published(False, None, 0)
 
     def _return(self, message: Message, code: int, text: str) -> None:
         payload = encode_method(m.BasicReturn(code, text, message.exchange, message.routing_key))
@@ -964,46 +897,12 @@ class Channel:
         )
 
     def pending_confirms(self) -> list[m.Method]:
-        """The acks (and nacks) that may go now, in publish order: everything published
-        since the last ack, up to the first publish still waiting for the log."""
-        if self._held:
-            before = self.confirmed_upto
-            released = self._release_held()
-            self.stats.confirm += self.confirmed_upto - before
-            return released
-        upto = self.publish_seq
-        if upto <= self.confirmed_upto:
-            return []
-        multiple = upto - self.confirmed_upto > 1
-        self.stats.confirm += upto - self.confirmed_upto
-        self.confirmed_upto = upto
-        return [m.BasicAck(upto, multiple)]
-
-    def _release_held(self) -> list[m.Method]:
-        durability = self.durability
-        durable = durability.log.durable_sequence if durability is not None else 0
-        held = self._held
-        out: list[m.Method] = []
-        while held and held[0].log_sequence <= durable and not held[0].waiting:
-            item = held.popleft()
-            if item.nack:
-                self._ack_upto(item.seq - 1, out)
-                out.append(m.BasicNack(item.seq, False, False))
-                self.confirmed_upto = item.seq
-        self._ack_upto(held[0].seq - 1 if held else self.publish_seq, out)
-        return out
-
-    def _ack_upto(self, upto: int, out: list[m.Method]) -> None:
-        if upto > self.confirmed_upto:
-            out.append(m.BasicAck(upto, upto - self.confirmed_upto > 1))
-            self.confirmed_upto = upto
+        """The acks and nacks that may go now (the connection asks when it flushes)."""
+        return [] if self.confirms is None else self.confirms.pending()
 
     def durable_reached(self, durable_sequence: int) -> bool:
-        """The log is durable up to `durable_sequence`: release held confirms and a waiting
-        tx.commit-ok. True while something here still waits for more."""
-        held = self._held
-        if held and held[0].log_sequence <= durable_sequence:
-            self.connection.confirm_later(self)
+        """The log is durable up to `durable_sequence`: send a waiting tx.commit-ok and the
+        replies behind it. True while it still waits for more."""
         deferred = self._deferred
         if deferred is not None:
             while deferred and deferred[0][0] <= durable_sequence:
@@ -1028,11 +927,17 @@ class Channel:
     def _confirm_select(self, method: m.ConfirmSelect) -> None:
         if self.transaction is not None:
             raise precondition_failed("cannot switch from tx to confirm mode")
-        self.confirm = True
+        if self.confirms is None:
+            self.confirms = Confirms(
+                self.durability,
+                lambda: self.connection.confirm_later(self),
+                self.send,
+                self.stats,
+            )
         self._reply(method, m.ConfirmSelectOk())
 
     def _tx_select(self, method: m.TxSelect) -> None:
-        if self.confirm:
+        if self.confirms is not None:
             raise precondition_failed("cannot switch from confirm to tx mode")
         if self.transaction is None:
             self.transaction = _Transaction()
@@ -1079,7 +984,8 @@ class Channel:
         if self.durability is not None:
             self.durability.forget(self)
         self.broker.retire_stats(self.vhost.name, self.stats)
-        self._held.clear()
+        if self.confirms is not None:
+            self.confirms.close()
         self._deferred = None
         for tag in list(self.consumers):
             self._cancel_consumer(tag)
