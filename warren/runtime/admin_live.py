@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from warren.errors import HardError, ReplyCode
 from warren.runtime import admin_neutral, alarms, sizes
 from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_arguments, plain_value
+from warren.runtime.connection import AmqpConnection
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
     from warren.runtime.channel import Channel
-    from warren.runtime.connection import AmqpConnection
 
 Json = dict[str, Any]
 PROTOCOL = "AMQP 0-9-1"
@@ -34,7 +34,9 @@ PROTOCOL = "AMQP 0-9-1"
 
 def connections(broker: Broker) -> list[AmqpConnection]:
     """Open connections that finished the handshake (they have a vhost), by name."""
-    found = [c for c in list(broker.connections) if c.vhost is not None]
+    found = [
+        c for c in list(broker.connections) if isinstance(c, AmqpConnection) and c.vhost is not None
+    ]
     found.sort(key=connection_name)
     return found
 

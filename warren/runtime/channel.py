@@ -19,6 +19,9 @@ Theory of operation:
    default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
    A queue.declare of the pseudo-queue (or of a live reply address) is answered as
    RabbitMQ does, with no messages and one consumer; no queue by these names ever exists.
+6. A channel knows its connection as a `Connection`, the protocol of what it needs of it
+   (`warren.runtime.connection.AmqpConnection` makes channels, so this module does not
+   import it: the runtime has no import cycle).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import secrets
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.amqp import methods as m
 from warren.amqp.connection import Content
@@ -69,7 +72,7 @@ from warren.runtime.queues.host import ACCEPTED, Pending, QueueHost, Refused
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
-    from warren.runtime.connection import AmqpConnection
+    from warren.runtime.broker import Broker
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
@@ -79,6 +82,52 @@ _WRITABLE_MAX = 1024  # exchanges a channel remembers as writable
 _DEFINING_CLASSES = frozenset((m.ExchangeDeclare.CLASS_ID, m.QueueDeclare.CLASS_ID))
 # the commonest properties, known to be well formed: none, or only a delivery mode
 _PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
+
+
+class Connection(Protocol):
+    """What a channel needs of its connection (`warren.runtime.connection.AmqpConnection`)."""
+
+    delivered: bool  # a channel wrote deliveries since the connection last asked for more
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def vhost(self) -> VHost: ...
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def frame_max(self) -> int: ...
+
+    @property
+    def cancel_notify(self) -> bool:
+        """The client takes basic.cancel from the server (consumer_cancel_notify)."""
+
+    @property
+    def paused(self) -> bool:
+        """The socket is full: deliveries wait."""
+
+    @property
+    def exclusive_queues(self) -> list[str]: ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def send_method(self, channel: int, method: m.Method) -> None: ...
+
+    def confirm_later(self, channel: Channel) -> None:
+        """Ask `channel.pending_confirms` when the connection flushes."""
+
+    def hold_flow(self, channel: Channel, held: bool) -> None: ...
+
+    def suspend(self, channel: Channel, outcome: asyncio.Future[Any], then: Any) -> None:
+        """Read no more methods until `outcome` is done, then call ``then(outcome)``."""
+
+    def forget_exclusive(self, name: str) -> None: ...
 
 
 def _token() -> str:
@@ -115,7 +164,7 @@ class _Transaction:
 class Channel:
     """Broker-side state of one open channel."""
 
-    def __init__(self, connection: AmqpConnection, number: int) -> None:
+    def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
         self.broker = connection.broker
