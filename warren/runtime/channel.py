@@ -11,10 +11,11 @@ Theory of operation:
    the channel tells it what each publish did (refused, replicated, logged); it holds and
    orders the acks and nacks, which go when the connection flushes, after any
    ``basic.return`` of the same message.
-4. Transactions buffer publishes and settlements until ``tx.commit``; a rollback drops the
-   publishes and puts the settled tags back as unacknowledged. A commit that wrote to the
-   message log answers ``tx.commit-ok`` once that is durable; methods the channel sends
-   meanwhile wait behind it, so replies keep their order.
+4. Transactions (`warren.runtime.transactions`) buffer publishes and settlements until
+   ``tx.commit``; a rollback drops the publishes and puts the settled tags back as
+   unacknowledged. A commit that wrote to the message log answers ``tx.commit-ok`` once
+   that is durable (`CommitWait`); replies the channel sends meanwhile wait behind it, so
+   replies keep their order.
 5. Direct reply-to: a consumer on ``amq.rabbitmq.reply-to`` gets a token; a publish to the
    default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
    A queue.declare of the pseudo-queue (or of a live reply address) is answered as
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,6 +70,7 @@ from warren.runtime.access import permission_check
 from warren.runtime.confirms import Confirms
 from warren.runtime.queues.host import ACCEPTED, Pending, QueueHost, Refused
 from warren.runtime.stats import MessageStats
+from warren.runtime.transactions import CommitWait, Reply, Transaction
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -152,15 +153,6 @@ class _Consumer:
         self.key: Hashable = object()
 
 
-class _Transaction:
-    __slots__ = ("publishes", "settlements")
-
-    def __init__(self) -> None:
-        self.publishes: list[Content] = []
-        # (command class, taken unacked entries) in the order the client sent them
-        self.settlements: list[tuple[type, list[tuple[int, Any]]]] = []
-
-
 class Channel:
     """Broker-side state of one open channel."""
 
@@ -181,9 +173,8 @@ class Channel:
         self.max_message_size = self.broker.config.max_message_size
         self.replicating = 0  # publishes to quorum queues not yet committed
         # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
-        self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
-        self._wait_upto = 0  # the log sequence a waiting tx.commit-ok needs
-        self.transaction: _Transaction | None = None
+        self._commit_wait: CommitWait | None = None  # made by the first commit that waits
+        self.transaction: Transaction | None = None
         self._permission: PermissionCheck | None = None  # see `_permit`
         self._permission_source: object = None
         self.access = self.broker.access
@@ -224,8 +215,9 @@ class Channel:
     # --- plumbing --------------------------------------------------------------------------
 
     def send(self, method: m.Method) -> None:
-        if self._deferred is not None:
-            self._deferred.append((0, method))
+        wait = self._commit_wait
+        if wait is not None and wait.waiting:
+            wait.behind(method)
             return
         self.connection.send_method(self.number, method)
 
@@ -949,27 +941,20 @@ class Channel:
         """The acks and nacks that may go now (the connection asks when it flushes)."""
         return [] if self.confirms is None else self.confirms.pending()
 
-    def durable_reached(self, durable_sequence: int) -> bool:
-        """The log is durable up to `durable_sequence`: send a waiting tx.commit-ok and the
-        replies behind it. True while it still waits for more."""
-        deferred = self._deferred
-        if deferred is not None:
-            while deferred and deferred[0][0] <= durable_sequence:
-                _, item = deferred.popleft()
-                if isinstance(item, bytes):
-                    self.connection.send(item)
-                else:
-                    self.connection.send_method(self.number, item)
-            if not deferred:
-                self._deferred = None
-        return self._wait_upto > durable_sequence
-
     def _send_frames(self, data: bytes) -> None:
         """Frames of a reply (basic.get-ok): behind a waiting tx.commit-ok if there is one."""
-        if self._deferred is not None:
-            self._deferred.append((0, data))
+        wait = self._commit_wait
+        if wait is not None and wait.waiting:
+            wait.behind(data)
             return
         self.connection.send(data)
+
+    def _write(self, reply: Reply) -> None:
+        """A reply that waited behind a tx.commit-ok (`CommitWait`)."""
+        if isinstance(reply, bytes):
+            self.connection.send(reply)
+        else:
+            self.connection.send_method(self.number, reply)
 
     # --- confirms and transactions ---------------------------------------------------------
 
@@ -989,17 +974,17 @@ class Channel:
         if self.confirms is not None:
             raise precondition_failed("cannot switch from confirm to tx mode")
         if self.transaction is None:
-            self.transaction = _Transaction()
+            self.transaction = Transaction()
         self.send(m.TxSelectOk())
 
-    def _require_transaction(self) -> _Transaction:
+    def _require_transaction(self) -> Transaction:
         if self.transaction is None:
             raise precondition_failed("channel is not transactional")
         return self.transaction
 
     def _tx_commit(self, method: m.TxCommit) -> None:
         transaction = self._require_transaction()
-        self.transaction = _Transaction()
+        self.transaction = Transaction()
         durability = self.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
         for content in transaction.publishes:
@@ -1010,19 +995,16 @@ class Channel:
             needed = durability.log.next_sequence - 1
             if needed > durability.log.durable_sequence:
                 # persistent messages (or acks) went to the log: commit-ok once it is durable
-                if self._deferred is None:
-                    self._deferred = deque()
-                self._deferred.append((needed, m.TxCommitOk()))
-                self._wait_upto = needed
-                durability.wait(self)
+                if self._commit_wait is None:
+                    self._commit_wait = CommitWait(durability, self._write)
+                self._commit_wait.commit_ok(needed)
                 return
         self.send(m.TxCommitOk())
 
     def _tx_rollback(self, method: m.TxRollback) -> None:
         transaction = self._require_transaction()
-        self.transaction = _Transaction()
-        for _command, taken in transaction.settlements:
-            self.unacked.update(taken)
+        self.transaction = Transaction()
+        self.unacked.update(transaction.taken())
         self.unacked = dict(sorted(self.unacked.items()))
         self.send(m.TxRollbackOk())
 
@@ -1030,18 +1012,16 @@ class Channel:
 
     def close(self) -> None:
         """The channel is gone: cancel its consumers and requeue what it held."""
-        if self.durability is not None:
-            self.durability.forget(self)
         self.broker.retire_stats(self.vhost.name, self.stats)
         if self.confirms is not None:
             self.confirms.close()
-        self._deferred = None
+        if self._commit_wait is not None:
+            self._commit_wait.close()
         for tag in list(self.consumers):
             self._cancel_consumer(tag)
         self._drop_reply_to()
         if self.transaction is not None:
-            for _command, taken in self.transaction.settlements:
-                self.unacked.update(taken)
+            self.unacked.update(self.transaction.taken())
             self.transaction = None
         self.requeue_all()
 

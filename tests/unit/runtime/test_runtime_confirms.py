@@ -1,5 +1,5 @@
-"""Publisher confirms (`warren.runtime.confirms`) and tx.commit-ok held for the log,
-released in order (no sockets)."""
+"""Publisher confirms (`warren.runtime.confirms`) and tx.commit-ok
+(`warren.runtime.transactions`) held for the log, released in order (no sockets)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from warren.runtime.channel import Channel
 from warren.runtime.config import Config
 from warren.runtime.confirms import Confirms
 from warren.runtime.stats import MessageStats
+from warren.runtime.transactions import CommitWait, Reply
 
 
 class FakeLog:
@@ -237,10 +238,10 @@ def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
     channel.send(m.BasicQosOk())
     channel._send_frames(b"get-ok frames")
     assert connection.sent == []
-    assert durability.waiters == [channel]
-    assert channel.durable_reached(1) is True
+    [wait] = durability.waiters
+    assert wait.durable_reached(1) is True
     assert connection.sent == []
-    assert channel.durable_reached(2) is False
+    assert wait.durable_reached(2) is False
     assert [x if isinstance(x, bytes) else type(x).__name__ for x in connection.sent] == [
         "TxCommitOk",
         "BasicQosOk",
@@ -255,4 +256,49 @@ def test_a_commit_that_logged_nothing_answers_at_once() -> None:
     channel._tx_select(m.TxSelect())
     channel._tx_commit(m.TxCommit())
     assert [type(x).__name__ for x in connection.sent] == ["TxSelectOk", "TxCommitOk"]
+    assert durability.waiters == []
+
+
+def test_commit_oks_wait_each_for_its_own_sequence_and_replies_keep_order() -> None:
+    durability = FakeDurability()
+    written: list[Reply] = []
+    wait = CommitWait(durability, written.append)  # type: ignore[arg-type]
+    wait.commit_ok(3)
+    wait.behind(m.BasicQosOk())
+    wait.commit_ok(5)  # a second commit while the first one waits
+    wait.behind(b"frames")
+    assert wait.waiting
+    assert wait.durable_reached(4) is True
+    assert [type(x).__name__ for x in written] == ["TxCommitOk", "BasicQosOk"]
+    assert wait.durable_reached(5) is False
+    assert written[2:] == [m.TxCommitOk(), b"frames"]
+    assert not wait.waiting
+
+
+def test_a_rollback_gives_the_settled_tags_back_in_tag_order() -> None:
+    channel, connection, _durability = transaction_channel()
+    channel._tx_select(m.TxSelect())
+    assert channel.transaction is not None
+    channel.unacked = {2: "b"}  # type: ignore[dict-item]
+    channel.transaction.settlements.append((Settle, [(3, "c")]))
+    channel.transaction.settlements.append((Settle, [(1, "a")]))
+    channel._tx_rollback(m.TxRollback())
+    assert list(channel.unacked) == [1, 2, 3]
+    assert channel.transaction is not None and channel.transaction.settlements == []
+    assert type(connection.sent[-1]) is m.TxRollbackOk
+
+
+def test_closing_while_a_commit_ok_waits_forgets_it() -> None:
+    channel, _connection, durability = transaction_channel()
+    channel._tx_select(m.TxSelect())
+    assert channel.transaction is not None
+    channel.transaction.settlements.append((Settle, []))
+
+    def settlement_that_logs(command: type, taken: list[tuple[int, Any]]) -> None:
+        durability.log.next_sequence += 1
+
+    channel._apply_settlement = settlement_that_logs  # type: ignore[method-assign]
+    channel._tx_commit(m.TxCommit())
+    assert len(durability.waiters) == 1
+    channel.close()
     assert durability.waiters == []
