@@ -28,6 +28,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
 from collections.abc import Callable, Hashable, Mapping
@@ -172,7 +173,6 @@ class Channel:
         self.durability = self.broker.durability
         self.max_message_size = self.broker.config.max_message_size
         self.replicating = 0  # publishes to quorum queues not yet committed
-        # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
         self._commit_wait: CommitWait | None = None  # made by the first commit that waits
         self.transaction: Transaction | None = None
         self._permission: PermissionCheck | None = None  # see `_permit`
@@ -962,12 +962,8 @@ class Channel:
         if self.transaction is not None:
             raise precondition_failed("cannot switch from tx to confirm mode")
         if self.confirms is None:
-            self.confirms = Confirms(
-                self.durability,
-                lambda: self.connection.confirm_later(self),
-                self.send,
-                self.stats,
-            )
+            flush_later = functools.partial(self.connection.confirm_later, self)
+            self.confirms = Confirms(self.durability, flush_later, self.send, self.stats)
         self._reply(method, m.ConfirmSelectOk())
 
     def _tx_select(self, method: m.TxSelect) -> None:

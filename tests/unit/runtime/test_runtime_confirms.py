@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from warren.amqp import methods as m
+from warren.errors import SoftError
 from warren.queue import Settle
 from warren.runtime.broker import Broker
 from warren.runtime.channel import Channel
@@ -193,12 +194,16 @@ def test_after_close_a_late_commit_asks_for_no_flush() -> None:
     asyncio.run(scenario())
 
 
-def test_a_channel_in_confirm_mode_refuses_tx_and_back() -> None:
+def test_confirm_mode_and_tx_mode_exclude_each_other() -> None:
     channel, _connection, _durability = transaction_channel()
     channel._confirm_select(m.ConfirmSelect())
     assert channel.confirms is not None
-    with pytest.raises(Exception, match="cannot switch from confirm to tx mode"):
+    with pytest.raises(SoftError, match="cannot switch from confirm to tx mode"):
         channel._tx_select(m.TxSelect())
+    channel, _connection, _durability = transaction_channel()
+    channel._tx_select(m.TxSelect())
+    with pytest.raises(SoftError, match="cannot switch from tx to confirm mode"):
+        channel._confirm_select(m.ConfirmSelect())
 
 
 class FakeConnection:
@@ -212,6 +217,9 @@ class FakeConnection:
 
     def send(self, data: bytes) -> None:
         self.sent.append(data)
+
+    def confirm_later(self, channel: Channel) -> None:
+        pass
 
 
 def transaction_channel() -> tuple[Channel, FakeConnection, FakeDurability]:
