@@ -261,6 +261,7 @@ def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) 
         channels = api.call("GET", "channels")[1]
         mine = [c for c in channels if c["confirm"] and c["message_stats"]["publish"] == 20]
         assert mine and mine[0]["message_stats"]["publish_details"]["rate"] > 0
+        assert mine[0]["messages_unconfirmed"] == 0  # pika waited for each confirm
         metrics = urllib.request.urlopen(f"{api.base}/metrics", timeout=10).read().decode()
         assert "rabbitmq_channel_messages_published_total" in metrics
         per_object = urllib.request.urlopen(f"{api.base}/metrics/per-object", timeout=10)

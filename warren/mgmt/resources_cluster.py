@@ -35,7 +35,9 @@ ADMINISTRATOR = Level.ADMINISTRATOR
 
 
 def _cluster(broker: Broker) -> ClusterNode | web.Response:
-    if broker.cluster is None:
+    """The node's cluster side, whose operators' verbs these are (the broker knows it as a
+    `Cluster`, a protocol, so that it imports no cluster module)."""
+    if not isinstance(broker.cluster, ClusterNode):
         return replies.bad_request("not_clustered")
     return broker.cluster
 

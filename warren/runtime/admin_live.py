@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from warren.errors import HardError, ReplyCode
 from warren.runtime import admin_neutral, alarms, sizes
 from warren.runtime.admin import EXCHANGE_TYPES, NotFound, plain_arguments, plain_value
+from warren.runtime.connection import AmqpConnection
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
     from warren.runtime.channel import Channel
-    from warren.runtime.connection import AmqpConnection
 
 Json = dict[str, Any]
 PROTOCOL = "AMQP 0-9-1"
@@ -34,7 +34,9 @@ PROTOCOL = "AMQP 0-9-1"
 
 def connections(broker: Broker) -> list[AmqpConnection]:
     """Open connections that finished the handshake (they have a vhost), by name."""
-    found = [c for c in list(broker.connections) if c.vhost is not None]
+    found = [
+        c for c in list(broker.connections) if isinstance(c, AmqpConnection) and c.vhost is not None
+    ]
     found.sort(key=connection_name)
     return found
 
@@ -126,6 +128,7 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
     connection = channel.connection
     peer_host, peer_port = _split(connection.peer)
     transaction = channel.transaction
+    confirms = channel.confirms
     json: Json = {
         "name": channel_name(channel),
         "node": broker.config.node_name,
@@ -139,15 +142,13 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
             "peer_port": peer_port,
         },
         "state": "running",
-        "confirm": channel.confirm,
+        "confirm": confirms is not None,
         "transactional": transaction is not None,
         "consumer_count": len(channel.consumers),
         "prefetch_count": channel.prefetch_count,
         "global_prefetch_count": channel.global_prefetch,
         "messages_unacknowledged": len(channel.unacked),
-        "messages_unconfirmed": channel.publish_seq - channel.confirmed_upto
-        if channel.confirm
-        else 0,
+        "messages_unconfirmed": confirms.unconfirmed if confirms is not None else 0,
         "messages_uncommitted": len(transaction.publishes) if transaction else 0,
         "acks_uncommitted": sum(len(t) for _c, t in transaction.settlements) if transaction else 0,
         "pending_raft_commands": 0,

@@ -8,14 +8,20 @@ Theory of operation:
 2. Deleting a queue cancels its consumers (consumer_cancel_notify) and forgets its host;
    a queue whose delete another node or the metadata log carries out says so
    (`QueueHost.forward_delete`).
+3. The broker sits below the connections and the cluster layer that use it: it knows a
+   connection as a `Client` and the cluster as a `Cluster`, protocols of what the node's
+   registry and its readers need of them, so that nothing here imports either (the
+   runtime has no import cycle, `docs/DESIGN.md`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.errors import AmqpError
 from warren.model import QueueRecord, VHost
 from warren.model.policy import Policy, effective_settings
 from warren.model.settings import QueueSettings
@@ -26,12 +32,52 @@ from warren.runtime.queues.paging import release
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
-    from warren.runtime.cluster.node import ClusterNode
     from warren.runtime.config import Config
-    from warren.runtime.connection import AmqpConnection
     from warren.runtime.durability import Durability
 
 log = logging.getLogger("warren.broker")
+
+
+class Client(Protocol):
+    """A client connection as the node sees it (`warren.runtime.connection.AmqpConnection`)."""
+
+    @property
+    def vhost(self) -> VHost | None:
+        """None until the handshake opened a vhost."""
+
+    @property
+    def channels(self) -> Sized: ...
+
+    def close_with(self, error: AmqpError) -> None: ...
+
+    def alarms_changed(self) -> None:
+        """A resource alarm was set or cleared: block or unblock publishers."""
+
+    def shutdown(self) -> None:
+        """The node stops: close with connection.close (320)."""
+
+
+class Settling(Protocol):
+    def settled(self) -> asyncio.Future[list[object]] | None: ...
+
+
+class Cluster(Protocol):
+    """The node's cluster side as the broker's readers see it
+    (`warren.runtime.cluster.node.ClusterNode`; the management API's operators' verbs use
+    that class itself)."""
+
+    @property
+    def nodes(self) -> Mapping[str, tuple[str, int]]:
+        """The cluster's other nodes and their cluster listeners."""
+
+    @property
+    def definitions(self) -> Settling:
+        """The definition changes this node made, replicated through the metadata log."""
+
+    def unreachable(self) -> set[str]: ...
+
+    def queue_columns(self, host: object) -> dict[str, object]:
+        """The management API's cluster columns of a queue (leader, members, home)."""
 
 
 class Broker:
@@ -50,13 +96,13 @@ class Broker:
         # message counters of closed channels, per vhost (live channels keep their own)
         self.retired_stats: dict[str, MessageStats] = {}
         self.started_at_ms = now_ms()
-        self.connections: set[AmqpConnection] = set()
+        self.connections: set[Client] = set()
         self.alarms: set[str] = set()  # resource alarms in force (`warren.runtime.alarms`)
         self.memory_pressure = False  # queues page messages out (`warren.runtime.queues.paging`)
         self.reply_to: dict[str, Any] = {}  # direct reply-to token -> channel
         # durable definitions and messages; None when the node keeps nothing on disk
         self.durability: Durability | None = None
-        self.cluster: ClusterNode | None = None  # None: a single node
+        self.cluster: Cluster | None = None  # None: a single node
         self.hosts: HostFactory = ClassicHosts(self)  # the cluster layer puts in its own
 
     def queue(self, vhost: str, name: str) -> QueueHost | None:

@@ -7,31 +7,33 @@ Theory of operation:
    close itself.
 2. Delivery tags count up per channel. `unacked` maps a tag to the queue host and the
    queue's msg_id, in tag order, so `multiple` acks take a prefix of it.
-3. Publisher confirms: every publish in confirm mode gets the next sequence number; acks
-   are merged into one ``basic.ack(multiple)`` when the connection flushes, after any
-   ``basic.return`` of the same message. A publish that wrote to the message log (a
-   persistent message in a durable queue) is *held* with the log sequence it needs until
-   the log is durable that far (`durable_reached`); confirms stay in publish order, so a
-   later publish is not acked (nor nacked) before a held one.
-4. Transactions buffer publishes and settlements until ``tx.commit``; a rollback drops the
-   publishes and puts the settled tags back as unacknowledged. A commit that wrote to the
-   message log answers ``tx.commit-ok`` once that is durable; methods the channel sends
-   meanwhile wait behind it, so replies keep their order.
+3. Publisher confirms are `warren.runtime.confirms.Confirms` (present in confirm mode):
+   the channel tells it what each publish did (refused, replicated, logged); it holds and
+   orders the acks and nacks, which go when the connection flushes, after any
+   ``basic.return`` of the same message.
+4. Transactions (`warren.runtime.transactions`) buffer publishes and settlements until
+   ``tx.commit``; a rollback drops the publishes and puts the settled tags back as
+   unacknowledged. A commit that wrote to the message log answers ``tx.commit-ok`` once
+   that is durable (`CommitWait`); replies the channel sends meanwhile wait behind it, so
+   replies keep their order.
 5. Direct reply-to: a consumer on ``amq.rabbitmq.reply-to`` gets a token; a publish to the
    default exchange with ``amq.rabbitmq.reply-to.<token>`` goes straight to that channel.
    A queue.declare of the pseudo-queue (or of a live reply address) is answered as
    RabbitMQ does, with no messages and one consumer; no queue by these names ever exists.
+6. A channel knows its connection as a `Connection`, the protocol of what it needs of it
+   (`warren.runtime.connection.AmqpConnection` makes channels, so this module does not
+   import it: the runtime has no import cycle).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
-from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.amqp import methods as m
 from warren.amqp.connection import Content
@@ -66,11 +68,13 @@ from warren.model.arguments import consumer_priority
 from warren.model.permissions import Access, PermissionCheck
 from warren.queue import Checkout, Discard, Enqueue, Got, Return, Settle
 from warren.runtime.access import permission_check
+from warren.runtime.confirms import Confirms
 from warren.runtime.queues.host import ACCEPTED, Pending, QueueHost, Refused
 from warren.runtime.stats import MessageStats
+from warren.runtime.transactions import CommitWait, Reply, Transaction
 
 if TYPE_CHECKING:
-    from warren.runtime.connection import AmqpConnection
+    from warren.runtime.broker import Broker
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
@@ -80,6 +84,52 @@ _WRITABLE_MAX = 1024  # exchanges a channel remembers as writable
 _DEFINING_CLASSES = frozenset((m.ExchangeDeclare.CLASS_ID, m.QueueDeclare.CLASS_ID))
 # the commonest properties, known to be well formed: none, or only a delivery mode
 _PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
+
+
+class Connection(Protocol):
+    """What a channel needs of its connection (`warren.runtime.connection.AmqpConnection`)."""
+
+    delivered: bool  # a channel wrote deliveries since the connection last asked for more
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def vhost(self) -> VHost: ...
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def frame_max(self) -> int: ...
+
+    @property
+    def cancel_notify(self) -> bool:
+        """The client takes basic.cancel from the server (consumer_cancel_notify)."""
+
+    @property
+    def paused(self) -> bool:
+        """The socket is full: deliveries wait."""
+
+    @property
+    def exclusive_queues(self) -> list[str]: ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def send_method(self, channel: int, method: m.Method) -> None: ...
+
+    def confirm_later(self, channel: Channel) -> None:
+        """Ask `channel.pending_confirms` when the connection flushes."""
+
+    def hold_flow(self, channel: Channel, held: bool) -> None: ...
+
+    def suspend(self, channel: Channel, outcome: asyncio.Future[Any], then: Any) -> None:
+        """Read no more methods until `outcome` is done, then call ``then(outcome)``."""
+
+    def forget_exclusive(self, name: str) -> None: ...
 
 
 def _token() -> str:
@@ -104,32 +154,10 @@ class _Consumer:
         self.key: Hashable = object()
 
 
-class _Held:
-    """A confirm that waits: for the log to be durable up to `log_sequence`, and for
-    `waiting` replicated outcomes (quorum queues' commits); `nack` if any queue refused."""
-
-    __slots__ = ("log_sequence", "nack", "seq", "waiting")
-
-    def __init__(self, seq: int, log_sequence: int, nack: bool, waiting: int = 0) -> None:
-        self.seq = seq
-        self.log_sequence = log_sequence
-        self.nack = nack
-        self.waiting = waiting
-
-
-class _Transaction:
-    __slots__ = ("publishes", "settlements")
-
-    def __init__(self) -> None:
-        self.publishes: list[Content] = []
-        # (command class, taken unacked entries) in the order the client sent them
-        self.settlements: list[tuple[type, list[tuple[int, Any]]]] = []
-
-
 class Channel:
     """Broker-side state of one open channel."""
 
-    def __init__(self, connection: AmqpConnection, number: int) -> None:
+    def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
         self.broker = connection.broker
@@ -141,18 +169,12 @@ class Channel:
         self.consumers: dict[str, _Consumer] = {}
         self.prefetch_count = 0
         self.global_prefetch = 0
-        self.confirm = False
-        self.publish_seq = 0
-        self.confirmed_upto = 0
+        self.confirms: Confirms | None = None  # in confirm mode
         self.durability = self.broker.durability
         self.max_message_size = self.broker.config.max_message_size
-        # confirms waiting for the log, in publish order: (publish seq, log seq, nack)
-        self._held: deque[_Held] = deque()
         self.replicating = 0  # publishes to quorum queues not yet committed
-        # replies behind a tx.commit-ok that waits for the log: (log seq, method or frames)
-        self._deferred: deque[tuple[int, m.Method | bytes]] | None = None
-        self._wait_upto = 0  # the highest log sequence anything here waits for
-        self.transaction: _Transaction | None = None
+        self._commit_wait: CommitWait | None = None  # made by the first commit that waits
+        self.transaction: Transaction | None = None
         self._permission: PermissionCheck | None = None  # see `_permit`
         self._permission_source: object = None
         self.access = self.broker.access
@@ -193,8 +215,9 @@ class Channel:
     # --- plumbing --------------------------------------------------------------------------
 
     def send(self, method: m.Method) -> None:
-        if self._deferred is not None:
-            self._deferred.append((0, method))
+        wait = self._commit_wait
+        if wait is not None and wait.waiting:
+            wait.behind(method)
             return
         self.connection.send_method(self.number, method)
 
@@ -815,7 +838,8 @@ class Channel:
         vhost_name = vhost.name
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
-        durability = self.durability if self.confirm else None
+        confirms = self.confirms
+        durability = self.durability if confirms is not None else None
         # a durable queue that logs the message appends to the log: the confirm waits
         logged_from = durability.log.next_sequence if durability is not None else 0
         replicated: list[asyncio.Future[bool]] | None = None
@@ -841,42 +865,11 @@ class Channel:
                 self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
             else:
                 self.stats.drop_unroutable += 1
-        if self.confirm:
-            self.publish_seq += 1
-            if rejected:
-                self._nack_latest()
-            elif replicated is not None:
-                logged = durability is not None and durability.log.next_sequence != logged_from
-                self._hold_replicated(
-                    replicated,
-                    durability.log.next_sequence - 1 if logged else 0,  # type: ignore[union-attr]
-                )
-            elif durability is not None and durability.log.next_sequence != logged_from:
-                self._hold(durability.log.next_sequence - 1)
-            else:
-                self.connection.confirm_later(self)
-
-    def _hold(self, log_sequence: int) -> None:
-        """The latest publish is confirmed once the log is durable up to `log_sequence`."""
-        durability = self.durability
-        assert durability is not None
-        if log_sequence <= durability.log.durable_sequence:
-            self.connection.confirm_later(self)
-            return
-        self._held.append(_Held(self.publish_seq, log_sequence, False))
-        self._wait_upto = log_sequence
-        durability.wait(self)
-
-    def _hold_replicated(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
-        """The latest publish is confirmed once every quorum queue it went to committed it
-        (and the log is durable up to `log_sequence`); nacked if one refused it."""
-        item = _Held(self.publish_seq, log_sequence, False, len(outcomes))
-        self._held.append(item)
-        if log_sequence and self.durability is not None:
-            self._wait_upto = max(self._wait_upto, log_sequence)
-            self.durability.wait(self)
-        for outcome in outcomes:
-            outcome.add_done_callback(lambda done: self._replicated(item, done))
+        if confirms is not None:
+            log_sequence = 0  # the log sequence its confirm waits for, if it logged
+            if durability is not None and durability.log.next_sequence != logged_from:
+                log_sequence = durability.log.next_sequence - 1
+            confirms.published(rejected, replicated, log_sequence)
 
     def _count_replicating(self, outcome: asyncio.Future[bool]) -> None:
         """Flow control (RabbitMQ's quorum_commands_soft_limit): past the limit of publishes
@@ -891,24 +884,6 @@ class Channel:
         self.replicating -= 1
         if self.replicating <= self.broker.config.quorum_commands_soft_limit // 2:
             self.connection.hold_flow(self, False)
-
-    def _replicated(self, item: _Held, done: asyncio.Future[bool]) -> None:
-        item.waiting -= 1
-        if done.cancelled() or done.exception() is not None or not done.result():
-            item.nack = True
-        if self.connection.channels.get(self.number) is self:
-            self.connection.confirm_later(self)
-
-    def _nack_latest(self) -> None:
-        """A queue refused the latest publish: ack what came before, then nack it."""
-        seq = self.publish_seq
-        if self._held:  # after the held ones, in order
-            self._held.append(_Held(seq, 0, True))
-            return
-        if seq - 1 > self.confirmed_upto:
-            self.send(m.BasicAck(seq - 1, seq - 1 - self.confirmed_upto > 1))
-        self.send(m.BasicNack(seq, False, False))
-        self.confirmed_upto = seq
 
     def _inspect_properties(self, message: Message, routing_keys: list[str]) -> Any:
         """Check user_id, expand CC/BCC and rewrite a direct reply-to address."""
@@ -947,9 +922,8 @@ class Channel:
             target._deliver_reply(message)
         elif method.mandatory:
             self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
-        if self.confirm:
-            self.publish_seq += 1
-            self.connection.confirm_later(self)
+        if self.confirms is not None:
+            self.confirms.published(False, None, 0)
 
     def _return(self, message: Message, code: int, text: str) -> None:
         payload = encode_method(m.BasicReturn(code, text, message.exchange, message.routing_key))
@@ -964,88 +938,49 @@ class Channel:
         )
 
     def pending_confirms(self) -> list[m.Method]:
-        """The acks (and nacks) that may go now, in publish order: everything published
-        since the last ack, up to the first publish still waiting for the log."""
-        if self._held:
-            before = self.confirmed_upto
-            released = self._release_held()
-            self.stats.confirm += self.confirmed_upto - before
-            return released
-        upto = self.publish_seq
-        if upto <= self.confirmed_upto:
-            return []
-        multiple = upto - self.confirmed_upto > 1
-        self.stats.confirm += upto - self.confirmed_upto
-        self.confirmed_upto = upto
-        return [m.BasicAck(upto, multiple)]
-
-    def _release_held(self) -> list[m.Method]:
-        durability = self.durability
-        durable = durability.log.durable_sequence if durability is not None else 0
-        held = self._held
-        out: list[m.Method] = []
-        while held and held[0].log_sequence <= durable and not held[0].waiting:
-            item = held.popleft()
-            if item.nack:
-                self._ack_upto(item.seq - 1, out)
-                out.append(m.BasicNack(item.seq, False, False))
-                self.confirmed_upto = item.seq
-        self._ack_upto(held[0].seq - 1 if held else self.publish_seq, out)
-        return out
-
-    def _ack_upto(self, upto: int, out: list[m.Method]) -> None:
-        if upto > self.confirmed_upto:
-            out.append(m.BasicAck(upto, upto - self.confirmed_upto > 1))
-            self.confirmed_upto = upto
-
-    def durable_reached(self, durable_sequence: int) -> bool:
-        """The log is durable up to `durable_sequence`: release held confirms and a waiting
-        tx.commit-ok. True while something here still waits for more."""
-        held = self._held
-        if held and held[0].log_sequence <= durable_sequence:
-            self.connection.confirm_later(self)
-        deferred = self._deferred
-        if deferred is not None:
-            while deferred and deferred[0][0] <= durable_sequence:
-                _, item = deferred.popleft()
-                if isinstance(item, bytes):
-                    self.connection.send(item)
-                else:
-                    self.connection.send_method(self.number, item)
-            if not deferred:
-                self._deferred = None
-        return self._wait_upto > durable_sequence
+        """The acks and nacks that may go now (the connection asks when it flushes)."""
+        return [] if self.confirms is None else self.confirms.pending()
 
     def _send_frames(self, data: bytes) -> None:
         """Frames of a reply (basic.get-ok): behind a waiting tx.commit-ok if there is one."""
-        if self._deferred is not None:
-            self._deferred.append((0, data))
+        wait = self._commit_wait
+        if wait is not None and wait.waiting:
+            wait.behind(data)
             return
         self.connection.send(data)
+
+    def _write(self, reply: Reply) -> None:
+        """A reply that waited behind a tx.commit-ok (`CommitWait`)."""
+        if isinstance(reply, bytes):
+            self.connection.send(reply)
+        else:
+            self.connection.send_method(self.number, reply)
 
     # --- confirms and transactions ---------------------------------------------------------
 
     def _confirm_select(self, method: m.ConfirmSelect) -> None:
         if self.transaction is not None:
             raise precondition_failed("cannot switch from tx to confirm mode")
-        self.confirm = True
+        if self.confirms is None:
+            flush_later = functools.partial(self.connection.confirm_later, self)
+            self.confirms = Confirms(self.durability, flush_later, self.send, self.stats)
         self._reply(method, m.ConfirmSelectOk())
 
     def _tx_select(self, method: m.TxSelect) -> None:
-        if self.confirm:
+        if self.confirms is not None:
             raise precondition_failed("cannot switch from confirm to tx mode")
         if self.transaction is None:
-            self.transaction = _Transaction()
+            self.transaction = Transaction()
         self.send(m.TxSelectOk())
 
-    def _require_transaction(self) -> _Transaction:
+    def _require_transaction(self) -> Transaction:
         if self.transaction is None:
             raise precondition_failed("channel is not transactional")
         return self.transaction
 
     def _tx_commit(self, method: m.TxCommit) -> None:
         transaction = self._require_transaction()
-        self.transaction = _Transaction()
+        self.transaction = Transaction()
         durability = self.durability
         logged_from = durability.log.next_sequence if durability is not None else 0
         for content in transaction.publishes:
@@ -1056,19 +991,16 @@ class Channel:
             needed = durability.log.next_sequence - 1
             if needed > durability.log.durable_sequence:
                 # persistent messages (or acks) went to the log: commit-ok once it is durable
-                if self._deferred is None:
-                    self._deferred = deque()
-                self._deferred.append((needed, m.TxCommitOk()))
-                self._wait_upto = needed
-                durability.wait(self)
+                if self._commit_wait is None:
+                    self._commit_wait = CommitWait(durability, self._write)
+                self._commit_wait.commit_ok(needed)
                 return
         self.send(m.TxCommitOk())
 
     def _tx_rollback(self, method: m.TxRollback) -> None:
         transaction = self._require_transaction()
-        self.transaction = _Transaction()
-        for _command, taken in transaction.settlements:
-            self.unacked.update(taken)
+        self.transaction = Transaction()
+        self.unacked.update(transaction.taken())
         self.unacked = dict(sorted(self.unacked.items()))
         self.send(m.TxRollbackOk())
 
@@ -1076,17 +1008,16 @@ class Channel:
 
     def close(self) -> None:
         """The channel is gone: cancel its consumers and requeue what it held."""
-        if self.durability is not None:
-            self.durability.forget(self)
         self.broker.retire_stats(self.vhost.name, self.stats)
-        self._held.clear()
-        self._deferred = None
+        if self.confirms is not None:
+            self.confirms.close()
+        if self._commit_wait is not None:
+            self._commit_wait.close()
         for tag in list(self.consumers):
             self._cancel_consumer(tag)
         self._drop_reply_to()
         if self.transaction is not None:
-            for _command, taken in self.transaction.settlements:
-                self.unacked.update(taken)
+            self.unacked.update(self.transaction.taken())
             self.transaction = None
         self.requeue_all()
 

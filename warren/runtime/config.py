@@ -19,7 +19,6 @@ from typing import Any
 from warren.model.settings import DEAD_LETTER_PREFETCH_DEFAULT
 from warren.runtime.passwords import ALGORITHMS
 from warren.runtime.sizes import memory_limit_bytes, parse_size
-from warren.runtime.tls import LOGIN_FROM, VERIFY_MODES
 
 
 @dataclass(slots=True)
@@ -141,6 +140,9 @@ _HELP = {
 
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# ssl_verify and ssl_cert_login_from, as RabbitMQ spells them (`warren.runtime.tls`)
+VERIFY_MODES = ("verify_none", "verify_peer")
+LOGIN_FROM = ("distinguished_name", "common_name")
 MESSAGE_SIZE_MAX = 512 * 1024 * 1024  # RabbitMQ's cap on max_message_size
 
 

@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from warren.runtime.config import Config
 
-VERIFY_MODES = ("verify_none", "verify_peer")
-LOGIN_FROM = ("distinguished_name", "common_name")
 # RFC 4514 short names of the attributes Python's `getpeercert` spells out
 _SHORT_NAMES = {
     "commonName": "CN",

@@ -1,14 +1,22 @@
-"""Publisher confirms and tx.commit-ok held for the log, released in order (no sockets)."""
+"""Publisher confirms (`warren.runtime.confirms`) and tx.commit-ok
+(`warren.runtime.transactions`) held for the log, released in order (no sockets)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
+
 from warren.amqp import methods as m
+from warren.errors import SoftError
 from warren.queue import Settle
 from warren.runtime.broker import Broker
 from warren.runtime.channel import Channel
 from warren.runtime.config import Config
+from warren.runtime.confirms import Confirms
+from warren.runtime.stats import MessageStats
+from warren.runtime.transactions import CommitWait, Reply
 
 
 class FakeLog:
@@ -26,7 +34,176 @@ class FakeDurability:
         self.waiters.append(waiter)
 
     def forget(self, waiter: Any) -> None:
-        self.waiters.remove(waiter)
+        while waiter in self.waiters:
+            self.waiters.remove(waiter)
+
+
+class Publisher:
+    """What a channel gives its confirms: a flush request counter and a send list."""
+
+    def __init__(self) -> None:
+        self.durability = FakeDurability()
+        self.flushes = 0
+        self.sent: list[m.Method] = []
+        self.stats = MessageStats()
+        self.confirms = Confirms(
+            self.durability,  # type: ignore[arg-type]
+            self.flush_later,
+            self.sent.append,
+            self.stats,
+        )
+
+    def flush_later(self) -> None:
+        self.flushes += 1
+
+    def persistent(self, log_sequence: int) -> None:
+        self.confirms.published(False, None, log_sequence)
+
+    def transient(self) -> None:
+        self.confirms.published(False, None, 0)
+
+    def rejected(self) -> None:
+        self.confirms.published(True, None, 0)
+
+    def durable(self, sequence: int) -> bool:
+        self.durability.log.durable_sequence = sequence
+        return self.confirms.durable_reached(sequence)
+
+
+def confirms(methods: list[m.Method]) -> list[tuple[str, int, bool]]:
+    return [(type(x).__name__, x.delivery_tag, x.multiple) for x in methods]  # type: ignore[attr-defined]
+
+
+def test_confirms_wait_for_the_log_and_keep_publish_order() -> None:
+    publisher = Publisher()
+    publisher.persistent(10)  # 1
+    publisher.transient()  # 2
+    publisher.rejected()  # 3
+    publisher.persistent(12)  # 4
+    publisher.transient()  # 5
+    assert publisher.confirms.pending() == []  # 1 is not durable: nothing after it goes either
+    assert publisher.sent == []  # not even the nack
+    assert publisher.durability.waiters == [publisher.confirms] * 2
+    assert publisher.confirms.unconfirmed == 5
+
+    assert publisher.durable(10) is True  # 4 still waits
+    assert confirms(publisher.confirms.pending()) == [
+        ("BasicAck", 2, True),
+        ("BasicNack", 3, False),
+    ]
+    assert publisher.durable(12) is False
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 5, True)]
+    assert publisher.confirms.pending() == []
+    assert publisher.stats.confirm == 5
+    assert publisher.confirms.unconfirmed == 0
+
+
+def test_without_held_confirms_the_fast_path_acks_at_once() -> None:
+    publisher = Publisher()
+    publisher.transient()
+    publisher.transient()
+    assert publisher.flushes == 2
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 2, True)]
+    publisher.transient()
+    publisher.rejected()  # nothing held: 3's ack and 4's nack go at once, no flush needed
+    assert confirms(publisher.sent) == [("BasicAck", 3, False), ("BasicNack", 4, False)]
+    assert publisher.confirms.pending() == []
+
+
+def test_a_record_already_durable_is_not_held() -> None:
+    publisher = Publisher()
+    publisher.durability.log.durable_sequence = 7
+    publisher.persistent(7)
+    assert publisher.durability.waiters == []
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
+
+
+def test_a_replicated_publish_waits_for_every_quorum_queue() -> None:
+    async def scenario() -> None:
+        publisher = Publisher()
+        loop = asyncio.get_running_loop()
+        first, second = loop.create_future(), loop.create_future()
+        publisher.confirms.published(False, [first, second], 0)  # 1: two quorum queues
+        publisher.transient()  # 2
+        assert publisher.confirms.pending() == []
+        first.set_result(True)
+        await asyncio.sleep(0)
+        assert publisher.confirms.pending() == []  # the second queue has not committed yet
+        second.set_result(True)
+        await asyncio.sleep(0)
+        assert publisher.flushes >= 2
+        assert confirms(publisher.confirms.pending()) == [("BasicAck", 2, True)]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("outcome", ["refused", "failed", "cancelled"])
+def test_a_replicated_publish_any_queue_refused_is_nacked_in_order(outcome: str) -> None:
+    async def scenario() -> None:
+        publisher = Publisher()
+        loop = asyncio.get_running_loop()
+        refused, committed = loop.create_future(), loop.create_future()
+        publisher.transient()  # 1
+        publisher.confirms.published(False, [refused, committed], 0)  # 2
+        publisher.transient()  # 3
+        committed.set_result(True)
+        if outcome == "refused":
+            refused.set_result(False)
+        elif outcome == "failed":
+            refused.set_exception(TimeoutError("no leader in time"))
+        else:
+            refused.cancel()
+        await asyncio.sleep(0)
+        assert confirms(publisher.confirms.pending()) == [
+            ("BasicAck", 1, False),
+            ("BasicNack", 2, False),
+            ("BasicAck", 3, False),
+        ]
+
+    asyncio.run(scenario())
+
+
+def test_a_replicated_publish_that_also_logged_waits_for_both() -> None:
+    async def scenario() -> None:
+        publisher = Publisher()
+        committed = asyncio.get_running_loop().create_future()
+        publisher.confirms.published(False, [committed], 4)  # a quorum and a durable classic queue
+        committed.set_result(True)
+        await asyncio.sleep(0)
+        assert publisher.confirms.pending() == []  # committed, but the log is not durable
+        assert publisher.durable(4) is False
+        assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
+
+    asyncio.run(scenario())
+
+
+def test_after_close_a_late_commit_asks_for_no_flush() -> None:
+    async def scenario() -> None:
+        publisher = Publisher()
+        committed = asyncio.get_running_loop().create_future()
+        publisher.persistent(3)
+        publisher.confirms.published(False, [committed], 0)
+        flushes = publisher.flushes
+        publisher.confirms.close()
+        assert publisher.durability.waiters == []
+        committed.set_result(True)
+        await asyncio.sleep(0)
+        assert publisher.confirms.durable_reached(3) is False
+        assert publisher.flushes == flushes  # the channel number may belong to another channel
+
+    asyncio.run(scenario())
+
+
+def test_confirm_mode_and_tx_mode_exclude_each_other() -> None:
+    channel, _connection, _durability = transaction_channel()
+    channel._confirm_select(m.ConfirmSelect())
+    assert channel.confirms is not None
+    with pytest.raises(SoftError, match="cannot switch from confirm to tx mode"):
+        channel._tx_select(m.TxSelect())
+    channel, _connection, _durability = transaction_channel()
+    channel._tx_select(m.TxSelect())
+    with pytest.raises(SoftError, match="cannot switch from tx to confirm mode"):
+        channel._confirm_select(m.ConfirmSelect())
 
 
 class FakeConnection:
@@ -34,7 +211,6 @@ class FakeConnection:
         self.broker = broker
         self.vhost = broker.vhosts["/"]
         self.sent: list[Any] = []
-        self.confirm_requests = 0
 
     def send_method(self, channel: int, method: m.Method) -> None:
         self.sent.append(method)
@@ -43,79 +219,20 @@ class FakeConnection:
         self.sent.append(data)
 
     def confirm_later(self, channel: Channel) -> None:
-        self.confirm_requests += 1
+        pass
 
 
-def confirm_channel() -> tuple[Channel, FakeConnection, FakeDurability]:
+def transaction_channel() -> tuple[Channel, FakeConnection, FakeDurability]:
     broker = Broker(Config())
     durability = FakeDurability()
     broker.durability = durability  # type: ignore[assignment]
     connection = FakeConnection(broker)
     channel = Channel(connection, 1)  # type: ignore[arg-type]
-    channel.confirm = True
     return channel, connection, durability
 
 
-def persistent(channel: Channel, log_sequence: int) -> None:
-    channel.publish_seq += 1
-    channel._hold(log_sequence)
-
-
-def transient(channel: Channel) -> None:
-    channel.publish_seq += 1
-    channel.connection.confirm_later(channel)
-
-
-def rejected(channel: Channel) -> None:
-    channel.publish_seq += 1
-    channel._nack_latest()
-
-
-def confirms(methods: list[m.Method]) -> list[tuple[str, int, bool]]:
-    return [(type(x).__name__, x.delivery_tag, x.multiple) for x in methods]  # type: ignore[attr-defined]
-
-
-def test_confirms_wait_for_the_log_and_keep_publish_order() -> None:
-    channel, connection, durability = confirm_channel()
-    persistent(channel, 10)  # 1
-    transient(channel)  # 2
-    rejected(channel)  # 3
-    persistent(channel, 12)  # 4
-    transient(channel)  # 5
-    assert channel.pending_confirms() == []  # 1 is not durable: nothing after it goes either
-    assert connection.sent == []  # not even the nack
-    assert durability.waiters == [channel, channel]
-
-    durability.log.durable_sequence = 10
-    assert channel.durable_reached(10) is True  # 4 still waits
-    assert confirms(channel.pending_confirms()) == [("BasicAck", 2, True), ("BasicNack", 3, False)]
-
-    durability.log.durable_sequence = 12
-    assert channel.durable_reached(12) is False
-    assert confirms(channel.pending_confirms()) == [("BasicAck", 5, True)]
-    assert channel.pending_confirms() == []
-
-
-def test_without_held_confirms_the_fast_path_acks_at_once() -> None:
-    channel, connection, _durability = confirm_channel()
-    transient(channel)
-    transient(channel)
-    assert confirms(channel.pending_confirms()) == [("BasicAck", 2, True)]
-    rejected(channel)
-    assert confirms(connection.sent) == [("BasicNack", 3, False)]
-
-
-def test_a_record_already_durable_is_not_held() -> None:
-    channel, _connection, durability = confirm_channel()
-    durability.log.durable_sequence = 7
-    persistent(channel, 7)
-    assert durability.waiters == []
-    assert confirms(channel.pending_confirms()) == [("BasicAck", 1, False)]
-
-
 def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
-    channel, connection, durability = confirm_channel()
-    channel.confirm = False
+    channel, connection, durability = transaction_channel()
     channel._tx_select(m.TxSelect())
     connection.sent.clear()
     assert channel.transaction is not None
@@ -129,10 +246,10 @@ def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
     channel.send(m.BasicQosOk())
     channel._send_frames(b"get-ok frames")
     assert connection.sent == []
-    assert durability.waiters == [channel]
-    assert channel.durable_reached(1) is True
+    [wait] = durability.waiters
+    assert wait.durable_reached(1) is True
     assert connection.sent == []
-    assert channel.durable_reached(2) is False
+    assert wait.durable_reached(2) is False
     assert [x if isinstance(x, bytes) else type(x).__name__ for x in connection.sent] == [
         "TxCommitOk",
         "BasicQosOk",
@@ -143,9 +260,53 @@ def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
 
 
 def test_a_commit_that_logged_nothing_answers_at_once() -> None:
-    channel, connection, durability = confirm_channel()
-    channel.confirm = False
+    channel, connection, durability = transaction_channel()
     channel._tx_select(m.TxSelect())
     channel._tx_commit(m.TxCommit())
     assert [type(x).__name__ for x in connection.sent] == ["TxSelectOk", "TxCommitOk"]
+    assert durability.waiters == []
+
+
+def test_commit_oks_wait_each_for_its_own_sequence_and_replies_keep_order() -> None:
+    durability = FakeDurability()
+    written: list[Reply] = []
+    wait = CommitWait(durability, written.append)  # type: ignore[arg-type]
+    wait.commit_ok(3)
+    wait.behind(m.BasicQosOk())
+    wait.commit_ok(5)  # a second commit while the first one waits
+    wait.behind(b"frames")
+    assert wait.waiting
+    assert wait.durable_reached(4) is True
+    assert [type(x).__name__ for x in written] == ["TxCommitOk", "BasicQosOk"]
+    assert wait.durable_reached(5) is False
+    assert written[2:] == [m.TxCommitOk(), b"frames"]
+    assert not wait.waiting
+
+
+def test_a_rollback_gives_the_settled_tags_back_in_tag_order() -> None:
+    channel, connection, _durability = transaction_channel()
+    channel._tx_select(m.TxSelect())
+    assert channel.transaction is not None
+    channel.unacked = {2: "b"}  # type: ignore[dict-item]
+    channel.transaction.settlements.append((Settle, [(3, "c")]))
+    channel.transaction.settlements.append((Settle, [(1, "a")]))
+    channel._tx_rollback(m.TxRollback())
+    assert list(channel.unacked) == [1, 2, 3]
+    assert channel.transaction is not None and channel.transaction.settlements == []
+    assert type(connection.sent[-1]) is m.TxRollbackOk
+
+
+def test_closing_while_a_commit_ok_waits_forgets_it() -> None:
+    channel, _connection, durability = transaction_channel()
+    channel._tx_select(m.TxSelect())
+    assert channel.transaction is not None
+    channel.transaction.settlements.append((Settle, []))
+
+    def settlement_that_logs(command: type, taken: list[tuple[int, Any]]) -> None:
+        durability.log.next_sequence += 1
+
+    channel._apply_settlement = settlement_that_logs  # type: ignore[method-assign]
+    channel._tx_commit(m.TxCommit())
+    assert len(durability.waiters) == 1
+    channel.close()
     assert durability.waiters == []

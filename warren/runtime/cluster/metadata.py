@@ -48,7 +48,7 @@ import pickle
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
 from warren.model import DestinationKind, Exchange, QueueType, VHost
@@ -61,7 +61,7 @@ from warren.runtime.admin_access import delete_vhost
 from warren.runtime.broker import Broker
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import EntryMeta
-from warren.runtime.cluster.remote import RemoteHost
+from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
 from warren.runtime.durability import binding_definition, queue_definition
 from warren.runtime.queues.host import Placement, QueueHost
 from warren.storage.definitions import (
@@ -71,18 +71,50 @@ from warren.storage.definitions import (
     QueueDefinition,
 )
 
-if TYPE_CHECKING:
-    from warren.runtime.cluster.node import ClusterNode
-
 log = logging.getLogger("warren.cluster.metadata")
 
 Operation = tuple[str, str, tuple[Any, ...]]  # origin node, store method, its arguments
+Placements = dict[tuple[str, str], tuple[str, list[str]]]  # queue -> (group id, members)
+
+
+class MetadataNode(Protocol):
+    """What the metadata group needs of the node's cluster side
+    (`warren.runtime.cluster.node.ClusterNode`, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def definitions(self) -> ReplicatedDefinitions: ...
+
+    @property
+    def transient(self) -> TransientDefinitions: ...
+
+    @property
+    def remote(self) -> RemoteQueues: ...
+
+    def replicate(self, operation: Operation) -> asyncio.Future[object]:
+        """Propose an operation; the future has its result once every node applied it."""
+
+    def placements(self) -> Placements: ...
+
+    def adopt_placement(self, vhost: str, name: str, placement: Any) -> None: ...
+
+    def members_changed(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
+        """A quorum queue's member list as the metadata group has it."""
+
+    def node_known(self, node: str, host: str, port: int) -> None: ...
+
+    def forget_node(self, node: str) -> None: ...
 
 
 class ReplicatedDefinitions:
     """A `DefinitionsStore` whose changes are also proposed to the metadata group."""
 
-    def __init__(self, store: DefinitionsStore, cluster: ClusterNode) -> None:
+    def __init__(self, store: DefinitionsStore, cluster: MetadataNode) -> None:
         self.store = store
         self.cluster = cluster
         self.applying = False  # applying another node's operation: do not replicate it
@@ -249,7 +281,7 @@ class TransientDefinitions:
     """The durability's observer in a cluster: proposes what the store does not replicate
     (module doc, 4) as this node's operations."""
 
-    def __init__(self, cluster: ClusterNode) -> None:
+    def __init__(self, cluster: MetadataNode) -> None:
         self.cluster = cluster
         self._exchanges: dict[str, set[str]] = {}  # non-durable exchanges, by vhost
 
@@ -369,7 +401,7 @@ class Applied:
 class MetadataMachine:
     """The metadata group's state machine: other nodes' definition changes, applied here."""
 
-    def __init__(self, cluster: ClusterNode) -> None:
+    def __init__(self, cluster: MetadataNode) -> None:
         self.cluster = cluster
         self.leader = False
         self.applied_index = 0  # in memory: what `reached` waits for

@@ -12,39 +12,83 @@ Theory of operation:
    the member list is recorded and the node drops its replica. Each change is one Raft
    membership change, committed by a majority, so none loses committed data.
 3. Failures are `MembershipError` with a message for the operator.
+4. The verbs act on an `OperatedNode`, what they need of the node's cluster side
+   (`warren.runtime.cluster.node.ClusterNode`, which joins a cluster through `join`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from warren.cluster.nodes import METADATA_GROUP
-from warren.runtime.cluster.calls import AddMember, Forward, GroupStatus, RemoveMember, Transfer
+from warren.runtime.cluster.calls import (
+    AddMember,
+    Forward,
+    GroupStatus,
+    LeaderRequest,
+    NodeRequest,
+    RemoveMember,
+    Transfer,
+)
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost
 
 if TYPE_CHECKING:
-    from warren.runtime.cluster.node import ClusterNode
+    from warren.runtime.broker import Broker
+    from warren.runtime.cluster.peers import Peers
+
+R = TypeVar("R")
+
+
+class OperatedNode(Protocol):
+    """What operators' verbs need of the node's cluster side."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def nodes(self) -> Mapping[str, tuple[str, int]]: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def peers(self) -> Peers: ...
+
+    @property
+    def queues(self) -> Mapping[str, QuorumHost]:
+        """This node's quorum queue hosts by Raft group id."""
+
+    async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R: ...
+
+    async def leader_call(self, request: LeaderRequest[R]) -> R: ...
+
+    async def set_members(self, host: QuorumHost, members: list[str]) -> None:
+        """Record a queue's member list in the metadata group; back once applied here."""
+
+    def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]: ...
 
 
 class MembershipError(Exception):
     pass
 
 
-def _quorum_host(cluster: ClusterNode, vhost: str, queue: str) -> QuorumHost:
+def _quorum_host(cluster: OperatedNode, vhost: str, queue: str) -> QuorumHost:
     host = cluster.broker.queues.get((vhost, queue))
     if not isinstance(host, QuorumHost):
         raise MembershipError(f"quorum queue '{queue}' in vhost '{vhost}' not found")
     return host
 
 
-def _known(cluster: ClusterNode, node: str) -> None:
+def _known(cluster: OperatedNode, node: str) -> None:
     if node != cluster.name and node not in cluster.nodes:
         raise MembershipError(f"node {node} is not in the cluster")
 
 
-async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
+async def add_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     _known(cluster, node)
     host = _quorum_host(cluster, vhost, queue)
     if node in host.members:
@@ -53,7 +97,7 @@ async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) ->
     return await cluster.leader_call(AddMember(host.group_id, node))
 
 
-async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
+async def delete_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     host = _quorum_host(cluster, vhost, queue)
     if node not in host.members:
         raise MembershipError(f"{node} is not a member of '{queue}'")
@@ -64,7 +108,7 @@ async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str)
     return members
 
 
-def _matching(cluster: ClusterNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:
+def _matching(cluster: OperatedNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:
     vhosts, queues = re.compile(vhost_pattern), re.compile(queue_pattern)
     return sorted(
         (
@@ -77,7 +121,7 @@ def _matching(cluster: ClusterNode, vhost_pattern: str, queue_pattern: str) -> l
 
 
 async def grow(
-    cluster: ClusterNode, node: str, strategy: str, vhost_pattern: str, queue_pattern: str
+    cluster: OperatedNode, node: str, strategy: str, vhost_pattern: str, queue_pattern: str
 ) -> list[dict[str, Any]]:
     """Add `node` to every matching queue (``all``) or to those with an even number of
     members (``even``), as ``rabbitmq-queues grow`` does."""
@@ -92,7 +136,7 @@ async def grow(
     return results
 
 
-async def shrink(cluster: ClusterNode, node: str, errors_only: bool) -> list[dict[str, Any]]:
+async def shrink(cluster: OperatedNode, node: str, errors_only: bool) -> list[dict[str, Any]]:
     """Remove `node` from every queue it is a member of (not from a queue's last member)."""
     results = []
     for host in _matching(cluster, "", ""):
@@ -104,7 +148,7 @@ async def shrink(cluster: ClusterNode, node: str, errors_only: bool) -> list[dic
 
 
 async def _attempt(
-    action: Any, cluster: ClusterNode, host: QuorumHost, node: str
+    action: Any, cluster: OperatedNode, host: QuorumHost, node: str
 ) -> dict[str, Any]:
     record = host.record
     try:
@@ -115,7 +159,7 @@ async def _attempt(
 
 
 async def rebalance(
-    cluster: ClusterNode, vhost_pattern: str, queue_pattern: str
+    cluster: OperatedNode, vhost_pattern: str, queue_pattern: str
 ) -> list[dict[str, Any]]:
     """Move leaders so that every node leads about as many queues (leadership transfers)."""
     hosts = _matching(cluster, vhost_pattern, queue_pattern)
@@ -143,7 +187,7 @@ async def rebalance(
     return moves
 
 
-async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[dict[str, Any]]:
+async def quorum_status(cluster: OperatedNode, vhost: str, queue: str) -> list[dict[str, Any]]:
     """Each member's view of the queue's Raft group (``rabbitmq-queues quorum_status``)."""
     host = _quorum_host(cluster, vhost, queue)
     rows = []
@@ -160,7 +204,7 @@ async def quorum_status(cluster: ClusterNode, vhost: str, queue: str) -> list[di
     return rows
 
 
-async def join(cluster: ClusterNode, seed: str) -> list[str]:
+async def join(cluster: OperatedNode, seed: str) -> list[str]:
     """This node joins `seed`'s cluster: the metadata group's leader adds it as a member."""
     host, port = cluster.peers.listen_address
     request = AddMember(METADATA_GROUP, cluster.name, host, port)
@@ -171,7 +215,7 @@ async def join(cluster: ClusterNode, seed: str) -> list[str]:
     return members
 
 
-async def forget(cluster: ClusterNode, node: str) -> None:
+async def forget(cluster: OperatedNode, node: str) -> None:
     """Remove a node that is gone for good from every group (RabbitMQ needs it stopped)."""
     if node == cluster.name:
         raise MembershipError("a node cannot forget itself")

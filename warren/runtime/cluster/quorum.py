@@ -72,7 +72,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final, TypeGuard, cast
+from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from warren.amqp.content import Message
 from warren.model import QueueRecord
@@ -99,16 +99,17 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import snapshot as queue_snapshot
-from warren.runtime.cluster.calls import Consumers, Counts
+from warren.runtime.cluster.calls import Consumers, Counts, LeaderRequest
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.raft_host import EntryMeta
-from warren.runtime.cluster.remote import ConsumerKey
+from warren.runtime.cluster.remote import ConsumerKey, RemoteQueues
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
     Answer,
     ConsumerRef,
     HostFields,
+    Node,
     Outcome,
     Pending,
     Placement,
@@ -118,14 +119,48 @@ from warren.runtime.queues.host import (
 )
 
 if TYPE_CHECKING:
-    from warren.runtime.cluster.node import ClusterNode
     from warren.runtime.cluster.raft_host import RaftGroup
 
 log = logging.getLogger("warren.quorum")
+R = TypeVar("R")
 
 _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
 # bodies of the latest enqueues kept in memory, so a consumer that keeps up reads no disk
 RECENT_BODIES_MAX: Final = 4096
+
+
+class QuorumNode(Protocol):
+    """What a quorum host needs of the node's cluster side
+    (`warren.runtime.cluster.node.ClusterNode`, which imports this module)."""
+
+    @property
+    def broker(self) -> Node: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def incarnation(self) -> str:
+        """Names this process's consumers (those of an earlier life of the node are stale)."""
+
+    @property
+    def applying(self) -> bool:
+        """A metadata operation is being applied here (its changes are not proposed again)."""
+
+    @property
+    def remote(self) -> RemoteQueues: ...
+
+    def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
+        """A command to the group's leader; the future has its outcome once applied."""
+
+    def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]: ...
+
+    async def leader_call(self, request: LeaderRequest[R]) -> R: ...
+
+    def forget_queue(self, host: QuorumHost) -> None: ...
+
+    def reap_soon(self) -> None:
+        """Cancel, after a grace period, the consumers of nodes still unreachable."""
 
 
 class QuorumHost(HostFields):
@@ -134,7 +169,7 @@ class QuorumHost(HostFields):
     replica: Replica
 
     def __init__(
-        self, cluster: ClusterNode, record: QueueRecord, group_id: str, members: list[str]
+        self, cluster: QuorumNode, record: QueueRecord, group_id: str, members: list[str]
     ) -> None:
         super().__init__(cluster.broker, record)
         self.cluster = cluster

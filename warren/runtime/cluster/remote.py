@@ -108,7 +108,8 @@ from warren.runtime.queues.host import (
 )
 
 if TYPE_CHECKING:
-    from warren.runtime.cluster.node import ClusterNode
+    from warren.runtime.broker import Broker
+    from warren.runtime.cluster.peers import Peers
 
 # (node, the node process's incarnation, number): a consumer, wherever its queue lives
 ConsumerKey = tuple[str, str, int]
@@ -337,10 +338,50 @@ class RemoteHost(HostFields):
         self.machine.apply(Meta(now_ms()), Configure(settings))
 
 
+Operations = list[tuple[str, tuple[Any, ...]]]  # metadata operations (`metadata.Operation`)
+
+
+class LocalDefinitions(Protocol):
+    def operations(self, home: str | None) -> Operations:
+        """What this node holds that the store does not keep, as metadata operations."""
+
+
+class Replaying(Protocol):
+    def replay(self, operations: Operations) -> object:
+        """Apply operations another node made, without replicating them again."""
+
+
+class RemoteNode(Protocol):
+    """What remote queues need of the node's cluster side
+    (`warren.runtime.cluster.node.ClusterNode`, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def incarnation(self) -> str: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def peers(self) -> Peers: ...
+
+    @property
+    def applying(self) -> bool:
+        """A metadata operation is being applied here (its effects are not sent again)."""
+
+    @property
+    def transient(self) -> LocalDefinitions: ...
+
+    @property
+    def metadata(self) -> Replaying: ...
+
+
 class RemoteQueues:
     """This node's side of remote queues: as a home, and as a user of others' queues."""
 
-    def __init__(self, cluster: ClusterNode) -> None:
+    def __init__(self, cluster: RemoteNode) -> None:
         self.cluster = cluster
         self.broker = cluster.broker
         self.peers = cluster.peers
