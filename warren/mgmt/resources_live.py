@@ -21,6 +21,7 @@ from warren.runtime import admin, admin_live, admin_neutral, config
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
 from warren.runtime.cluster.calls import NodeDetails
+from warren.runtime.cluster.node import ClusterNode
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 
 NODE_DETAILS_WAIT_S = 2.0  # how long /api/nodes waits for another node's answer
@@ -86,7 +87,7 @@ async def list_nodes(request: web.Request, broker: Broker, params: list[str]) ->
     cluster = broker.cluster
     if cluster is None:
         return listed(request, broker, [admin_live.node_json(broker)])
-    names = sorted({*cluster.nodes, cluster.name})
+    names = sorted({*cluster.nodes, broker.config.node_name})
     return listed(request, broker, [await _node(broker, name) for name in names])
 
 
@@ -106,7 +107,7 @@ async def get_node(request: web.Request, broker: Broker, params: list[str]) -> w
 async def _node(broker: Broker, name: str) -> Any:
     """One node's details: this node's own, another's asked over the peer link."""
     cluster = broker.cluster
-    if name == broker.config.node_name or cluster is None:
+    if name == broker.config.node_name or not isinstance(cluster, ClusterNode):
         return admin_live.node_json(broker)
     details = None
     if name not in cluster.unreachable():
