@@ -5,9 +5,8 @@ Theory of operation:
    how it survives a restart). In a cluster the store is wrapped by `ReplicatedDefinitions`:
    each ``put_*``/``delete_*`` is written locally as before and also proposed to the
    metadata group as an operation ``(origin node, method name, arguments)``.
-2. `MetadataMachine.apply` runs on every node in log order. The node that made the change
-   already applied it (a client's declare answers at once), so it skips its own
-   operations; every other node applies them to its live model *and* its store, with
+2. `MetadataMachine.apply` runs on every node in log order and applies every operation
+   to the node's live model *and* its store, the proposer's own included, with
    replication switched off while it does (`applying`), so nothing echoes back. The
    last index applied is kept in the store, so a restart does not apply anything twice.
 3. Quorum queues are different: their declare and delete go to the log first and take
@@ -22,21 +21,25 @@ Theory of operation:
    classic queue with its home node (the node that declared it: the others get a proxy,
    `warren.runtime.cluster.remote`), non-durable exchanges, and every binding. A node
    stores a binding between durable ends unless its queue's home is another node.
-5. Conflicts (other definitions): two nodes changing the same definition at the same
-   moment each apply their own change first and the other's when the log brings it. A
-   node therefore counts its changes the log has not brought back yet, per definition
-   (`LocalChanges`): when another node's change to one of them is applied meanwhile, it
-   came earlier in the log, and the node applies its own change again when the log
-   brings it back, so every node ends with the change that is last in the log. Two nodes
-   declaring one classic queue name at once each keep their own queue (each ignores the
-   other's declare).
-6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`); a node
-   that restores one puts every definition it holds.
+5. Conflicts (other definitions): the node that makes a change applies it at once (a
+   classic queue, exchange or binding is in its model before it proposes it) and again
+   when the log brings it back, as every other node does, so two nodes changing the same
+   definition at the same moment both end with the change that is last in the log. A
+   change another node made meanwhile may show on the proposer for the moment between
+   (its -ok waits for the log, point 7, so one client never sees it). Operations are
+   numbered by their sender (a node's process, `logged`): a copy a new leader commits
+   again is skipped on every node, as the quorum queues' `Sequenced` commands are. Two
+   nodes declaring one classic queue name at once each keep their own queue (each ignores
+   the other's declare).
+6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`), the
+   quorum queues' placements, what the store does not keep (point 4) and the last number
+   applied of each sender; a node that restores one puts every definition it holds.
 7. A definition's -ok reaches the client once every node has it, as in RabbitMQ: an
    operation's proposer waits, after the commit, until its own node and every node it has
    a link with applied the entry (`ClusterNode.replicate`, an `AppliedThrough` barrier,
-   bounded in time), and a channel sends the -ok of a method that proposed changes once
-   they are settled (`settled`), so a publish through any node at once finds the queue.
+   bounded in time), and a channel sends the -ok of a method that proposed changes (the
+   management API its answer to a request that did) once they are settled (`settled`),
+   so a publish through any node at once finds the queue.
 """
 
 from __future__ import annotations
@@ -45,10 +48,9 @@ import asyncio
 import dataclasses
 import logging
 import pickle
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
 from warren.model import DestinationKind, Exchange, QueueType, VHost
@@ -86,7 +88,6 @@ class ReplicatedDefinitions:
         self.store = store
         self.cluster = cluster
         self.applying = False  # applying another node's operation: do not replicate it
-        self.changes = LocalChanges()
         # proposed and not yet applied everywhere, for `settled` (in order; a set)
         self._unsettled: dict[asyncio.Future[object], None] = {}
 
@@ -96,7 +97,6 @@ class ReplicatedDefinitions:
     def replicate(self, method: str, *arguments: Any) -> None:
         """Propose a change made here (not one being applied from the log)."""
         if not self.applying:
-            self.changes.made(method, arguments)
             outcome = self.cluster.replicate((self.cluster.name, method, arguments))
             outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
             self._unsettled[outcome] = None
@@ -185,64 +185,6 @@ class ReplicatedDefinitions:
     def delete_operator_policy(self, vhost: str, name: str) -> None:
         self.store.delete_operator_policy(vhost, name)
         self.replicate("delete_operator_policy", vhost, name)
-
-
-class LocalChanges:
-    """This node's definition changes that the log has not brought back yet (module doc,
-    point 5), by the definition they change."""
-
-    def __init__(self) -> None:
-        self._waiting: Counter[tuple[Any, ...]] = Counter()
-        self._overtaken: set[tuple[Any, ...]] = set()
-
-    def made(self, method: str, arguments: tuple[Any, ...]) -> None:
-        changed = _changed(method, arguments)
-        if changed is not None:
-            self._waiting[changed] += 1
-
-    def other(self, method: str, arguments: tuple[Any, ...]) -> None:
-        """Another node's change, applied now: earlier in the log than those waiting."""
-        changed = _changed(method, arguments)
-        if changed is not None and self._waiting[changed] > 0:
-            self._overtaken.add(changed)
-
-    def back(self, method: str, arguments: tuple[Any, ...]) -> bool:
-        """One of this node's changes, back from the log: whether to apply it again."""
-        changed = _changed(method, arguments)
-        if changed is None:
-            return False
-        again = changed in self._overtaken
-        self._waiting[changed] -= 1
-        if self._waiting[changed] <= 0:
-            del self._waiting[changed]
-            self._overtaken.discard(changed)
-        return again
-
-
-def _changed(method: str, arguments: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The definition an operation changes, as (kind, identity...), for the operations a
-    node applies before the log has them (not quorum queues, not cluster changes, not
-    classic queues, each of which has one home)."""
-    kind, _, what = method.partition("_")
-    if what == "binding":
-        return (what, arguments[0])
-    if what not in _IDENTITY:
-        return None
-    if kind == "put":
-        return (what, *(getattr(arguments[0], field) for field in _IDENTITY[what]))
-    return (what, *arguments[: len(_IDENTITY[what])])  # delete_*, transient_exchange
-
-
-# what names a definition: the fields of the put_* argument, the arguments of delete_*
-_IDENTITY: Final = {
-    "vhost": ("name",),
-    "user": ("name",),
-    "permission": ("user", "vhost"),
-    "topic_permission": ("user", "vhost", "exchange"),
-    "exchange": ("vhost", "name"),
-    "policy": ("vhost", "name"),
-    "operator_policy": ("vhost", "name"),
-}
 
 
 class TransientDefinitions:
@@ -357,6 +299,22 @@ def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[An
         log.warning("%s%r not replicated to the cluster: %s", method, arguments, error)
 
 
+def logged(operation: Operation, sender: str, number: int) -> bytes:
+    """An operation as the metadata log holds it: numbered by its sender (one node's
+    process), from 1, so that a copy a new leader commits again is applied once (point 5)."""
+    return pickle.dumps((*operation, sender, number), pickle.HIGHEST_PROTOCOL)
+
+
+def _read(data: bytes) -> tuple[Operation, tuple[str, int] | None]:
+    """An entry of the log, with its sender and number; one written before operations were
+    numbered is ``(origin, method, arguments)`` and has none."""
+    loaded = pickle.loads(data)
+    if len(loaded) == 3:
+        return loaded, None
+    origin, method, arguments, sender, number = loaded
+    return (origin, method, arguments), (sender, number)
+
+
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What an applied operation answers its proposer: its log index, for the barrier
@@ -367,12 +325,14 @@ class Applied:
 
 
 class MetadataMachine:
-    """The metadata group's state machine: other nodes' definition changes, applied here."""
+    """The metadata group's state machine: every node's definition changes, applied here in
+    log order."""
 
     def __init__(self, cluster: ClusterNode) -> None:
         self.cluster = cluster
         self.leader = False
         self.applied_index = 0  # in memory: what `reached` waits for
+        self.numbered: dict[str, int] = {}  # sender -> the last number applied (point 5)
         self._reached: list[tuple[int, asyncio.Future[bool]]] = []
 
     @property
@@ -406,21 +366,21 @@ class MetadataMachine:
 
     def _apply(self, index: int, data: bytes) -> object:
         store = self.cluster.definitions.store
-        if index <= store.applied_index():
-            return None  # applied before this node restarted
-        origin, method, arguments = pickle.loads(data)
-        result: object = None
-        changes = self.cluster.definitions.changes
-        if origin != self.cluster.name:
-            changes.other(method, arguments)
-            result = self.replay([(method, arguments)])
-        elif changes.back(method, arguments):  # applied when this node made it, and since
-            result = self.replay([(method, arguments)])  # overtaken by one before it in the log
+        (_origin, method, arguments), numbered = _read(data)
+        again = False
+        if numbered is not None:
+            sender, number = numbered
+            again = number <= self.numbered.get(sender, 0)
+            self.numbered[sender] = max(number, self.numbered.get(sender, 0))
+        if again or index <= store.applied_index():
+            return None  # a copy committed again, or applied before this node restarted
+        result = self.replay([(method, arguments)])  # its proposer's too (module doc, 5)
         store.set_applied_index(index)
         return result
 
     def replay(self, operations: list[tuple[str, tuple[Any, ...]]]) -> object:
-        """Apply operations made elsewhere (not replicated again); the last one's result."""
+        """Apply operations from the log or a peer (not replicated again); the last one's
+        result."""
         definitions = self.cluster.definitions
         definitions.applying = True
         result: object = None
@@ -445,12 +405,15 @@ class MetadataMachine:
     def snapshot(self) -> bytes:
         cluster = self.cluster
         transient = cluster.transient.operations(None)
-        state = (cluster.definitions.store.load(), cluster.placements(), transient)
+        state = (cluster.definitions.store.load(), cluster.placements(), transient, self.numbered)
         return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
 
     def restore(self, data: bytes) -> None:
         loaded: Definitions
-        loaded, placements, transient = pickle.loads(data)
+        state = pickle.loads(data)
+        loaded, placements, transient = state[:3]
+        # a snapshot taken before operations were numbered has no senders
+        self.numbered = dict(state[3]) if len(state) > 3 else {}
         definitions = self.cluster.definitions
         definitions.applying = True
         try:
