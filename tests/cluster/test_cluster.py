@@ -59,8 +59,8 @@ def test_definitions_reach_every_node(cluster: LocalCluster, name: str) -> None:
 def test_one_definition_changed_on_two_nodes_at_once_ends_the_same_everywhere(
     cluster: LocalCluster, name: str
 ) -> None:
-    # Each node applies its own change at once and the other's from the log; whatever the
-    # interleaving, every node must end with the change that is last in the log.
+    # Every node applies both nodes' changes in log order; whatever the interleaving, every
+    # node must end with the change that is last in the log.
     path = f"/api/policies/%2F/{name}"
 
     def change(node: str) -> None:
