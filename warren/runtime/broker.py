@@ -81,6 +81,14 @@ class Broker:
         yet, once they have (None: none, or a single node): a definition's -ok waits."""
         return None if self.cluster is None else self.cluster.definitions.settled()
 
+    def logged_change(self, change: str, *arguments: object) -> asyncio.Future[object] | None:
+        """In a cluster, a definition change (`warren.runtime.cluster.metadata`, point 8)
+        that the metadata log makes on every node, this one too: its outcome (the error the
+        model refused it with, or None) once every node applied it. None on a single node,
+        where the caller makes the change at once."""
+        cluster = self.cluster
+        return None if cluster is None else cluster.replicate((cluster.name, change, arguments))
+
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = self.hosts.make(record)
         self.queues[record.vhost, record.name] = host

@@ -40,6 +40,14 @@ Theory of operation:
    bounded in time), and a channel sends the -ok of a method that proposed changes (the
    management API its answer to a request that did) once they are settled (`settled`),
    so a publish through any node at once finds the queue.
+8. Exchanges and bindings declared, deleted, bound and unbound by a channel go to the log
+   first (`Broker.logged_change`; the operations ``exchange_declare``,
+   ``exchange_delete``, ``bind``, ``unbind``): no node, the channel's own included,
+   changes its model before the commit, and the channel answers from what applying gave
+   on its node (the -ok, or the error the model refused it with, such as 406 for an
+   inequivalent declare another node's came before). Two nodes declaring one exchange at
+   once thus end with the first in the log everywhere, and the other client gets 406,
+   as in RabbitMQ.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
+from warren.errors import AmqpError
 from warren.model import DestinationKind, Exchange, QueueType, VHost
 from warren.model.binding import Binding
 from warren.model.vhost import RESERVED_PREFIX
@@ -64,7 +73,7 @@ from warren.runtime.broker import Broker
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.cluster.remote import RemoteHost
-from warren.runtime.durability import binding_definition, queue_definition
+from warren.runtime.durability import Durability, binding_definition, queue_definition
 from warren.runtime.queues.host import Placement, QueueHost
 from warren.storage.definitions import (
     BindingDefinition,
@@ -634,8 +643,79 @@ class MetadataMachine:
             vhost, binding.destination, kind, binding.source, binding.routing_key, arguments
         )
 
+    def _exchange_declare(
+        self,
+        vhost_name: str,
+        name: str,
+        exchange_type: str,
+        flags: tuple[bool, bool, bool],
+        arguments: bytes,
+    ) -> AmqpError | None:
+        """A channel's exchange.declare of an exchange new on its node (point 8): made or
+        found equivalent here, or the model's error."""
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            return None  # deleted meanwhile, with the declaring connection
+        durable, auto_delete, internal = flags
+        try:
+            exchange = vhost.declare_exchange(
+                name,
+                exchange_type,
+                passive=False,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=decode_table_typed(arguments),
+            )
+        except AmqpError as refused:
+            return refused
+        self._durability().exchange_declared(vhost, exchange)
+        return None
+
+    def _exchange_delete(self, vhost_name: str, name: str, if_unused: bool) -> AmqpError | None:
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            return None
+        try:
+            vhost.delete_exchange(name, if_unused=if_unused)
+        except AmqpError as refused:
+            return refused
+        self._durability().exchanges_changed(vhost)
+        return None
+
+    def _bind(self, added: bool, vhost_name: str, *binding: Any) -> AmqpError | None:
+        """A channel's bind or unbind (point 8): ``binding`` is (destination, kind,
+        source, routing key, arguments as an encoded table); the channel checked that its
+        connection may use an exclusive destination queue."""
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            return None
+        destination, kind_name, source, routing_key, raw = binding
+        kind = DestinationKind(kind_name)
+        arguments = decode_table(raw) if raw else {}
+        try:
+            (vhost.bind if added else vhost.unbind)(
+                destination, kind, source, routing_key, arguments
+            )
+        except AmqpError as refused:
+            return refused
+        durability = self._durability()
+        (durability.binding_added if added else durability.binding_removed)(
+            vhost, destination, kind, source, routing_key, arguments
+        )
+        return None
+
+    def _durability(self) -> Durability:
+        durability = self.broker.durability
+        assert durability is not None  # a cluster node has its data directory
+        return durability
+
 
 _APPLY: dict[str, Callable[..., object]] = {
+    "exchange_declare": MetadataMachine._exchange_declare,
+    "exchange_delete": MetadataMachine._exchange_delete,
+    "bind": lambda machine, *binding: machine._bind(True, *binding),
+    "unbind": lambda machine, *binding: machine._bind(False, *binding),
     "put_vhost": MetadataMachine._put_vhost,
     "delete_vhost": MetadataMachine._delete_vhost,
     "put_user": MetadataMachine._put_user,
