@@ -106,3 +106,38 @@ def test_the_node_health_check_names_any_node_of_the_cluster(cluster: LocalClust
         cluster.api("warren-a", "/api/healthchecks/node/nope@nowhere")
     missing.value.close()
     assert missing.value.code == 404
+
+
+def test_an_exchange_and_binding_made_through_the_api_route_from_every_node_at_once(
+    cluster: LocalCluster, name: str
+) -> None:
+    """The API answers an exchange's PUT and a binding's POST once every node applied
+    them: a publish with mandatory through either other node right after is routed; an
+    inequivalent PUT on another node is refused, and the exchange stays as it was."""
+    home = connect(cluster, "warren-a")
+    channel = home.channel()
+    channel.queue_declare(name)
+    exchange = f"{name}.x"
+    cluster.api("warren-a", f"/api/exchanges/%2F/{exchange}", "PUT", {"type": "topic"})
+    bind = {"routing_key": "k.#"}
+    cluster.api("warren-a", f"/api/bindings/%2F/e/{exchange}/q/{name}", "POST", bind)
+    publishers = [connect(cluster, node) for node in OTHERS]
+    try:
+        for publisher in publishers:
+            on = publisher.channel()
+            on.confirm_delivery()  # a returned publish raises UnroutableError
+            on.basic_publish(exchange, "k.1", b"routed", mandatory=True)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            path = f"/api/exchanges/%2F/{exchange}"
+            cluster.api("warren-b", path, "PUT", {"type": "fanout"})
+        refused.value.close()
+        assert refused.value.code == 400
+        types = {cluster.api(node, f"/api/exchanges/%2F/{exchange}")["type"] for node in OTHERS}
+        assert types == {"topic"}
+        assert channel.queue_declare(name, passive=True).method.message_count == 2
+    finally:
+        for publisher in publishers:
+            publisher.close()
+        cluster.api("warren-a", f"/api/exchanges/%2F/{exchange}", "DELETE")
+        channel.queue_delete(name)
+        home.close()
