@@ -32,6 +32,7 @@ from warren.runtime.admin import (
     binding_definition,
     exchange_json,
     plain_value,
+    through_log,
     typed_arguments,
     vhost_of,
 )
@@ -216,15 +217,11 @@ def _header_value(value: object) -> object:
 
 
 async def _logged(broker: Broker, change: str, *arguments: object) -> bool:
-    """In a cluster, make a definition change through the metadata log (point 3) and raise
-    what the model refused it with; False on a single node: the caller makes it at once."""
-    pending = broker.logged_change(change, *arguments)
-    if pending is None:
-        return False
-    refused = await pending
-    if isinstance(refused, AmqpError):
-        raise ObjectError.of(refused)
-    return True
+    """`through_log`, with the model's refusal as an `ObjectError` (point 3)."""
+    try:
+        return await through_log(broker, change, *arguments)
+    except AmqpError as refused:
+        raise ObjectError.of(refused) from None
 
 
 # --- Queues ---
