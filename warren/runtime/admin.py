@@ -43,6 +43,7 @@ from warren.model.policy import (
 from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime import admin_access
 from warren.runtime.access import CLUSTER_NAME
+from warren.runtime.admin_access import through_log
 from warren.runtime.admin_errors import DefinitionsError, NotFound
 from warren.runtime.durability import policy_definition
 from warren.runtime.passwords import SHA256
@@ -147,19 +148,6 @@ async def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool)
     if broker.durability is not None:
         broker.durability.policy_cleared(vhost, name, operator=operator)
     apply_policies(broker, target)
-
-
-async def through_log(broker: Broker, change: str, *arguments: object) -> bool:
-    """In a cluster, make a definition change through the metadata log, on every node
-    (`warren.runtime.cluster.metadata`, point 8), and raise what the model refused it
-    with; False on a single node, where the caller makes it at once."""
-    pending = broker.logged_change(change, *arguments)
-    if pending is None:
-        return False
-    refused = await pending
-    if isinstance(refused, AmqpError):
-        raise refused
-    return True
 
 
 def apply_policies(broker: Broker, vhost: VHost) -> None:
@@ -583,25 +571,26 @@ def _import_access(broker: Broker, document: Json) -> None:
         if name not in broker.vhosts:
             admin_access.put_vhost(broker, name, _vhost_metadata(item), creator="")
     for item in _items(document, "users"):
-        admin_access.put_user(
-            broker,
-            str(item["name"]),
-            {
-                "password_hash": item.get("password_hash", ""),
-                "hashing_algorithm": item.get("hashing_algorithm", SHA256),
-                "tags": item.get("tags", ""),
-            },
-        )
+        user = {
+            "password_hash": item.get("password_hash", ""),
+            "hashing_algorithm": item.get("hashing_algorithm", SHA256),
+            "tags": item.get("tags", ""),
+        }
+        admin_access.store_user(broker, admin_access.user_of(broker, str(item["name"]), user))
     try:
         for item in _items(document, "permissions"):
-            admin_access.put_permission(broker, str(item["vhost"]), str(item["user"]), item)
+            vhost, user_name = str(item["vhost"]), str(item["user"])
+            permission = admin_access.permission_of(broker, vhost, user_name, item)
+            admin_access.store_permission(broker, permission)
         for item in _items(document, "topic_permissions"):
-            admin_access.put_topic_permission(broker, str(item["vhost"]), str(item["user"]), item)
+            vhost, user_name = str(item["vhost"]), str(item["user"])
+            topic = admin_access.topic_permission_of(broker, vhost, user_name, item)
+            admin_access.store_topic_permission(broker, topic)
     except admin_access.AccessError as refused:
         raise DefinitionsError(str(refused.reason)) from None
     for item in _items(document, "global_parameters"):
         if item.get("name") == CLUSTER_NAME:
-            admin_access.set_cluster_name(broker, str(item["value"]))
+            admin_access.store_cluster_name(broker, str(item["value"]))
 
 
 def _vhost_metadata(item: Json) -> Json:

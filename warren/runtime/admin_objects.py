@@ -32,10 +32,10 @@ from warren.runtime.admin import (
     binding_definition,
     exchange_json,
     plain_value,
-    through_log,
     typed_arguments,
     vhost_of,
 )
+from warren.runtime.admin_access import through_log
 from warren.runtime.admin_phash import properties_key, quote_binding
 from warren.runtime.queues.host import Accepted
 from warren.runtime.stats import MessageStats
