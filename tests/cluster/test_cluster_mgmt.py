@@ -4,6 +4,7 @@ that hold on every node, and a classic queue's counts on nodes that are not its 
 from __future__ import annotations
 
 import urllib.error
+from urllib.parse import quote
 
 import pika
 import pika.exceptions
@@ -141,3 +142,26 @@ def test_an_exchange_and_binding_made_through_the_api_route_from_every_node_at_o
         cluster.api("warren-a", f"/api/exchanges/%2F/{exchange}", "DELETE")
         channel.queue_delete(name)
         home.close()
+
+
+def test_a_vhost_user_and_permission_made_through_the_api_serve_every_node_at_once(
+    cluster: LocalCluster, name: str
+) -> None:
+    """Each API change is answered once every node applied it: a vhost made on one node,
+    a user on another and its permission on a third let the user work on any node right
+    after; the vhost's delete is done everywhere once answered."""
+    vhost = quote(name, safe="")
+    cluster.api("warren-a", f"/api/vhosts/{vhost}", "PUT", {"description": "d"})
+    cluster.api("warren-b", f"/api/users/{name}", "PUT", {"password": "pw", "tags": ""})
+    every = {"configure": ".*", "write": ".*", "read": ".*"}
+    cluster.api("warren-c", f"/api/permissions/{vhost}/{name}", "PUT", every)
+    for node in ("warren-a", *OTHERS):
+        port = cluster.nodes[node].port
+        params = pika.URLParameters(f"amqp://{name}:pw@127.0.0.1:{port}/{vhost}")
+        connection = pika.BlockingConnection(params)
+        connection.channel().queue_declare(f"{name}-{node}")
+        connection.close()
+    cluster.api("warren-b", f"/api/vhosts/{vhost}", "DELETE")
+    for node in ("warren-a", *OTHERS):
+        assert name not in {v["name"] for v in cluster.api(node, "/api/vhosts")}, node
+    cluster.api("warren-a", f"/api/users/{name}", "DELETE")

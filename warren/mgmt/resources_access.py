@@ -126,13 +126,13 @@ async def put_vhost(request: web.Request, broker: Broker, params: list[str]) -> 
     body = await read_body(request, ())
     if isinstance(body, web.Response):
         return body
-    created = admin_access.put_vhost(broker, params[0], body, principal(request).name)
+    created = await admin_access.put_vhost(broker, params[0], body, principal(request).name)
     return replies.created() if created else replies.no_content()
 
 
 async def delete_vhost(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     try:
-        admin_access.delete_vhost(broker, params[0])
+        await admin_access.remove_vhost(broker, params[0])
     except NotFound:
         return replies.not_found()
     return replies.no_content()

@@ -569,7 +569,8 @@ def _import_access(broker: Broker, document: Json) -> None:
         if not isinstance(name, str):
             raise DefinitionsError(f"malformed definitions: vhost name {name!r}")
         if name not in broker.vhosts:
-            admin_access.put_vhost(broker, name, _vhost_metadata(item), creator="")
+            info = admin_access.vhost_info(broker, name, _vhost_metadata(item))
+            admin_access.store_vhost(broker, info, creator="")
     for item in _items(document, "users"):
         user = {
             "password_hash": item.get("password_hash", ""),

@@ -10,10 +10,9 @@ Theory of operation:
    ``reason`` for a refused body (``tags_not_present``, ``vhost_or_user_not_found``).
 4. In a cluster a user's, permission's, topic permission's and the cluster name's
    changes go to the metadata log first (`through_log`): every node, this one included,
-   makes them when it applies the entry, and the call returns once every node has. A
-   vhost's are made here first and applied again from the log on every node. Imported
-   definitions are made here at once (`user_of` and `store_user`, and so on), each
-   needing the one before it.
+   makes them when it applies the entry, and the call returns once every node has; so do
+   a vhost's (the creator's permission is a second entry). Imported definitions are made
+   here at once (`user_of` and `store_user`, and so on), each needing the one before it.
 """
 
 from __future__ import annotations
@@ -147,16 +146,33 @@ def vhost_names(broker: Broker) -> list[str]:
     return sorted(broker.vhosts)
 
 
-def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
+async def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
     """Create a vhost (its creator gets full permissions) or update its metadata."""
+    info = vhost_info(broker, name, body)
+    created = name not in broker.vhosts
+    definition = VHostDefinition(name, info.description, info.tags, info.default_queue_type)
+    if not await through_log(broker, "put_vhost", definition):
+        return store_vhost(broker, info, creator)
+    if created and creator in broker.access.users:
+        await through_log(broker, "put_permission", Permission(creator, name).definition())
+    return created
+
+
+def vhost_info(broker: Broker, name: str, body: Json) -> VHostInfo:
+    """A vhost's metadata as a PUT leaves it (what the body does not say stays)."""
     existing = broker.access.vhosts.get(name)
     queue_type = body.get("default_queue_type")
-    info = VHostInfo(
+    return VHostInfo(
         name,
         str(body.get("description", existing.description if existing else "")),
         parse_tags(body["tags"]) if "tags" in body else (existing.tags if existing else ()),
         str(queue_type) if queue_type else (existing.default_queue_type if existing else None),
     )
+
+
+def store_vhost(broker: Broker, info: VHostInfo, creator: str) -> bool:
+    """Make a vhost here at once; True when it is new."""
+    name = info.name
     created = name not in broker.vhosts
     if broker.durability is not None:
         broker.durability.definitions.put_vhost(
@@ -168,6 +184,14 @@ def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
         if creator in broker.access.users:
             store_permission(broker, Permission(creator, name))
     return created
+
+
+async def remove_vhost(broker: Broker, name: str) -> None:
+    """A vhost's DELETE: `delete_vhost` here, or in a cluster on every node from the log."""
+    if name not in broker.vhosts:
+        raise NotFound()
+    if not await through_log(broker, "delete_vhost", name):
+        delete_vhost(broker, name)
 
 
 def delete_vhost(broker: Broker, name: str) -> None:
