@@ -383,7 +383,7 @@ def store_cluster_name(broker: Broker, name: str) -> None:
 
 async def through_log(broker: Broker, change: str, *arguments: object) -> bool:
     """In a cluster, make a definition change through the metadata log, on every node
-    (`warren.runtime.cluster.metadata`, point 8), and raise what the model refused it
+    (`warren.runtime.cluster.metadata`, point 2), and raise what the model refused it
     with; False on a single node, where the caller makes it at once."""
     pending = broker.logged_change(change, *arguments)
     if pending is None:

@@ -8,7 +8,7 @@ Theory of operation:
    after ``CODE - ``, which is how RabbitMQ's API words it) and its reply code, so the
    HTTP layer can pick 400 or 401 (ACCESS_REFUSED: ``Access refused.``).
 3. In a cluster an exchange's declare and delete and a binding's add and delete go to the
-   metadata log first, as a channel's do (`warren.runtime.cluster.metadata`, point 8):
+   metadata log first, as a channel's do (`warren.runtime.cluster.metadata`, point 2):
    the reply comes once every node applied the change, from what applying it gave.
 4. Publishing routes through the vhost and enqueues on each queue's host like
    basic.publish without confirms; ``/get`` takes up to `count` messages with basic.get

@@ -82,7 +82,7 @@ class Broker:
         return None if self.cluster is None else self.cluster.definitions.settled()
 
     def logged_change(self, change: str, *arguments: object) -> asyncio.Future[object] | None:
-        """In a cluster, a definition change (`warren.runtime.cluster.metadata`, point 8)
+        """In a cluster, a definition change (`warren.runtime.cluster.metadata`, point 2)
         that the metadata log makes on every node, this one too: its outcome (the error the
         model refused it with, or None) once every node applied it. None on a single node,
         where the caller makes the change at once."""

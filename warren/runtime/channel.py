@@ -325,7 +325,7 @@ class Channel:
     def _logged(self, method: m.Method, reply: m.Method, change: str, *arguments: object) -> bool:
         """In a cluster, make a definition change through the metadata log, on every node
         this one too, and answer from what applying it gave here: `reply`, or the error the
-        model refused it with (`warren.runtime.cluster.metadata`, point 8). False on a
+        model refused it with (`warren.runtime.cluster.metadata`, point 2). False on a
         single node: the caller makes it at once."""
         pending = self.broker.logged_change(change, *arguments)
         if pending is None:

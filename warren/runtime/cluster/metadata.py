@@ -1,53 +1,53 @@
 """Cluster metadata: definitions replicated through one Raft group that every node is in.
 
 Theory of operation:
-1. Every durable definition change on a node goes through its `DefinitionsStore` (that is
-   how it survives a restart). In a cluster the store is wrapped by `ReplicatedDefinitions`:
-   each ``put_*``/``delete_*`` is written locally as before and also proposed to the
-   metadata group as an operation ``(origin node, method name, arguments)``.
-2. `MetadataMachine.apply` runs on every node in log order and applies every operation
-   to the node's live model *and* its store, the proposer's own included, with
-   replication switched off while it does (`applying`), so nothing echoes back. The
-   last index applied is kept in the store, so a restart does not apply anything twice.
-3. Quorum queues are different: their declare and delete go to the log first and take
-   effect on every node, the declaring one included, when committed (origin ``""``), so
-   that two nodes declaring one name at once end with one queue (the first in the log)
-   everywhere; the same holds for a queue's member list and for the address of a node
-   that joins (kept in the store, so every node can reach it after a restart).
-4. What is replicated: vhosts, users, permissions, topic permissions, the cluster name
-   (a global parameter), policies and operator policies, durable
-   exchanges and quorum queues through the store; through `TransientDefinitions` (the
-   durability's observer) what the store does not keep or keeps on one node only: every
-   classic queue with its home node (the node that declared it: the others get a proxy,
-   `warren.runtime.cluster.remote`), non-durable exchanges, and every binding. A node
-   stores a binding between durable ends unless its queue's home is another node.
-5. Conflicts (other definitions): the node that makes a change applies it at once (a
-   classic queue, exchange or binding is in its model before it proposes it) and again
-   when the log brings it back, as every other node does, so two nodes changing the same
-   definition at the same moment both end with the change that is last in the log. A
-   change another node made meanwhile may show on the proposer for the moment between
-   (its -ok waits for the log, point 7, so one client never sees it). Operations are
-   numbered by their sender (a node's process, `logged`): a copy a new leader commits
-   again is skipped on every node, as the quorum queues' `Sequenced` commands are. Two
-   nodes declaring one classic queue name at once each keep their own queue (each ignores
-   the other's declare).
+1. A definition change is an operation ``(origin node, name, arguments)`` in the log of
+   the metadata group. `MetadataMachine.apply` runs on every node in log order and applies
+   every operation, its proposer's own included, to the node's live model *and* its
+   store (with replication switched off while it does, `applying`, so nothing echoes
+   back); its result goes back to the proposer. The last index applied is kept in the
+   store, so a restart does not apply anything twice.
+2. Log first: a channel's exchange declare and delete and bind and unbind (the
+   operations ``exchange_declare``, ``exchange_delete``, ``bind``, ``unbind``), and the
+   management API's changes to exchanges, bindings, policies, vhosts, users,
+   (topic) permissions and the cluster name, are proposed without touching the model
+   (`Broker.logged_change`); the caller answers from what applying gave on its node:
+   the -ok, or the error the model refused it with (406 for an inequivalent declare
+   another node's came before, carried as a pickled `AmqpError`). On a single node there
+   is no log: the caller makes the change at once, as it always did. Two nodes making
+   such changes at once end with the log's order everywhere.
+3. Quorum queues go to the log first too: their declare and delete take effect on every
+   node when committed (origin ``""``), so two nodes declaring one name at once end with
+   one queue (the first in the log) everywhere; the same holds for a queue's member list
+   and for the address of a node that joins (kept in the store, so every node can reach
+   it after a restart).
+4. Made here first: a classic queue's declare and delete (on its home, the node that
+   declared it: the others get a proxy, `warren.runtime.cluster.remote`), what goes with
+   them (bindings to a deleted queue, auto-deleted exchanges) and imported definitions
+   are made on the node at once and proposed after: every durable change through the
+   store, wrapped by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written
+   locally and proposed), and through `TransientDefinitions` (the durability's observer)
+   what the store does not keep or keeps on one node only: every classic queue with its
+   home, non-durable exchanges, and every binding. A node stores a binding between
+   durable ends unless its queue's home is another node. Such a change is applied again
+   on its own node when the log brings it back, as on every other, so the nodes end the
+   same; for that moment its node may show an earlier change of the same definition
+   again. Two nodes declaring one classic queue name at once each keep their own queue
+   (each ignores the other's declare).
+5. Operations are numbered by their sender (a node's process, `logged`): a copy that a
+   new leader commits again is skipped on every node, as the quorum queues' `Sequenced`
+   commands are. Entries written before numbering, ``(origin, name, arguments)``, are
+   read as they are (`_read`).
 6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`), the
    quorum queues' placements, what the store does not keep (point 4) and the last number
-   applied of each sender; a node that restores one puts every definition it holds.
+   applied of each sender; a node that restores one puts every definition it holds (one
+   taken before numbering has no senders).
 7. A definition's -ok reaches the client once every node has it, as in RabbitMQ: an
    operation's proposer waits, after the commit, until its own node and every node it has
    a link with applied the entry (`ClusterNode.replicate`, an `AppliedThrough` barrier,
-   bounded in time), and a channel sends the -ok of a method that proposed changes (the
-   management API its answer to a request that did) once they are settled (`settled`),
+   bounded in time); a channel sends the -ok of a method that proposed changes, and the
+   management API its answer to a request that did, once they are settled (`settled`),
    so a publish through any node at once finds the queue.
-8. Exchanges and bindings declared, deleted, bound and unbound by a channel go to the log
-   first (`Broker.logged_change`; the operations ``exchange_declare``,
-   ``exchange_delete``, ``bind``, ``unbind``): no node, the channel's own included,
-   changes its model before the commit, and the channel answers from what applying gave
-   on its node (the -ok, or the error the model refused it with, such as 406 for an
-   inequivalent declare another node's came before). Two nodes declaring one exchange at
-   once thus end with the first in the log everywhere, and the other client gets 406,
-   as in RabbitMQ.
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ class MetadataMachine:
             self.numbered[sender] = max(number, self.numbered.get(sender, 0))
         if again or index <= store.applied_index():
             return None  # a copy committed again, or applied before this node restarted
-        result = self.replay([(method, arguments)])  # its proposer's too (module doc, 5)
+        result = self.replay([(method, arguments)])  # its proposer's too (module doc, 1)
         store.set_applied_index(index)
         return result
 
@@ -651,7 +651,7 @@ class MetadataMachine:
         flags: tuple[bool, bool, bool],
         arguments: bytes,
     ) -> AmqpError | None:
-        """A channel's exchange.declare of an exchange new on its node (point 8): made or
+        """A channel's exchange.declare of an exchange new on its node (point 2): made or
         found equivalent here, or the model's error."""
         vhost = self.broker.vhosts.get(vhost_name)
         if vhost is None:
@@ -684,7 +684,7 @@ class MetadataMachine:
         return None
 
     def _bind(self, added: bool, vhost_name: str, *binding: Any) -> AmqpError | None:
-        """A channel's bind or unbind (point 8): ``binding`` is (destination, kind,
+        """A channel's bind or unbind (point 2): ``binding`` is (destination, kind,
         source, routing key, arguments as an encoded table); the channel checked that its
         connection may use an exclusive destination queue."""
         vhost = self.broker.vhosts.get(vhost_name)
