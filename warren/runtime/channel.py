@@ -336,7 +336,7 @@ class Channel:
     def _applied(self, method: m.Method, reply: m.Method, done: asyncio.Future[object]) -> None:
         refused = done.result()
         if isinstance(refused, AmqpError):
-            raise refused
+            raise refused.at(method.CLASS_ID, method.METHOD_ID)  # as `_on_error` names it
         self._reply(method, reply)
 
     def _permit(self, access: Access, kind: DestinationKind, name: str) -> None:
