@@ -59,8 +59,8 @@ def test_definitions_reach_every_node(cluster: LocalCluster, name: str) -> None:
 def test_one_definition_changed_on_two_nodes_at_once_ends_the_same_everywhere(
     cluster: LocalCluster, name: str
 ) -> None:
-    # Each node applies its own change at once and the other's from the log; whatever the
-    # interleaving, every node must end with the change that is last in the log.
+    # Every node applies both nodes' changes in log order; whatever the interleaving, every
+    # node must end with the change that is last in the log.
     path = f"/api/policies/%2F/{name}"
 
     def change(node: str) -> None:
@@ -79,6 +79,56 @@ def test_one_definition_changed_on_two_nodes_at_once_ends_the_same_everywhere(
 
     assert len(until(patterns, lambda found: len(found) == 1)) == 1
     cluster.api("warren-a", path, "DELETE")
+
+
+def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everywhere(
+    cluster: LocalCluster, name: str
+) -> None:
+    """As in RabbitMQ: the declare first in the log makes the exchange on every node, the
+    other client gets 406 PRECONDITION_FAILED (inequivalent type), whichever node it used."""
+    for round_ in range(10):
+        exchange, durable = f"{name}-{round_}.x", round_ % 2 == 0
+        answers: dict[str, int] = {}
+        ready = threading.Barrier(2)
+        writers = [
+            threading.Thread(
+                target=_declare_at_once,
+                args=(cluster, node, exchange, kind, durable, ready, answers),
+            )
+            for node, kind in (("warren-a", "direct"), ("warren-b", "fanout"))
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        assert sorted(answers.values()) == [200, 406], answers
+        winner = "direct" if answers["direct"] == 200 else "fanout"
+        path = f"/api/exchanges/%2F/{exchange}"
+        assert {cluster.api(node, path)["type"] for node in NAMES} == {winner}
+        cluster.api("warren-c", path, "DELETE")
+
+
+def _declare_at_once(
+    cluster: LocalCluster,
+    node: str,
+    exchange: str,
+    kind: str,
+    durable: bool,
+    ready: threading.Barrier,
+    answers: dict[str, int],
+) -> None:
+    """Declare once the other thread is ready too; record 200 for -ok, else the close code."""
+    connection = connect(cluster, node)
+    try:
+        channel = connection.channel()
+        ready.wait()
+        channel.exchange_declare(exchange, kind, durable=durable)
+        answers[kind] = 200
+    except pika.exceptions.ChannelClosedByBroker as closed:
+        answers[kind] = closed.reply_code
+    finally:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            connection.close()
 
 
 def test_publish_on_one_node_consume_on_another(cluster: LocalCluster, name: str) -> None:

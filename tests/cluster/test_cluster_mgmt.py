@@ -5,6 +5,7 @@ every node in /api/nodes."""
 from __future__ import annotations
 
 import urllib.error
+from urllib.parse import quote
 
 import pika
 import pika.exceptions
@@ -122,3 +123,61 @@ def test_every_node_lists_every_node_and_names_one_that_is_down(cluster: LocalCl
         listed = until(lambda: cluster.api("warren-a", "/api/nodes"), lambda got: down in got)
         assert [n["name"] for n in listed] == nodes and down in listed
         assert cluster.api("warren-a", "/api/nodes/warren-c") == down
+
+
+def test_an_exchange_and_binding_made_through_the_api_route_from_every_node_at_once(
+    cluster: LocalCluster, name: str
+) -> None:
+    """The API answers an exchange's PUT and a binding's POST once every node applied
+    them: a publish with mandatory through either other node right after is routed; an
+    inequivalent PUT on another node is refused, and the exchange stays as it was."""
+    home = connect(cluster, "warren-a")
+    channel = home.channel()
+    channel.queue_declare(name)
+    exchange = f"{name}.x"
+    cluster.api("warren-a", f"/api/exchanges/%2F/{exchange}", "PUT", {"type": "topic"})
+    bind = {"routing_key": "k.#"}
+    cluster.api("warren-a", f"/api/bindings/%2F/e/{exchange}/q/{name}", "POST", bind)
+    publishers = [connect(cluster, node) for node in OTHERS]
+    try:
+        for publisher in publishers:
+            on = publisher.channel()
+            on.confirm_delivery()  # a returned publish raises UnroutableError
+            on.basic_publish(exchange, "k.1", b"routed", mandatory=True)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            path = f"/api/exchanges/%2F/{exchange}"
+            cluster.api("warren-b", path, "PUT", {"type": "fanout"})
+        refused.value.close()
+        assert refused.value.code == 400
+        types = {cluster.api(node, f"/api/exchanges/%2F/{exchange}")["type"] for node in OTHERS}
+        assert types == {"topic"}
+        assert channel.queue_declare(name, passive=True).method.message_count == 2
+    finally:
+        for publisher in publishers:
+            publisher.close()
+        cluster.api("warren-a", f"/api/exchanges/%2F/{exchange}", "DELETE")
+        channel.queue_delete(name)
+        home.close()
+
+
+def test_a_vhost_user_and_permission_made_through_the_api_serve_every_node_at_once(
+    cluster: LocalCluster, name: str
+) -> None:
+    """Each API change is answered once every node applied it: a vhost made on one node,
+    a user on another and its permission on a third let the user work on any node right
+    after; the vhost's delete is done everywhere once answered."""
+    vhost = quote(name, safe="")
+    cluster.api("warren-a", f"/api/vhosts/{vhost}", "PUT", {"description": "d"})
+    cluster.api("warren-b", f"/api/users/{name}", "PUT", {"password": "pw", "tags": ""})
+    every = {"configure": ".*", "write": ".*", "read": ".*"}
+    cluster.api("warren-c", f"/api/permissions/{vhost}/{name}", "PUT", every)
+    for node in ("warren-a", *OTHERS):
+        port = cluster.nodes[node].port
+        params = pika.URLParameters(f"amqp://{name}:pw@127.0.0.1:{port}/{vhost}")
+        connection = pika.BlockingConnection(params)
+        connection.channel().queue_declare(f"{name}-{node}")
+        connection.close()
+    cluster.api("warren-b", f"/api/vhosts/{vhost}", "DELETE")
+    for node in ("warren-a", *OTHERS):
+        assert name not in {v["name"] for v in cluster.api(node, "/api/vhosts")}, node
+    cluster.api("warren-a", f"/api/users/{name}", "DELETE")

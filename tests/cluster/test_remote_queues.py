@@ -137,23 +137,31 @@ def test_a_definition_is_routable_everywhere_once_its_ok_came(
     cluster: LocalCluster, name: str
 ) -> None:
     """As in RabbitMQ, a definition's -ok comes once the cluster has it: a publish with
-    mandatory through another node at once is routed (not returned as unroutable), for a
-    classic queue, an exchange bound to it, and a quorum queue."""
-    declaring, publishing = connect(cluster, "warren-a"), connect(cluster, "warren-b")
-    on_a, on_b = declaring.channel(), publishing.channel()
-    on_b.confirm_delivery()
+    mandatory through either other node at once is routed (not returned as unroutable),
+    for a classic queue, an exchange bound to it, and a quorum queue."""
+    declaring = connect(cluster, "warren-a")
+    publishing = [connect(cluster, node) for node in ("warren-b", "warren-c")]
+    on_a = declaring.channel()
+    others = [connection.channel() for connection in publishing]
+    for channel in others:
+        channel.confirm_delivery()  # a returned publish raises UnroutableError
     for round_ in range(5):
         queue, exchange, replicated = f"{name}-{round_}", f"{name}-{round_}.x", f"{name}-{round_}.q"
         on_a.queue_declare(queue)
-        on_b.basic_publish("", queue, b"direct", mandatory=True)
+        for on in others:
+            on.basic_publish("", queue, b"direct", mandatory=True)
         on_a.exchange_declare(exchange, "direct", durable=False)
         on_a.queue_bind(queue, exchange, "k")
-        on_b.basic_publish(exchange, "k", b"bound", mandatory=True)
+        for on in others:
+            on.basic_publish(exchange, "k", b"bound", mandatory=True)
         on_a.queue_declare(replicated, durable=True, arguments=QUORUM)
-        on_b.basic_publish("", replicated, b"replicated", mandatory=True)
+        for on in others:
+            on.basic_publish("", replicated, b"replicated", mandatory=True)
         on_a.queue_delete(replicated)
+        assert on_a.queue_declare(queue, passive=True).method.message_count == 4
     declaring.close()
-    publishing.close()
+    for connection in publishing:
+        connection.close()
 
 
 def test_replies_keep_the_order_of_pipelined_methods(cluster: LocalCluster, name: str) -> None:

@@ -15,6 +15,7 @@ This package imports nothing but the standard library.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class ReplyCode(enum.IntEnum):
@@ -69,11 +70,24 @@ class AmqpError(Exception):
         self.method_id = method_id
         super().__init__(self.text)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # it crosses nodes: the outcome of a definition change a cluster's metadata log made
+        return _rebuilt, (type(self), self.code, self.text, self.class_id, self.method_id)
+
     def at(self, class_id: int, method_id: int) -> AmqpError:
         """Record which method failed, unless a deeper layer already did."""
         if not self.class_id:
             self.class_id, self.method_id = class_id, method_id
         return self
+
+
+def _rebuilt(
+    kind: type[AmqpError], code: ReplyCode, text: str, class_id: int, method_id: int
+) -> AmqpError:
+    error = kind.__new__(kind)
+    Exception.__init__(error, text)
+    error.code, error.text, error.class_id, error.method_id = code, text, class_id, method_id
+    return error
 
 
 class SoftError(AmqpError):

@@ -91,11 +91,11 @@ def policy_handlers(*, operator: bool) -> tuple[Handler, Handler, Handler, Handl
         body = await read_body(request, POLICY_REQUIRED_KEYS)
         if isinstance(body, web.Response):
             return body
-        return set_policy(broker, params, body, operator=operator)
+        return await set_policy(broker, params, body, operator=operator)
 
     async def delete_one(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
         try:
-            admin.clear_policy(broker, *params, operator=operator)
+            await admin.clear_policy(broker, *params, operator=operator)
         except admin.NotFound:
             return replies.not_found()
         return replies.no_content()
@@ -103,12 +103,12 @@ def policy_handlers(*, operator: bool) -> tuple[Handler, Handler, Handler, Handl
     return list_all, get_one, put_one, delete_one
 
 
-def set_policy(
+async def set_policy(
     broker: Broker, params: list[str], body: dict[str, Any], *, operator: bool
 ) -> web.Response:
     vhost, name = params
     try:
-        created = admin.set_policy(
+        created = await admin.set_policy(
             broker,
             vhost,
             name,

@@ -56,7 +56,7 @@ async def put_user(request: web.Request, broker: Broker, params: list[str]) -> w
     if isinstance(body, web.Response):
         return body
     try:
-        created = admin_access.put_user(broker, params[0], body)
+        created = await admin_access.put_user(broker, params[0], body)
     except admin_access.AccessError as refused:
         return replies.bad_request(refused.reason)
     return replies.created() if created else replies.no_content()
@@ -64,7 +64,7 @@ async def put_user(request: web.Request, broker: Broker, params: list[str]) -> w
 
 async def delete_user(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     try:
-        admin_access.delete_user(broker, params[0])
+        await admin_access.delete_user(broker, params[0])
     except NotFound:
         return replies.not_found()
     return replies.no_content()
@@ -83,7 +83,7 @@ async def bulk_delete_users(
         return replies.bad_request("users must be a list of names")
     for name in users:
         try:
-            admin_access.delete_user(broker, name)
+            await admin_access.delete_user(broker, name)
         except NotFound:
             return replies.bad_request(["no_such_user", name])
     return replies.no_content()
@@ -126,13 +126,13 @@ async def put_vhost(request: web.Request, broker: Broker, params: list[str]) -> 
     body = await read_body(request, ())
     if isinstance(body, web.Response):
         return body
-    created = admin_access.put_vhost(broker, params[0], body, principal(request).name)
+    created = await admin_access.put_vhost(broker, params[0], body, principal(request).name)
     return replies.created() if created else replies.no_content()
 
 
 async def delete_vhost(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     try:
-        admin_access.delete_vhost(broker, params[0])
+        await admin_access.remove_vhost(broker, params[0])
     except NotFound:
         return replies.not_found()
     return replies.no_content()
@@ -168,7 +168,8 @@ async def get_permission(request: web.Request, broker: Broker, params: list[str]
 
 
 def _put_handler(
-    required: tuple[str, ...], put: Callable[[Broker, str, str, dict[str, Any]], bool]
+    required: tuple[str, ...],
+    put: Callable[[Broker, str, str, dict[str, Any]], Awaitable[bool]],
 ) -> Callable[[web.Request, Broker, list[str]], Awaitable[web.Response]]:
     """PUT of a (topic) permission at ``…/{vhost}/{user}``: 201 created, 204 replaced."""
 
@@ -177,7 +178,7 @@ def _put_handler(
         if isinstance(body, web.Response):
             return body
         try:
-            created = put(broker, params[0], params[1], body)
+            created = await put(broker, params[0], params[1], body)
         except admin_access.AccessError as refused:
             return replies.bad_request(refused.reason)
         return replies.created() if created else replies.no_content()
@@ -195,7 +196,7 @@ async def delete_permission(
     request: web.Request, broker: Broker, params: list[str]
 ) -> web.Response:
     try:
-        admin_access.delete_permission(broker, params[0], params[1])
+        await admin_access.delete_permission(broker, params[0], params[1])
     except NotFound:
         return replies.not_found()
     return replies.no_content()
@@ -229,7 +230,7 @@ async def delete_topic_permissions(
 ) -> web.Response:
     exchange = request.query.get("exchange")  # Warren: only this exchange's (warrenctl)
     try:
-        admin_access.delete_topic_permissions(broker, params[0], params[1], exchange)
+        await admin_access.delete_topic_permissions(broker, params[0], params[1], exchange)
     except NotFound:
         return replies.not_found()
     return replies.no_content()
@@ -243,7 +244,7 @@ async def put_cluster_name(request: web.Request, broker: Broker, params: list[st
     body = await read_body(request, ("name",))
     if isinstance(body, web.Response):
         return body
-    admin_access.set_cluster_name(broker, str(body["name"]))
+    await admin_access.set_cluster_name(broker, str(body["name"]))
     return replies.no_content()
 
 

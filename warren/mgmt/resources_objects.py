@@ -9,7 +9,7 @@ POST 201 with a relative ``Location`` (the properties key, percent-encoded again
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -85,7 +85,7 @@ async def _declare(
     request: web.Request,
     broker: Broker,
     params: list[str],
-    declare: Callable[[Broker, str, str, Json], bool],
+    declare: Callable[[Broker, str, str, Json], Awaitable[bool]],
 ) -> web.Response:
     """PUT of an exchange or a queue: 201 when created, 204 when it was there."""
     if params[0] not in broker.vhosts:
@@ -94,7 +94,7 @@ async def _declare(
     if isinstance(body, web.Response):
         return body
     try:
-        created = declare(broker, params[0], params[1], body)
+        created = await declare(broker, params[0], params[1], body)
     except admin_objects.ObjectError as error:
         return refused(error)
     except admin.DefinitionsError as error:
@@ -105,7 +105,7 @@ async def _declare(
 async def delete_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     if_unused = request.query.get("if-unused") == "true"
     try:
-        admin_objects.delete_exchange(broker, params[0], params[1], if_unused=if_unused)
+        await admin_objects.delete_exchange(broker, params[0], params[1], if_unused=if_unused)
     except NotFound:
         return replies.not_found()
     except admin_objects.ObjectError as error:
@@ -347,7 +347,7 @@ def binding_handlers(kind: DestinationKind) -> dict[str, Any]:
         if isinstance(body, web.Response):
             return body
         try:
-            key = admin_objects.add_binding(broker, vhost, source, kind, destination, body)
+            key = await admin_objects.add_binding(broker, vhost, source, kind, destination, body)
         except admin_objects.ObjectError as error:
             return refused(error)
         except admin.DefinitionsError as error:
@@ -366,7 +366,7 @@ def binding_handlers(kind: DestinationKind) -> dict[str, Any]:
     async def delete_one(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
         vhost, source, destination, key = params
         try:
-            admin_objects.delete_binding(broker, vhost, source, kind, destination, key)
+            await admin_objects.delete_binding(broker, vhost, source, kind, destination, key)
         except NotFound:
             return replies.not_found()
         except admin_objects.ObjectError as error:

@@ -20,6 +20,8 @@ Theory of operation:
    on its API calls.
 5. `start_management` also starts the rate sampler (`rates.run_sampler`) and stops it
    on cleanup.
+6. In a cluster a request that changed definitions is answered once every node it can
+   reach applied the changes (`Broker.definitions_settled`), as a channel's -ok is.
 """
 
 from __future__ import annotations
@@ -157,4 +159,8 @@ async def dispatch(request: web.Request) -> web.Response:
         vhost = params[endpoint.vhost_param]
         if vhost in broker.vhosts and not caller.may_use_vhost(broker, vhost):
             return replies.not_authorised(VHOST_REFUSED)
-    return await endpoint.handler(request, broker, params)
+    response = await endpoint.handler(request, broker, params)
+    settled = broker.definitions_settled() if method != "GET" else None
+    if settled is not None:  # in a cluster: answered once every node has the change
+        await asyncio.shield(settled)  # a client that goes away leaves the changes be
+    return response

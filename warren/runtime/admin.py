@@ -14,6 +14,9 @@ Theory of operation:
    `warren.model.policy.PolicyError` (a policy RabbitMQ would refuse).
 5. A policy change is committed to the definitions store (when the node has one) before
    the call returns, so the HTTP reply means it survives a restart.
+6. In a cluster a policy's set and clear go to the metadata log first (`through_log`):
+   every node, this one included, makes the change when it applies the entry, and the
+   call returns once every node has.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from warren.errors import AmqpError
 from warren.model import Binding, DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.arguments import QueueType
 from warren.model.policy import (
+    Policy,
     PolicyError,
     PolicyStore,
     effective_policy_definition,
@@ -40,7 +44,9 @@ from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Counters
 from warren.runtime import admin_access
 from warren.runtime.access import CLUSTER_NAME
+from warren.runtime.admin_access import through_log
 from warren.runtime.admin_errors import DefinitionsError, NotFound
+from warren.runtime.durability import policy_definition
 from warren.runtime.passwords import SHA256
 
 if TYPE_CHECKING:
@@ -95,7 +101,7 @@ def get_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> Json
     return policy.as_json()
 
 
-def set_policy(
+async def set_policy(
     broker: Broker,
     vhost: str,
     name: str,
@@ -106,7 +112,8 @@ def set_policy(
     apply_to: object = "all",
     operator: bool,
 ) -> bool:
-    """Create or replace a policy and apply it; True when it is new."""
+    """Create or replace a policy and apply it (in a cluster: on every node, through the
+    metadata log, point 6); True when it is new."""
     target = vhost_of(broker, vhost)
     policy = make_policy(
         vhost,
@@ -117,17 +124,28 @@ def set_policy(
         apply_to=apply_to,
         operator=operator,
     )
-    if broker.durability is not None:
-        broker.durability.policy_set(policy, operator=operator)
-    created = _store(target, operator).put(policy)
-    apply_policies(broker, target)
+    created = _store(target, operator).get(name) is None
+    change = "put_operator_policy" if operator else "put_policy"
+    if not await through_log(broker, change, policy_definition(policy)):
+        _policy_made(broker, target, policy, operator)
     return created
 
 
-def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> None:
+def _policy_made(broker: Broker, target: VHost, policy: Policy, operator: bool) -> None:
+    if broker.durability is not None:
+        broker.durability.policy_set(policy, operator=operator)
+    _store(target, operator).put(policy)
+    apply_policies(broker, target)
+
+
+async def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> None:
     target = vhost_of(broker, vhost)
-    if _store(target, operator).remove(name) is None:
+    if _store(target, operator).get(name) is None:
         raise NotFound()
+    change = "delete_operator_policy" if operator else "delete_policy"
+    if await through_log(broker, change, vhost, name):
+        return
+    _store(target, operator).remove(name)
     if broker.durability is not None:
         broker.durability.policy_cleared(vhost, name, operator=operator)
     apply_policies(broker, target)
@@ -524,8 +542,7 @@ def _import(broker: Broker, document: Json, vhost: str | None) -> None:
             )
     for item, operator in policies:
         target = _target(broker, item, vhost)
-        set_policy(
-            broker,
+        policy = make_policy(
             target.name,
             item["name"],
             pattern=item.get("pattern"),
@@ -534,6 +551,7 @@ def _import(broker: Broker, document: Json, vhost: str | None) -> None:
             apply_to=item.get("apply-to", "all"),
             operator=operator,
         )
+        _policy_made(broker, target, policy, operator)
     for item in _items(document, "queues"):
         _import_queue(broker, _target(broker, item, vhost), item)
     for item in _items(document, "exchanges"):
@@ -549,27 +567,29 @@ def _import_access(broker: Broker, document: Json) -> None:
         if not isinstance(name, str):
             raise DefinitionsError(f"malformed definitions: vhost name {name!r}")
         if name not in broker.vhosts:
-            admin_access.put_vhost(broker, name, _vhost_metadata(item), creator="")
+            info = admin_access.vhost_info(broker, name, _vhost_metadata(item))
+            admin_access.store_vhost(broker, info, creator="")
     for item in _items(document, "users"):
-        admin_access.put_user(
-            broker,
-            str(item["name"]),
-            {
-                "password_hash": item.get("password_hash", ""),
-                "hashing_algorithm": item.get("hashing_algorithm", SHA256),
-                "tags": item.get("tags", ""),
-            },
-        )
+        user = {
+            "password_hash": item.get("password_hash", ""),
+            "hashing_algorithm": item.get("hashing_algorithm", SHA256),
+            "tags": item.get("tags", ""),
+        }
+        admin_access.store_user(broker, admin_access.user_of(broker, str(item["name"]), user))
     try:
         for item in _items(document, "permissions"):
-            admin_access.put_permission(broker, str(item["vhost"]), str(item["user"]), item)
+            vhost, user_name = str(item["vhost"]), str(item["user"])
+            permission = admin_access.permission_of(broker, vhost, user_name, item)
+            admin_access.store_permission(broker, permission)
         for item in _items(document, "topic_permissions"):
-            admin_access.put_topic_permission(broker, str(item["vhost"]), str(item["user"]), item)
+            vhost, user_name = str(item["vhost"]), str(item["user"])
+            topic = admin_access.topic_permission_of(broker, vhost, user_name, item)
+            admin_access.store_topic_permission(broker, topic)
     except admin_access.AccessError as refused:
         raise DefinitionsError(str(refused.reason)) from None
     for item in _items(document, "global_parameters"):
         if item.get("name") == CLUSTER_NAME:
-            admin_access.set_cluster_name(broker, str(item["value"]))
+            admin_access.store_cluster_name(broker, str(item["value"]))
 
 
 def _vhost_metadata(item: Json) -> Json:

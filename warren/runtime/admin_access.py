@@ -8,6 +8,11 @@ Theory of operation:
    closes its connections (320 CONNECTION_FORCED) and forgets its permissions.
 3. Failures: `admin_errors.NotFound` for a missing object, `AccessError` with RabbitMQ's
    ``reason`` for a refused body (``tags_not_present``, ``vhost_or_user_not_found``).
+4. In a cluster a user's, permission's, topic permission's and the cluster name's
+   changes go to the metadata log first (`through_log`): every node, this one included,
+   makes them when it applies the entry, and the call returns once every node has; so do
+   a vhost's (the creator's permission is a second entry). Imported definitions are made
+   here at once (`user_of` and `store_user`, and so on), each needing the one before it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-from warren.errors import HardError, ReplyCode
+from warren.errors import AmqpError, HardError, ReplyCode
 from warren.model import VHost
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.admin_errors import NotFound
@@ -75,9 +80,18 @@ def get_user(broker: Broker, name: str) -> Json:
     return user_json(user)
 
 
-def put_user(broker: Broker, name: str, body: Json) -> bool:
-    """Create or replace a user; True when it is new. RabbitMQ wants ``tags`` unless a
-    password is given; a ``password_hash`` is taken as it is (``""``: no password login)."""
+async def put_user(broker: Broker, name: str, body: Json) -> bool:
+    """Create or replace a user; True when it is new."""
+    user = user_of(broker, name, body)
+    created = name not in broker.access.users
+    if not await through_log(broker, "put_user", user.definition()):
+        store_user(broker, user)
+    return created
+
+
+def user_of(broker: Broker, name: str, body: Json) -> User:
+    """The user a PUT makes. RabbitMQ wants ``tags`` unless a password is given; a
+    ``password_hash`` is taken as it is (``""``: no password login)."""
     if "tags" not in body and "password" not in body and "password_hash" not in body:
         raise AccessError("tags_not_present")
     existing = broker.access.users.get(name)
@@ -92,9 +106,7 @@ def put_user(broker: Broker, name: str, body: Json) -> bool:
         password_hash, algorithm = existing.password_hash, existing.hashing_algorithm
     else:
         password_hash, algorithm = "", broker.access.hashing_algorithm
-    user = User(name, password_hash, tags, algorithm)
-    store_user(broker, user)
-    return existing is None
+    return User(name, password_hash, tags, algorithm)
 
 
 def store_user(broker: Broker, user: User) -> None:
@@ -103,9 +115,11 @@ def store_user(broker: Broker, user: User) -> None:
     broker.access.users[user.name] = user
 
 
-def delete_user(broker: Broker, name: str) -> None:
+async def delete_user(broker: Broker, name: str) -> None:
     if name not in broker.access.users:
         raise NotFound()
+    if await through_log(broker, "delete_user", name):
+        return
     if broker.durability is not None:
         broker.durability.definitions.delete_user(name)
     broker.access.forget_user(name)
@@ -132,16 +146,33 @@ def vhost_names(broker: Broker) -> list[str]:
     return sorted(broker.vhosts)
 
 
-def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
+async def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
     """Create a vhost (its creator gets full permissions) or update its metadata."""
+    info = vhost_info(broker, name, body)
+    created = name not in broker.vhosts
+    definition = VHostDefinition(name, info.description, info.tags, info.default_queue_type)
+    if not await through_log(broker, "put_vhost", definition):
+        return store_vhost(broker, info, creator)
+    if created and creator in broker.access.users:
+        await through_log(broker, "put_permission", Permission(creator, name).definition())
+    return created
+
+
+def vhost_info(broker: Broker, name: str, body: Json) -> VHostInfo:
+    """A vhost's metadata as a PUT leaves it (what the body does not say stays)."""
     existing = broker.access.vhosts.get(name)
     queue_type = body.get("default_queue_type")
-    info = VHostInfo(
+    return VHostInfo(
         name,
         str(body.get("description", existing.description if existing else "")),
         parse_tags(body["tags"]) if "tags" in body else (existing.tags if existing else ()),
         str(queue_type) if queue_type else (existing.default_queue_type if existing else None),
     )
+
+
+def store_vhost(broker: Broker, info: VHostInfo, creator: str) -> bool:
+    """Make a vhost here at once; True when it is new."""
+    name = info.name
     created = name not in broker.vhosts
     if broker.durability is not None:
         broker.durability.definitions.put_vhost(
@@ -153,6 +184,14 @@ def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool:
         if creator in broker.access.users:
             store_permission(broker, Permission(creator, name))
     return created
+
+
+async def remove_vhost(broker: Broker, name: str) -> None:
+    """A vhost's DELETE: `delete_vhost` here, or in a cluster on every node from the log."""
+    if name not in broker.vhosts:
+        raise NotFound()
+    if not await through_log(broker, "delete_vhost", name):
+        delete_vhost(broker, name)
 
 
 def delete_vhost(broker: Broker, name: str) -> None:
@@ -216,7 +255,15 @@ def get_permission(broker: Broker, vhost: str, user: str) -> Json:
     return permission_json(permission)
 
 
-def put_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
+async def put_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
+    permission = permission_of(broker, vhost, user, body)
+    created = broker.access.permission(user, vhost) is None
+    if not await through_log(broker, "put_permission", permission.definition()):
+        store_permission(broker, permission)
+    return created
+
+
+def permission_of(broker: Broker, vhost: str, user: str, body: Json) -> Permission:
     if vhost not in broker.vhosts or user not in broker.access.users:
         raise AccessError("vhost_or_user_not_found")
     for key in PERMISSION_KEYS:
@@ -224,12 +271,7 @@ def put_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
             re.compile(str(body[key]))
         except re.error as refused:
             raise AccessError(f"invalid_regexp {body[key]!r}: {refused}") from None
-    created = broker.access.permission(user, vhost) is None
-    store_permission(
-        broker,
-        Permission(user, vhost, str(body["configure"]), str(body["write"]), str(body["read"])),
-    )
-    return created
+    return Permission(user, vhost, str(body["configure"]), str(body["write"]), str(body["read"]))
 
 
 def store_permission(broker: Broker, permission: Permission) -> None:
@@ -238,9 +280,11 @@ def store_permission(broker: Broker, permission: Permission) -> None:
     broker.access.set_permission(permission)
 
 
-def delete_permission(broker: Broker, vhost: str, user: str) -> None:
+async def delete_permission(broker: Broker, vhost: str, user: str) -> None:
     if broker.access.permission(user, vhost) is None:
         raise NotFound()
+    if await through_log(broker, "delete_permission", user, vhost):
+        return
     if broker.durability is not None:
         broker.durability.definitions.delete_permission(user, vhost)
     broker.access.clear_permission(user, vhost)
@@ -279,8 +323,16 @@ def get_topic_permissions(broker: Broker, vhost: str, user: str) -> list[Json]:
     return found
 
 
-def put_topic_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
+async def put_topic_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
     """Set a user's topic permission on one exchange; True when it is new."""
+    permission = topic_permission_of(broker, vhost, user, body)
+    created = (user, vhost, permission.exchange) not in broker.access.topic_permissions
+    if not await through_log(broker, "put_topic_permission", permission.definition()):
+        store_topic_permission(broker, permission)
+    return created
+
+
+def topic_permission_of(broker: Broker, vhost: str, user: str, body: Json) -> TopicPermission:
     if vhost not in broker.vhosts or user not in broker.access.users:
         raise AccessError("vhost_or_user_not_found")
     for key in ("write", "read"):
@@ -288,17 +340,18 @@ def put_topic_permission(broker: Broker, vhost: str, user: str, body: Json) -> b
             re.compile(str(body[key]))
         except re.error as refused:
             raise AccessError(f"invalid_regexp {body[key]!r}: {refused}") from None
-    permission = TopicPermission(
+    return TopicPermission(
         user, vhost, str(body["exchange"]), str(body["write"]), str(body["read"])
     )
-    created = (user, vhost, permission.exchange) not in broker.access.topic_permissions
+
+
+def store_topic_permission(broker: Broker, permission: TopicPermission) -> None:
     if broker.durability is not None:
         broker.durability.definitions.put_topic_permission(permission.definition())
     broker.access.set_topic_permission(permission)
-    return created
 
 
-def delete_topic_permissions(
+async def delete_topic_permissions(
     broker: Broker, vhost: str, user: str, exchange: str | None = None
 ) -> None:
     """Clear a user's topic permissions in a vhost (one exchange's, or all)."""
@@ -309,13 +362,33 @@ def delete_topic_permissions(
     ]
     if not present:
         raise NotFound()
+    if await through_log(broker, "delete_topic_permissions", user, vhost, exchange):
+        return
     if broker.durability is not None:
         broker.durability.definitions.delete_topic_permissions(user, vhost, exchange)
     broker.access.clear_topic_permissions(user, vhost, exchange)
 
 
-def set_cluster_name(broker: Broker, name: str) -> None:
+async def set_cluster_name(broker: Broker, name: str) -> None:
     """RabbitMQ's cluster_name global parameter; in a cluster it reaches every node."""
+    if not await through_log(broker, "put_global_parameter", CLUSTER_NAME, name):
+        store_cluster_name(broker, name)
+
+
+def store_cluster_name(broker: Broker, name: str) -> None:
     if broker.durability is not None:
         broker.durability.definitions.put_global_parameter(CLUSTER_NAME, name)
     broker.cluster_name = name
+
+
+async def through_log(broker: Broker, change: str, *arguments: object) -> bool:
+    """In a cluster, make a definition change through the metadata log, on every node
+    (`warren.runtime.cluster.metadata`, point 2), and raise what the model refused it
+    with; False on a single node, where the caller makes it at once."""
+    pending = broker.logged_change(change, *arguments)
+    if pending is None:
+        return False
+    refused = await pending
+    if isinstance(refused, AmqpError):
+        raise refused
+    return True

@@ -7,7 +7,10 @@ Theory of operation:
 2. A refusal from the model is an `AmqpError`; `ObjectError` carries its detail (the text
    after ``CODE - ``, which is how RabbitMQ's API words it) and its reply code, so the
    HTTP layer can pick 400 or 401 (ACCESS_REFUSED: ``Access refused.``).
-3. Publishing routes through the vhost and enqueues on each queue's host like
+3. In a cluster an exchange's declare and delete and a binding's add and delete go to the
+   metadata log first, as a channel's do (`warren.runtime.cluster.metadata`, point 2):
+   the reply comes once every node applied the change, from what applying it gave.
+4. Publishing routes through the vhost and enqueues on each queue's host like
    basic.publish without confirms; ``/get`` takes up to `count` messages with basic.get
    semantics and then acks, requeues or rejects them all, per ``ackmode``.
 """
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
+from warren.amqp.table import encode_table
 from warren.errors import AmqpError, ReplyCode
 from warren.model import Binding, DestinationKind, Exchange, VHost
 from warren.queue import Discard, Enqueue, Return, Settle
@@ -31,6 +35,7 @@ from warren.runtime.admin import (
     typed_arguments,
     vhost_of,
 )
+from warren.runtime.admin_access import through_log
 from warren.runtime.admin_phash import properties_key, quote_binding
 from warren.runtime.queues.host import Accepted
 from warren.runtime.stats import MessageStats
@@ -96,18 +101,27 @@ def exchange_listed(vhost: VHost, exchange: Exchange) -> Json:
     return json
 
 
-def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) -> bool:
+async def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) -> bool:
     target = vhost_of(broker, vhost)
     created = name not in target.exchanges
+    kind = str(body.get("type", "direct"))
+    durable, auto_delete = flag(body, "durable", True), flag(body, "auto_delete", False)
+    internal = flag(body, "internal", False)
+    arguments = typed_arguments(body.get("arguments"))
+    flags = (durable, auto_delete, internal)
+    if created and await _logged(
+        broker, "exchange_declare", vhost, name, kind, flags, encode_table(arguments)
+    ):
+        return True
     try:
         exchange = target.declare_exchange(
             name,
-            str(body.get("type", "direct")),
+            kind,
             passive=False,
-            durable=flag(body, "durable", True),
-            auto_delete=flag(body, "auto_delete", False),
-            internal=flag(body, "internal", False),
-            arguments=typed_arguments(body.get("arguments")),
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
         )
     except AmqpError as refused:
         raise ObjectError.of(refused) from None
@@ -116,12 +130,16 @@ def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) -> bool:
     return created
 
 
-def delete_exchange(broker: Broker, vhost: str, name: str, *, if_unused: bool = False) -> None:
+async def delete_exchange(
+    broker: Broker, vhost: str, name: str, *, if_unused: bool = False
+) -> None:
     target = broker.vhosts.get(vhost)
     if target is None or name not in target.exchanges:
         raise NotFound()
     if not name or name.startswith("amq."):
         raise ObjectError(ReplyCode.ACCESS_REFUSED, "Access refused.")
+    if await _logged(broker, "exchange_delete", vhost, name, if_unused):
+        return
     try:
         target.delete_exchange(name, if_unused=if_unused)
     except AmqpError as refused:
@@ -202,10 +220,18 @@ def _header_value(value: object) -> object:
     return value
 
 
+async def _logged(broker: Broker, change: str, *arguments: object) -> bool:
+    """`through_log`, with the model's refusal as an `ObjectError` (point 3)."""
+    try:
+        return await through_log(broker, change, *arguments)
+    except AmqpError as refused:
+        raise ObjectError.of(refused) from None
+
+
 # --- Queues ---
 
 
-def declare_queue(broker: Broker, vhost: str, name: str, body: Json) -> bool:
+async def declare_queue(broker: Broker, vhost: str, name: str, body: Json) -> bool:
     target = vhost_of(broker, vhost)
     try:
         record, created = target.declare_queue(
@@ -352,7 +378,7 @@ def bindings_between(
     ]
 
 
-def add_binding(
+async def add_binding(
     broker: Broker, vhost: str, source: str, kind: DestinationKind, destination: str, body: Json
 ) -> str:
     """Bind; return the new binding's properties key (for the Location header)."""
@@ -362,12 +388,15 @@ def add_binding(
     if not isinstance(arguments, dict):
         raise ObjectError(400, "arguments must be an object")
     plain = {str(key): plain_value(typed_arguments(arguments)[key]) for key in arguments}
-    try:
-        target.bind(destination, kind, source, routing_key, plain)
-    except AmqpError as refused:
-        raise ObjectError(int(refused.code), refused.text.split(" - ", 1)[-1]) from None
-    if broker.durability is not None:
-        broker.durability.binding_added(target, destination, kind, source, routing_key, plain)
+    binding = (destination, kind.value, source, routing_key, encode_table(plain))
+    if not await _logged(broker, "bind", vhost, *binding):
+        try:
+            target.bind(destination, kind, source, routing_key, plain)
+        except AmqpError as refused:
+            raise ObjectError.of(refused) from None
+        if broker.durability is not None:
+            durability = broker.durability
+            durability.binding_added(target, destination, kind, source, routing_key, plain)
     return properties_key(routing_key, plain)
 
 
@@ -393,11 +422,15 @@ def find_binding(
     raise NotFound()
 
 
-def delete_binding(
+async def delete_binding(
     broker: Broker, vhost: str, source: str, kind: DestinationKind, destination: str, key: str
 ) -> None:
     binding = find_binding(broker, vhost, source, kind, destination, key)
     target = vhost_of(broker, vhost)
+    arguments = encode_table(dict(binding.arguments))
+    logged = (destination, kind.value, source, binding.routing_key, arguments)
+    if await _logged(broker, "unbind", vhost, *logged):
+        return
     try:
         target.unbind(destination, kind, source, binding.routing_key, dict(binding.arguments))
     except AmqpError as refused:

@@ -76,6 +76,9 @@ class Cluster(Protocol):
 
     def unreachable(self) -> set[str]: ...
 
+    def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
+        """A definition change of this node, made by every node from the metadata log."""
+
     def queue_columns(self, host: object) -> dict[str, object]:
         """The management API's cluster columns of a queue (leader, members, home)."""
 
@@ -126,6 +129,13 @@ class Broker:
         """The definition changes this node made that not every node of the cluster has
         yet, once they have (None: none, or a single node): a definition's -ok waits."""
         return None if self.cluster is None else self.cluster.definitions.settled()
+
+    def logged_change(self, change: str, *arguments: object) -> asyncio.Future[object] | None:
+        """In a cluster, a definition change (`warren.runtime.cluster.metadata`, point 2)
+        that the metadata log makes on every node, this one too: its outcome (the error the
+        model refused it with, or None) once every node applied it. None on a single node,
+        where the caller makes the change at once."""
+        return None if self.cluster is None else self.cluster.logged_change(change, arguments)
 
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = self.hosts.make(record)

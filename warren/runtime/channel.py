@@ -53,6 +53,7 @@ from warren.amqp.content import (
 from warren.amqp.methods import encode_method
 from warren.amqp.table import TableError, Typed, decode_table, decode_table_typed
 from warren.errors import (
+    AmqpError,
     HardError,
     ReplyCode,
     SoftError,
@@ -82,6 +83,12 @@ REPLY_TO_PREFIX = REPLY_TO + "."
 _INSPECTED_FLAGS = HEADERS_FLAG | USER_ID_FLAG | EXPIRATION_FLAG | PRIORITY_FLAG | REPLY_TO_FLAG
 _WRITABLE_MAX = 1024  # exchanges a channel remembers as writable
 _DEFINING_CLASSES = frozenset((m.ExchangeDeclare.CLASS_ID, m.QueueDeclare.CLASS_ID))
+_BOUND: dict[type[m.Method], type[m.Method]] = {  # a binding method's -ok
+    m.ExchangeBind: m.ExchangeBindOk,
+    m.ExchangeUnbind: m.ExchangeUnbindOk,
+    m.QueueBind: m.QueueBindOk,
+    m.QueueUnbind: m.QueueUnbindOk,
+}
 # the commonest properties, known to be well formed: none, or only a delivery mode
 _PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
@@ -242,6 +249,18 @@ class Channel:
     def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
         if not method.passive:
             self._permit(Access.CONFIGURE, DestinationKind.EXCHANGE, method.exchange)
+            flags = (method.durable, method.auto_delete, method.internal)
+            if method.exchange not in self.vhost.exchanges and self._logged(
+                method,
+                m.ExchangeDeclareOk(),
+                "exchange_declare",
+                self.vhost.name,
+                method.exchange,
+                method.type,
+                flags,
+                method.arguments,
+            ):
+                return
         exchange = self.vhost.declare_exchange(
             method.exchange,
             method.type,
@@ -257,6 +276,15 @@ class Channel:
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
         self._permit(Access.CONFIGURE, DestinationKind.EXCHANGE, method.exchange)
+        if method.exchange in self.vhost.exchanges and self._logged(
+            method,
+            m.ExchangeDeleteOk(),
+            "exchange_delete",
+            self.vhost.name,
+            method.exchange,
+            method.if_unused,
+        ):
+            return
         self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
         if self.durability is not None:
             self.durability.exchanges_changed(self.vhost)
@@ -265,12 +293,10 @@ class Channel:
     def _exchange_bind(self, method: m.ExchangeBind) -> None:
         exchange = DestinationKind.EXCHANGE
         self._bind(self.vhost.bind, method.destination, exchange, method.source, method)
-        self._reply(method, m.ExchangeBindOk())
 
     def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
         exchange = DestinationKind.EXCHANGE
         self._bind(self.vhost.unbind, method.destination, exchange, method.source, method)
-        self._reply(method, m.ExchangeUnbindOk())
 
     def _bind(
         self,
@@ -280,15 +306,32 @@ class Channel:
         source: str,
         method: m.ExchangeBind | m.ExchangeUnbind | m.QueueBind | m.QueueUnbind,
     ) -> None:
-        """Add or remove one binding; `owner` lets the model refuse another's exclusive queue.
-        A binding between durable ends is stored (or deleted) before the reply. The user must
-        be allowed to write to the destination and read from the source, in that order."""
+        """Add or remove one binding and answer; `owner` lets the model refuse another's
+        exclusive queue. A binding between durable ends is stored (or deleted) before the
+        reply. The user must be allowed to write to the destination and read from the
+        source, in that order."""
         self._permit(Access.WRITE, kind, destination)
         self._permit(Access.READ, DestinationKind.EXCHANGE, source)
         if self.access.topic_permissions:
             self._permit_topic(source, method.routing_key, write=False)
         arguments = _plain_arguments(method.arguments)
         vhost = self.vhost
+        reply = _BOUND[type(method)]()
+        record = vhost.queues.get(destination) if kind is DestinationKind.QUEUE else None
+        if record is not None and self.broker.cluster is not None:
+            record.check_access(self.connection)  # through the log, the model cannot tell
+        if self._logged(
+            method,
+            reply,
+            "bind" if change == vhost.bind else "unbind",
+            vhost.name,
+            destination,
+            kind.value,
+            source,
+            method.routing_key,
+            method.arguments,
+        ):
+            return
         change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
         durability = self.durability
         if durability is not None:
@@ -300,6 +343,24 @@ class Channel:
                 durability.binding_removed(
                     vhost, destination, kind, source, method.routing_key, arguments
                 )
+        self._reply(method, reply)
+
+    def _logged(self, method: m.Method, reply: m.Method, change: str, *arguments: object) -> bool:
+        """In a cluster, make a definition change through the metadata log, on every node
+        this one too, and answer from what applying it gave here: `reply`, or the error the
+        model refused it with (`warren.runtime.cluster.metadata`, point 2). False on a
+        single node: the caller makes it at once."""
+        pending = self.broker.logged_change(change, *arguments)
+        if pending is None:
+            return False
+        self.connection.suspend(self, pending, lambda done: self._applied(method, reply, done))
+        return True
+
+    def _applied(self, method: m.Method, reply: m.Method, done: asyncio.Future[object]) -> None:
+        refused = done.result()
+        if isinstance(refused, AmqpError):
+            raise refused.at(method.CLASS_ID, method.METHOD_ID)  # as `_on_error` names it
+        self._reply(method, reply)
 
     def _permit(self, access: Access, kind: DestinationKind, name: str) -> None:
         """403 unless the user's permission in this vhost allows `access` to the resource.
@@ -445,12 +506,10 @@ class Channel:
     def _queue_bind(self, method: m.QueueBind) -> None:
         queue = self._queue_name(method.queue)
         self._bind(self.vhost.bind, queue, DestinationKind.QUEUE, method.exchange, method)
-        self._reply(method, m.QueueBindOk())
 
     def _queue_unbind(self, method: m.QueueUnbind) -> None:
         queue = self._queue_name(method.queue)
         self._bind(self.vhost.unbind, queue, DestinationKind.QUEUE, method.exchange, method)
-        self._reply(method, m.QueueUnbindOk())
 
     def _queue_purge(self, method: m.QueuePurge) -> None:
         name = self._queue_name(method.queue)

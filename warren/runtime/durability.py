@@ -275,14 +275,7 @@ class Durability:
         self._bindings = {b for b in self._bindings if b.vhost != name}
 
     def policy_set(self, policy: Policy, *, operator: bool) -> None:
-        definition = PolicyDefinition(
-            policy.vhost,
-            policy.name,
-            policy.pattern,
-            policy.apply_to,
-            policy.priority,  # type: ignore[arg-type]  # RabbitMQ also accepts a float
-            dict(policy.definition),
-        )
+        definition = policy_definition(policy)
         if operator:
             self.definitions.put_operator_policy(definition)
         else:
@@ -497,6 +490,17 @@ def queue_definition(record: QueueRecord) -> QueueDefinition:
         auto_delete=record.auto_delete,
         arguments=encode_table(record.arguments),
         type=record.queue_type.value,
+    )
+
+
+def policy_definition(policy: Policy) -> PolicyDefinition:
+    return PolicyDefinition(
+        policy.vhost,
+        policy.name,
+        policy.pattern,
+        policy.apply_to,
+        policy.priority,  # type: ignore[arg-type]  # RabbitMQ also accepts a float
+        dict(policy.definition),
     )
 
 

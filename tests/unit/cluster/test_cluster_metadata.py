@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from warren.runtime.broker import Broker
-from warren.runtime.cluster.metadata import MetadataMachine, Operation, ReplicatedDefinitions
+from warren.runtime.cluster import metadata
+from warren.runtime.cluster.metadata import (
+    MetadataMachine,
+    Operation,
+    ReplicatedDefinitions,
+    TransientDefinitions,
+)
 from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.config import Config
 from warren.storage.definitions import DefinitionsStore, PolicyDefinition
@@ -57,6 +63,7 @@ class Node:
             DefinitionsStore.open(data_dir / "definitions.db"), self
         )
         self.machine = MetadataMachine(self)
+        self.transient = TransientDefinitions(self)
         self.proposed: list[Operation] = []
         self.loop = loop
         self.index = 0
@@ -68,6 +75,9 @@ class Node:
     def apply(self, data: bytes) -> object:
         self.index += 1
         return self.machine.apply(EntryMeta(self.index, 1, None), data)
+
+    def placements(self) -> dict[tuple[str, str], tuple[str, list[str]]]:
+        return {}  # no quorum queues here
 
     def policies(self) -> list[tuple[str, Any]]:
         stored = self.definitions.store.load().policies
@@ -82,8 +92,13 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def logged(operation: Operation) -> bytes:
-    """An operation as `ClusterNode.replicate` stores it in the log."""
+    """An operation as the version before numbered operations stored it in the log."""
     return pickle.dumps(operation, pickle.HIGHEST_PROTOCOL)
+
+
+def logged_as(operation: Operation, sender: str, number: int) -> bytes:
+    """An operation as `ClusterNode.replicate` stores it in the log now."""
+    return metadata.logged(operation, sender, number)
 
 
 def node(name: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> Node:
@@ -137,18 +152,35 @@ def test_concurrent_changes_end_with_the_last_in_the_log_everywhere(
     assert a.policies() == b.policies() == [("limit", {"max-length": last})]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18: a node skips its own operation when the log brings it back unless "
-    "another node's change overtook it (LocalChanges); a copy committed twice by a new "
-    "leader (ClusterNode.submit) is then applied by the other nodes only",
-)
 def test_an_operation_committed_twice_leaves_every_node_the_same(
     tmp_path: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
+    """A new leader may commit again an operation its proposer's leader had taken: the copy
+    is skipped on every node, so both keep the change that came after it."""
     a, b = changed_at_once(tmp_path, loop)
-    for entry in [*a.proposed, *b.proposed, *a.proposed]:
-        data = logged(entry)
+    numbered = [
+        *(logged_as(entry, "rabbit@a/1", 1) for entry in a.proposed),
+        *(logged_as(entry, "rabbit@b/1", 1) for entry in b.proposed),
+        *(logged_as(entry, "rabbit@a/1", 1) for entry in a.proposed),
+    ]
+    for data in numbered:
         a.apply(data)
         b.apply(data)
-    assert a.policies() == b.policies()
+    assert a.policies() == b.policies() == [("limit", {"max-length": 2})]
+
+
+def test_a_copy_committed_again_is_skipped_after_a_snapshot_too(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The senders' last numbers travel in the snapshot: a node restored from one skips a
+    copy of an operation the snapshot already holds."""
+    a, b = changed_at_once(tmp_path, loop)
+    first = logged_as(a.proposed[0], "rabbit@a/1", 1)
+    a.apply(first)
+    a.apply(logged_as(b.proposed[0], "rabbit@b/1", 1))
+    c = node("rabbit@c", tmp_path, loop)
+    c.machine.restore(a.machine.snapshot())
+    c.index = a.index
+    for later in (a, c):
+        later.apply(first)
+    assert a.policies() == c.policies() == [("limit", {"max-length": 2})]

@@ -1,42 +1,53 @@
 """Cluster metadata: definitions replicated through one Raft group that every node is in.
 
 Theory of operation:
-1. Every durable definition change on a node goes through its `DefinitionsStore` (that is
-   how it survives a restart). In a cluster the store is wrapped by `ReplicatedDefinitions`:
-   each ``put_*``/``delete_*`` is written locally as before and also proposed to the
-   metadata group as an operation ``(origin node, method name, arguments)``.
-2. `MetadataMachine.apply` runs on every node in log order. The node that made the change
-   already applied it (a client's declare answers at once), so it skips its own
-   operations; every other node applies them to its live model *and* its store, with
-   replication switched off while it does (`applying`), so nothing echoes back. The
-   last index applied is kept in the store, so a restart does not apply anything twice.
-3. Quorum queues are different: their declare and delete go to the log first and take
-   effect on every node, the declaring one included, when committed (origin ``""``), so
-   that two nodes declaring one name at once end with one queue (the first in the log)
-   everywhere; the same holds for a queue's member list and for the address of a node
-   that joins (kept in the store, so every node can reach it after a restart).
-4. What is replicated: vhosts, users, permissions, topic permissions, the cluster name
-   (a global parameter), policies and operator policies, durable
-   exchanges and quorum queues through the store; through `TransientDefinitions` (the
-   durability's observer) what the store does not keep or keeps on one node only: every
-   classic queue with its home node (the node that declared it: the others get a proxy,
-   `warren.runtime.cluster.remote`), non-durable exchanges, and every binding. A node
-   stores a binding between durable ends unless its queue's home is another node.
-5. Conflicts (other definitions): two nodes changing the same definition at the same
-   moment each apply their own change first and the other's when the log brings it. A
-   node therefore counts its changes the log has not brought back yet, per definition
-   (`LocalChanges`): when another node's change to one of them is applied meanwhile, it
-   came earlier in the log, and the node applies its own change again when the log
-   brings it back, so every node ends with the change that is last in the log. Two nodes
-   declaring one classic queue name at once each keep their own queue (each ignores the
-   other's declare).
-6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`); a node
-   that restores one puts every definition it holds.
+1. A definition change is an operation ``(origin node, name, arguments)`` in the log of
+   the metadata group. `MetadataMachine.apply` runs on every node in log order and applies
+   every operation, its proposer's own included, to the node's live model *and* its
+   store (with replication switched off while it does, `applying`, so nothing echoes
+   back); its result goes back to the proposer. The last index applied is kept in the
+   store, so a restart does not apply anything twice.
+2. Log first: a channel's exchange declare and delete and bind and unbind (the
+   operations ``exchange_declare``, ``exchange_delete``, ``bind``, ``unbind``), and the
+   management API's changes to exchanges, bindings, policies, vhosts, users,
+   (topic) permissions and the cluster name, are proposed without touching the model
+   (`Broker.logged_change`); the caller answers from what applying gave on its node:
+   the -ok, or the error the model refused it with (406 for an inequivalent declare
+   another node's came before, carried as a pickled `AmqpError`). On a single node there
+   is no log: the caller makes the change at once, as it always did. Two nodes making
+   such changes at once end with the log's order everywhere.
+3. Quorum queues go to the log first too: their declare and delete take effect on every
+   node when committed (origin ``""``), so two nodes declaring one name at once end with
+   one queue (the first in the log) everywhere; the same holds for a queue's member list
+   and for the address of a node that joins (kept in the store, so every node can reach
+   it after a restart).
+4. Made here first: a classic queue's declare and delete (on its home, the node that
+   declared it: the others get a proxy, `warren.runtime.cluster.remote`), what goes with
+   them (bindings to a deleted queue, auto-deleted exchanges) and imported definitions
+   are made on the node at once and proposed after: every durable change through the
+   store, wrapped by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written
+   locally and proposed), and through `TransientDefinitions` (the durability's observer)
+   what the store does not keep or keeps on one node only: every classic queue with its
+   home, non-durable exchanges, and every binding. A node stores a binding between
+   durable ends unless its queue's home is another node. Such a change is applied again
+   on its own node when the log brings it back, as on every other, so the nodes end the
+   same; for that moment its node may show an earlier change of the same definition
+   again. Two nodes declaring one classic queue name at once each keep their own queue
+   (each ignores the other's declare).
+5. Operations are numbered by their sender (a node's process, `logged`): a copy that a
+   new leader commits again is skipped on every node, as the quorum queues' `Sequenced`
+   commands are. Entries written before numbering, ``(origin, name, arguments)``, are
+   read as they are (`_read`).
+6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`), the
+   quorum queues' placements, what the store does not keep (point 4) and the last number
+   applied of each sender; a node that restores one puts every definition it holds (one
+   taken before numbering has no senders).
 7. A definition's -ok reaches the client once every node has it, as in RabbitMQ: an
    operation's proposer waits, after the commit, until its own node and every node it has
    a link with applied the entry (`ClusterNode.replicate`, an `AppliedThrough` barrier,
-   bounded in time), and a channel sends the -ok of a method that proposed changes once
-   they are settled (`settled`), so a publish through any node at once finds the queue.
+   bounded in time); a channel sends the -ok of a method that proposed changes, and the
+   management API its answer to a request that did, once they are settled (`settled`),
+   so a publish through any node at once finds the queue.
 """
 
 from __future__ import annotations
@@ -45,12 +56,12 @@ import asyncio
 import dataclasses
 import logging
 import pickle
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
+from warren.errors import AmqpError
 from warren.model import DestinationKind, Exchange, QueueType, VHost
 from warren.model.binding import Binding
 from warren.model.vhost import RESERVED_PREFIX
@@ -62,7 +73,7 @@ from warren.runtime.broker import Broker
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
-from warren.runtime.durability import binding_definition, queue_definition
+from warren.runtime.durability import Durability, binding_definition, queue_definition
 from warren.runtime.queues.host import Placement, QueueHost
 from warren.storage.definitions import (
     BindingDefinition,
@@ -118,7 +129,6 @@ class ReplicatedDefinitions:
         self.store = store
         self.cluster = cluster
         self.applying = False  # applying another node's operation: do not replicate it
-        self.changes = LocalChanges()
         # proposed and not yet applied everywhere, for `settled` (in order; a set)
         self._unsettled: dict[asyncio.Future[object], None] = {}
 
@@ -128,7 +138,6 @@ class ReplicatedDefinitions:
     def replicate(self, method: str, *arguments: Any) -> None:
         """Propose a change made here (not one being applied from the log)."""
         if not self.applying:
-            self.changes.made(method, arguments)
             outcome = self.cluster.replicate((self.cluster.name, method, arguments))
             outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
             self._unsettled[outcome] = None
@@ -217,64 +226,6 @@ class ReplicatedDefinitions:
     def delete_operator_policy(self, vhost: str, name: str) -> None:
         self.store.delete_operator_policy(vhost, name)
         self.replicate("delete_operator_policy", vhost, name)
-
-
-class LocalChanges:
-    """This node's definition changes that the log has not brought back yet (module doc,
-    point 5), by the definition they change."""
-
-    def __init__(self) -> None:
-        self._waiting: Counter[tuple[Any, ...]] = Counter()
-        self._overtaken: set[tuple[Any, ...]] = set()
-
-    def made(self, method: str, arguments: tuple[Any, ...]) -> None:
-        changed = _changed(method, arguments)
-        if changed is not None:
-            self._waiting[changed] += 1
-
-    def other(self, method: str, arguments: tuple[Any, ...]) -> None:
-        """Another node's change, applied now: earlier in the log than those waiting."""
-        changed = _changed(method, arguments)
-        if changed is not None and self._waiting[changed] > 0:
-            self._overtaken.add(changed)
-
-    def back(self, method: str, arguments: tuple[Any, ...]) -> bool:
-        """One of this node's changes, back from the log: whether to apply it again."""
-        changed = _changed(method, arguments)
-        if changed is None:
-            return False
-        again = changed in self._overtaken
-        self._waiting[changed] -= 1
-        if self._waiting[changed] <= 0:
-            del self._waiting[changed]
-            self._overtaken.discard(changed)
-        return again
-
-
-def _changed(method: str, arguments: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The definition an operation changes, as (kind, identity...), for the operations a
-    node applies before the log has them (not quorum queues, not cluster changes, not
-    classic queues, each of which has one home)."""
-    kind, _, what = method.partition("_")
-    if what == "binding":
-        return (what, arguments[0])
-    if what not in _IDENTITY:
-        return None
-    if kind == "put":
-        return (what, *(getattr(arguments[0], field) for field in _IDENTITY[what]))
-    return (what, *arguments[: len(_IDENTITY[what])])  # delete_*, transient_exchange
-
-
-# what names a definition: the fields of the put_* argument, the arguments of delete_*
-_IDENTITY: Final = {
-    "vhost": ("name",),
-    "user": ("name",),
-    "permission": ("user", "vhost"),
-    "topic_permission": ("user", "vhost", "exchange"),
-    "exchange": ("vhost", "name"),
-    "policy": ("vhost", "name"),
-    "operator_policy": ("vhost", "name"),
-}
 
 
 class TransientDefinitions:
@@ -389,6 +340,22 @@ def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[An
         log.warning("%s%r not replicated to the cluster: %s", method, arguments, error)
 
 
+def logged(operation: Operation, sender: str, number: int) -> bytes:
+    """An operation as the metadata log holds it: numbered by its sender (one node's
+    process), from 1, so that a copy a new leader commits again is applied once (point 5)."""
+    return pickle.dumps((*operation, sender, number), pickle.HIGHEST_PROTOCOL)
+
+
+def _read(data: bytes) -> tuple[Operation, tuple[str, int] | None]:
+    """An entry of the log, with its sender and number; one written before operations were
+    numbered is ``(origin, method, arguments)`` and has none."""
+    loaded = pickle.loads(data)
+    if len(loaded) == 3:
+        return loaded, None
+    origin, method, arguments, sender, number = loaded
+    return (origin, method, arguments), (sender, number)
+
+
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What an applied operation answers its proposer: its log index, for the barrier
@@ -399,12 +366,14 @@ class Applied:
 
 
 class MetadataMachine:
-    """The metadata group's state machine: other nodes' definition changes, applied here."""
+    """The metadata group's state machine: every node's definition changes, applied here in
+    log order."""
 
     def __init__(self, cluster: MetadataNode) -> None:
         self.cluster = cluster
         self.leader = False
         self.applied_index = 0  # in memory: what `reached` waits for
+        self.numbered: dict[str, int] = {}  # sender -> the last number applied (point 5)
         self._reached: list[tuple[int, asyncio.Future[bool]]] = []
 
     @property
@@ -438,21 +407,21 @@ class MetadataMachine:
 
     def _apply(self, index: int, data: bytes) -> object:
         store = self.cluster.definitions.store
-        if index <= store.applied_index():
-            return None  # applied before this node restarted
-        origin, method, arguments = pickle.loads(data)
-        result: object = None
-        changes = self.cluster.definitions.changes
-        if origin != self.cluster.name:
-            changes.other(method, arguments)
-            result = self.replay([(method, arguments)])
-        elif changes.back(method, arguments):  # applied when this node made it, and since
-            result = self.replay([(method, arguments)])  # overtaken by one before it in the log
+        (_origin, method, arguments), numbered = _read(data)
+        again = False
+        if numbered is not None:
+            sender, number = numbered
+            again = number <= self.numbered.get(sender, 0)
+            self.numbered[sender] = max(number, self.numbered.get(sender, 0))
+        if again or index <= store.applied_index():
+            return None  # a copy committed again, or applied before this node restarted
+        result = self.replay([(method, arguments)])  # its proposer's too (module doc, 1)
         store.set_applied_index(index)
         return result
 
     def replay(self, operations: list[tuple[str, tuple[Any, ...]]]) -> object:
-        """Apply operations made elsewhere (not replicated again); the last one's result."""
+        """Apply operations from the log or a peer (not replicated again); the last one's
+        result."""
         definitions = self.cluster.definitions
         definitions.applying = True
         result: object = None
@@ -477,12 +446,15 @@ class MetadataMachine:
     def snapshot(self) -> bytes:
         cluster = self.cluster
         transient = cluster.transient.operations(None)
-        state = (cluster.definitions.store.load(), cluster.placements(), transient)
+        state = (cluster.definitions.store.load(), cluster.placements(), transient, self.numbered)
         return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
 
     def restore(self, data: bytes) -> None:
         loaded: Definitions
-        loaded, placements, transient = pickle.loads(data)
+        state = pickle.loads(data)
+        loaded, placements, transient = state[:3]
+        # a snapshot taken before operations were numbered has no senders
+        self.numbered = dict(state[3]) if len(state) > 3 else {}
         definitions = self.cluster.definitions
         definitions.applying = True
         try:
@@ -703,8 +675,79 @@ class MetadataMachine:
             vhost, binding.destination, kind, binding.source, binding.routing_key, arguments
         )
 
+    def _exchange_declare(
+        self,
+        vhost_name: str,
+        name: str,
+        exchange_type: str,
+        flags: tuple[bool, bool, bool],
+        arguments: bytes,
+    ) -> AmqpError | None:
+        """A channel's exchange.declare of an exchange new on its node (point 2): made or
+        found equivalent here, or the model's error."""
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            return None  # deleted meanwhile, with the declaring connection
+        durable, auto_delete, internal = flags
+        try:
+            exchange = vhost.declare_exchange(
+                name,
+                exchange_type,
+                passive=False,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=decode_table_typed(arguments),
+            )
+        except AmqpError as refused:
+            return refused
+        self._durability().exchange_declared(vhost, exchange)
+        return None
+
+    def _exchange_delete(self, vhost_name: str, name: str, if_unused: bool) -> AmqpError | None:
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            return None
+        try:
+            vhost.delete_exchange(name, if_unused=if_unused)
+        except AmqpError as refused:
+            return refused
+        self._durability().exchanges_changed(vhost)
+        return None
+
+    def _bind(self, added: bool, vhost_name: str, *binding: Any) -> AmqpError | None:
+        """A channel's bind or unbind (point 2): ``binding`` is (destination, kind,
+        source, routing key, arguments as an encoded table); the channel checked that its
+        connection may use an exclusive destination queue."""
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            return None
+        destination, kind_name, source, routing_key, raw = binding
+        kind = DestinationKind(kind_name)
+        arguments = decode_table(raw) if raw else {}
+        try:
+            (vhost.bind if added else vhost.unbind)(
+                destination, kind, source, routing_key, arguments
+            )
+        except AmqpError as refused:
+            return refused
+        durability = self._durability()
+        (durability.binding_added if added else durability.binding_removed)(
+            vhost, destination, kind, source, routing_key, arguments
+        )
+        return None
+
+    def _durability(self) -> Durability:
+        durability = self.broker.durability
+        assert durability is not None  # a cluster node has its data directory
+        return durability
+
 
 _APPLY: dict[str, Callable[..., object]] = {
+    "exchange_declare": MetadataMachine._exchange_declare,
+    "exchange_delete": MetadataMachine._exchange_delete,
+    "bind": lambda machine, *binding: machine._bind(True, *binding),
+    "unbind": lambda machine, *binding: machine._bind(False, *binding),
     "put_vhost": MetadataMachine._put_vhost,
     "delete_vhost": MetadataMachine._delete_vhost,
     "put_user": MetadataMachine._put_user,

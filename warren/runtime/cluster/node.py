@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-import pickle
 import random
 import secrets
 from collections import deque
@@ -65,6 +65,7 @@ from warren.runtime.cluster.metadata import (
     Operation,
     ReplicatedDefinitions,
     TransientDefinitions,
+    logged,
 )
 from warren.runtime.cluster.peers import Peers, PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
@@ -168,6 +169,7 @@ class ClusterNode:
         self._checks: set[asyncio.Future[None]] = set()  # `QuorumHost.recheck_consumers`
         # names this process's consumers: those of an earlier life of the node are stale
         self.incarnation = secrets.token_hex(4)
+        self._numbers = itertools.count(1)  # of this process's metadata operations
         self._rng = random.Random()
         broker.cluster = self
         broker.hosts = ClusterHosts(self)
@@ -429,10 +431,13 @@ class ClusterNode:
 
     # --- getting commands to leaders -------------------------------------------------------------
 
+    def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
+        return self.replicate((self.name, change, arguments))
+
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
         """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
         its result once every node applied it (metadata doc, point 7)."""
-        data = pickle.dumps(operation, pickle.HIGHEST_PROTOCOL)
+        data = logged(operation, f"{self.name}/{self.incarnation}", next(self._numbers))
         return asyncio.ensure_future(self._applied_everywhere(self.submit(METADATA_GROUP, data)))
 
     async def _applied_everywhere(self, submitted: asyncio.Future[object]) -> object:
