@@ -1,0 +1,76 @@
+"""Data directories written by an earlier Warren are recovered by this one with nothing lost.
+
+`tests/fixtures/legacy-data.tar.gz` holds a single node's and a 3-node cluster's data
+directories written by the commit named in `tests/fixtures/legacy-data.json`
+(`tests/fixtures/make_fixture.py`): durable classic queues with persistent messages mostly
+read back from the log, a quorum queue whose group took a snapshot and has entries after
+it, a metadata group with a snapshot, dead-lettered messages with x-death, and the
+definitions of a vhost. Each test starts the current code on a copy and must find every
+definition and every message (properties, headers, body) that the writing node handed out.
+A change of the on-disk format keeps these passing by reading the old data (issue #20).
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import start_warren
+from tests.fixtures import legacy_data
+from warren.testing.cluster import LocalCluster
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+EXPECTED: dict[str, Any] = json.loads((FIXTURES / "legacy-data.json").read_text())
+
+pytestmark = pytest.mark.warren_only  # Warren's own data directories
+
+
+@pytest.fixture
+def unpacked(tmp_path: Path) -> Path:
+    with tarfile.open(FIXTURES / "legacy-data.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    return tmp_path
+
+
+def returned_once(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` as a quorum queue hands it out again: the writing node's observation
+    returned it, which counts as a delivery (``x-delivery-count``)."""
+    headers = dict(message["properties"]["headers"])
+    headers["x-delivery-count"] = headers.get("x-delivery-count", 0) + 1
+    return {**message, "properties": {**message["properties"], "headers": headers}}
+
+
+def assert_same(observed: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert observed["definitions"] == expected["definitions"]
+    assert sorted(observed["messages"]) == sorted(expected["messages"])
+    for queue, messages in expected["messages"].items():
+        if queue == legacy_data.QUORUM:
+            messages = [returned_once(message) for message in messages]
+        assert observed["messages"][queue] == messages, queue
+
+
+def test_single_node_recovers_everything(unpacked: Path) -> None:
+    server = start_warren(unpacked / "single", **legacy_data.NODE_SETTINGS)
+    try:
+        api = legacy_data.http_api(server.management_port)
+        observed = legacy_data.observe(api, server.port)
+    finally:
+        server.stop()
+    assert_same(observed, EXPECTED["single"])
+
+
+@pytest.mark.parametrize("entry", ["a", "c"])
+def test_cluster_recovers_everything(unpacked: Path, entry: str) -> None:
+    """Read through the node that wrote it, and through one whose log held only replicas."""
+    cluster = LocalCluster(unpacked / "cluster", ["a", "b", "c"], extra=legacy_data.NODE_FLAGS)
+    try:
+        cluster.start_all()
+        node = cluster.nodes[entry]
+        observed = legacy_data.observe(legacy_data.http_api(node.management_port), node.port)
+    finally:
+        cluster.stop_all()
+    assert_same(observed, EXPECTED["cluster"])
