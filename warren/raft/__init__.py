@@ -5,7 +5,17 @@ its invariants and how the simulator replays a seed. Standard library only; no I
 clocks, no module-level randomness.
 """
 
-from warren.raft.driver import StateMachine, Storage, Transport, compact, run_ready
+from warren.raft.driver import (
+    Driven,
+    Round,
+    StateMachine,
+    Storage,
+    SyncedStorage,
+    Transport,
+    begin,
+    compact,
+    run_ready,
+)
 from warren.raft.log import EntrySource, RaftLog, SafetyError
 from warren.raft.messages import (
     NO_NODE,
@@ -25,6 +35,7 @@ from warren.raft.progress import Progress, ProgressState
 
 __all__ = [
     "NO_NODE",
+    "Driven",
     "Entry",
     "EntryKind",
     "EntrySource",
@@ -43,11 +54,14 @@ __all__ = [
     "ReadState",
     "Ready",
     "Role",
+    "Round",
     "SafetyError",
     "Snapshot",
     "StateMachine",
     "Storage",
+    "SyncedStorage",
     "Transport",
+    "begin",
     "compact",
     "run_ready",
 ]

@@ -1,26 +1,36 @@
-"""The one place that turns a node's `Ready` into effects, in the order Raft needs.
+"""The one place that turns Raft nodes' `Ready`s into effects, in the order Raft needs.
 
 Theory of operation:
-1. `run_ready(node, storage, transport, state_machine)` drains one `Ready`:
-   persist (snapshot, entries, hard state) → `storage.sync()` → send messages → restore
-   the snapshot and apply committed entries → serve read states → `node.advance`.
+1. A `Round` drives any number of groups (each a `Driven`: its node and its three ports)
+   through one `Ready` each, in two phases so the caller can batch and sync as it likes:
+   - `begin(groups)` takes `ready()` of every group that has one and persists its
+     snapshot, entries and hard state through the group's `Storage` (writes only);
+   - the caller then makes every write durable (`SyncedStorage.sync`, or one sync of a
+     log all the groups share, on another thread while it does other work);
+   - `finish()` sends every group's messages, then restores snapshots, applies committed
+     entries, serves read states and advances every node (`send()` and `apply()` are the
+     two halves, for a caller that flushes batched traffic in between).
    Persisting first is what makes a vote or an acknowledgement a promise: a message may
    claim something only once it survives a crash (figure 2, "Persistent state ... updated
    on stable storage before responding to RPCs").
 2. Sending before applying keeps the state machine off the replication path; applying
    after persisting means a node never applies an entry it could forget in a crash.
-3. The ports are `Protocol`s so the simulator (`warren.testing.sim`) and the runtime use
-   the same function: `Storage` later maps onto `warren.storage`'s segmented log.
-4. If `storage.sync()` raises (a crash, a full disk), nothing was sent and the node was not
-   advanced: the caller must throw the node away and rebuild it from storage.
+3. `run_ready(node, storage, transport, state_machine)` is a round of one group with the
+   sync inline: the simulator (`warren.testing.sim`) uses it; the runtime
+   (`warren.runtime.cluster.raft_host`) runs `Round`s over all its groups on one WAL.
+4. Between `begin` and `finish` no group of the round may take input (`step`, `tick`,
+   `propose`): the core forbids it between `ready()` and `advance()`. A group that goes
+   away meanwhile leaves the round with `drop`.
+5. If the sync fails (a crash, a full disk), the caller must not call `finish`: nothing is
+   sent, no node advances, and every node of the round is rebuilt from storage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from typing import Generic, Protocol, TypeVar
 
-from warren.raft.messages import Entry, HardState, Message, ReadState, Snapshot
+from warren.raft.messages import Entry, HardState, Message, ReadState, Ready, Snapshot
 from warren.raft.node import RaftNode
 
 
@@ -37,6 +47,8 @@ class Storage(Protocol):
 
     def save_hard_state(self, hard_state: HardState) -> None: ...
 
+
+class SyncedStorage(Storage, Protocol):
     def sync(self) -> None:
         """Return only when everything written so far survives a crash."""
 
@@ -56,36 +68,115 @@ class StateMachine(Protocol):
         """Serve a linearizable read; called once the entry at read_state.index is applied."""
 
 
+class Driven(Protocol):
+    """One group as a `Round` drives it."""
+
+    @property
+    def node(self) -> RaftNode: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def transport(self) -> Transport: ...
+
+    @property
+    def state_machine(self) -> StateMachine: ...
+
+
+G = TypeVar("G", bound=Driven)
+
+
+class Round(Generic[G]):
+    """One `Ready` of each of several groups, between `begin` and `finish` (point 1)."""
+
+    __slots__ = ("_readies", "wrote")
+
+    def __init__(self, readies: list[tuple[G, Ready]], wrote: bool) -> None:
+        self._readies = readies
+        self.wrote = wrote  # something was persisted: the caller must sync before finish
+
+    @property
+    def groups(self) -> list[G]:
+        return [group for group, _ready in self._readies]
+
+    def drop(self, group: G) -> None:
+        """Leave `group` out of `finish`: it is no longer hosted (point 4)."""
+        self._readies = [(g, ready) for g, ready in self._readies if g is not group]
+
+    def finish(self) -> None:
+        self.send()
+        self.apply()
+
+    def send(self) -> None:
+        for group, ready in self._readies:
+            transport = group.transport
+            for message in ready.messages:
+                transport.send(message)
+
+    def apply(self) -> None:
+        for group, ready in self._readies:
+            state_machine = group.state_machine
+            if ready.snapshot is not None:
+                state_machine.restore(ready.snapshot)
+            for entry in ready.committed:
+                state_machine.apply(entry)
+            for read_state in ready.read_states:
+                # Read states come from a commit index the leader already had, which this
+                # node has applied by now or applies in this same batch.
+                state_machine.read(read_state)
+            group.node.advance(ready)
+
+
+def begin(groups: Iterable[G]) -> Round[G]:
+    """Take and persist the `Ready` of every group in `groups` that has one (point 1)."""
+    readies: list[tuple[G, Ready]] = []
+    wrote = False
+    for group in groups:
+        node = group.node
+        if not node.has_ready():
+            continue
+        ready = node.ready()
+        readies.append((group, ready))
+        storage = group.storage
+        if ready.snapshot is not None:
+            storage.save_snapshot(ready.snapshot)
+            wrote = True
+        if ready.entries:
+            storage.append_entries(ready.entries)
+            wrote = True
+        if ready.hard_state is not None:
+            storage.save_hard_state(ready.hard_state)
+            wrote = True
+    return Round(readies, wrote)
+
+
+class _One:
+    __slots__ = ("node", "state_machine", "storage", "transport")
+
+    def __init__(
+        self, node: RaftNode, storage: Storage, transport: Transport, state_machine: StateMachine
+    ) -> None:
+        self.node = node
+        self.storage = storage
+        self.transport = transport
+        self.state_machine = state_machine
+
+
 def run_ready(
-    node: RaftNode, storage: Storage, transport: Transport, state_machine: StateMachine
+    node: RaftNode, storage: SyncedStorage, transport: Transport, state_machine: StateMachine
 ) -> bool:
-    """Do one `Ready`'s work; False if there was nothing to do."""
-    if not node.has_ready():
+    """Do one `Ready`'s work, syncing inline (point 3); False if there was nothing to do."""
+    round_ = begin([_One(node, storage, transport, state_machine)])
+    if not round_.groups:
         return False
-    ready = node.ready()
-    if ready.snapshot is not None:
-        storage.save_snapshot(ready.snapshot)
-    if ready.entries:
-        storage.append_entries(ready.entries)
-    if ready.hard_state is not None:
-        storage.save_hard_state(ready.hard_state)
-    if ready.snapshot is not None or ready.entries or ready.hard_state is not None:
+    if round_.wrote:
         storage.sync()
-    for message in ready.messages:
-        transport.send(message)
-    if ready.snapshot is not None:
-        state_machine.restore(ready.snapshot)
-    for entry in ready.committed:
-        state_machine.apply(entry)
-    for read_state in ready.read_states:
-        # Read states come from a commit index the leader already had, which this node has
-        # applied by now or applies in this same batch.
-        state_machine.read(read_state)
-    node.advance(ready)
+    round_.finish()
     return True
 
 
-def compact(node: RaftNode, storage: Storage, index: int, data: bytes) -> Snapshot:
+def compact(node: RaftNode, storage: SyncedStorage, index: int, data: bytes) -> Snapshot:
     """Replace the log up to applied `index` by the application's snapshot `data`."""
     snapshot = node.compact(index, data)
     storage.save_snapshot(snapshot)

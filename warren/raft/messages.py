@@ -131,7 +131,7 @@ class ReadState:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """What the node needs done, in this order (see `warren.raft.driver.run_ready`):
+    """What the node needs done, in this order (see `warren.raft.driver`):
 
     1. persist `snapshot` (if any), then `entries` (they replace any stored entries from
        `entries[0].index` on), then `hard_state` (if any) — and sync;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from warren.runtime.cluster.raft_host import (
     RaftHost,
     unstamp,
 )
-from warren.storage.log import LogFailed
+from warren.storage.log import Batch, LogFailed
 
 COOKIE = "raft cookie"
 TICK_MS = 20
@@ -442,6 +443,39 @@ def test_a_failed_wal_sync_stops_the_host_without_acknowledging(tmp_path: Path) 
         assert leader.machines["g"].payloads == []
         with pytest.raises(HostStopped):
             await leader.group("g").propose(b"later")
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_a_group_removed_while_its_round_syncs_leaves_the_round_and_the_others_finish(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a"], ["g1", "g2"])
+        (node,) = nodes.values()
+        await leader_of([node], "g1")
+        await leader_of([node], "g2")
+        wal = node.host.wal
+        release = threading.Event()
+        syncing = threading.Event()
+        sync_batch = wal.sync_batch
+
+        def held_sync(batch: Batch) -> int:
+            syncing.set()
+            release.wait(10)
+            return sync_batch(batch)
+
+        wal.sync_batch = held_sync  # type: ignore[method-assign]
+        removed = node.group("g1").propose(b"removed")
+        kept = node.group("g2").propose(b"kept")
+        await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 10)
+        node.host.remove_group("g1")
+        release.set()
+        assert await kept == 1
+        with pytest.raises(HostStopped):
+            await removed
+        assert node.machines["g1"].payloads == [] and node.machines["g2"].payloads == [b"kept"]
         await stop_all(nodes)
 
     run(body)

@@ -6,13 +6,16 @@ Theory of operation:
    uses the node's `Peers`. Raft knows nodes by int ids (`warren.cluster.nodes.node_id`);
    the host maps them back to names it has seen (its own, the peers', members it was
    given, senders of messages).
-2. Rounds (the order is `warren.raft.Ready`'s, for all groups at once): take `ready()` of
-   every group touched since the last round that has one, append all their snapshots,
-   entries and hard states to the WAL, seal, and sync ONCE on a worker thread while the
-   event loop goes on. When the sync returns: reclaim WAL space, send every message (one
-   `RaftTraffic` per destination node per round), restore snapshots and apply committed
-   entries to the machines (resolving the proposers' futures), `advance`, and start the
-   next round if anything is ready. At most one round is in flight.
+2. Rounds are `warren.raft.Round`s, the driver the simulator checks, over every group
+   touched since the last round: `begin` takes each one's `ready()` and persists it
+   through the group's `storage` (the WAL, `_WalStorage`); the host seals the WAL and
+   syncs ONCE on a worker thread while the event loop goes on. When the sync returns: the
+   host reclaims WAL space, `Round.send` hands every message to its group (`RaftGroup.send`
+   batches them per destination node), the host sends one `RaftTraffic` per destination,
+   and `Round.apply` restores snapshots and applies committed entries to the groups
+   (resolving the proposers' futures) and advances them; then each group takes its
+   queued inputs (`RaftGroup.advanced`) and the next round starts if anything is ready.
+   At most one round is in flight.
 3. The core forbids `step`, `tick` and `propose` between `ready()` and `advance()`. A
    group whose ready is in flight queues its inputs (messages, ticks, proposals,
    membership changes) in its inbox and steps them right after `advance`; other groups
@@ -59,7 +62,7 @@ import random
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Protocol
@@ -77,9 +80,13 @@ from warren.raft import (
     RaftConfig,
     RaftNode,
     RandomSource,
-    Ready,
+    ReadState,
     Role,
+    Round,
     Snapshot,
+    StateMachine,
+    Transport,
+    begin,
 )
 from warren.runtime.cluster.peers import Peers
 from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT
@@ -177,7 +184,11 @@ class RaftGroup:
         self.machine = machine
         self.node = node
         self._host = host
-        self._in_flight: Ready | None = None
+        self.storage = _WalStorage(host.wal, group_id)
+        self.transport: Transport = self
+        self.state_machine: StateMachine = self
+        self._in_flight = False  # in a round between `begin` and `advanced`
+        self._installed: tuple[int, bytes, list[int]] | None = None  # restored this round
         self._inbox: deque[_Input] = deque()
         self._proposals: dict[int, tuple[int, asyncio.Future[object]]] = {}  # index: term, future
         self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
@@ -272,7 +283,7 @@ class RaftGroup:
             return False
         if target == self.node.id:
             return False
-        if self._in_flight is not None:
+        if self._in_flight:
             self._inbox.append(lambda: self.node.transfer_leadership(target))
             return True
         started = self.node.transfer_leadership(target)
@@ -305,7 +316,7 @@ class RaftGroup:
     # --- inputs ----------------------------------------------------------------------------
 
     def step_or_queue(self, item: _Input) -> None:
-        if self._in_flight is not None:
+        if self._in_flight:
             self._inbox.append(item)
             return
         self._do(item)
@@ -332,7 +343,7 @@ class RaftGroup:
 
     def _try_change(self, change: MembershipChange, target: int) -> None:
         # Refused (None) while another change is uncommitted: the caller polls again.
-        if self._in_flight is None and self.node.propose_membership(change, target) is not None:
+        if not self._in_flight and self.node.propose_membership(change, target) is not None:
             self._after_input()
 
     def _require_leader(self) -> None:
@@ -343,39 +354,49 @@ class RaftGroup:
 
     # --- rounds ----------------------------------------------------------------------------
 
-    def take_ready(self) -> Ready | None:
-        """This group's part of a round, or None if it has nothing to do."""
-        if not self.node.has_ready():
-            return None
-        self._in_flight = ready = self.node.ready()
-        return ready
+    def taken(self) -> None:
+        """`begin` took this group's ready: inputs wait in the inbox until `advanced`."""
+        self._in_flight = True
 
-    def finish(self, ready: Ready) -> None:
-        """Apply a synced ready (after its messages were sent), advance, take queued inputs."""
-        machine = self.machine
-        installed = ready.snapshot
-        if installed is not None:
-            data, bodies = decode_install(installed.data)
-            machine.restore(data)
-            held = [index for index, _body in bodies]
-            del bodies  # views into the snapshot, which goes below
+    def send(self, message: Message) -> None:
+        """`warren.raft.Transport`: into the host's batch for the message's node."""
+        if message.snapshot is not None:
+            installed = replace(message.snapshot, data=self.install_data(message.snapshot))
+            message = replace(message, snapshot=installed)
+        self._host.outgoing.setdefault(message.to, []).append((self.group_id, message))
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """`warren.raft.StateMachine`: a snapshot installed from the leader."""
+        data, bodies = decode_install(snapshot.data)
+        self.machine.restore(data)
+        self._installed = (snapshot.index, data, [index for index, _body in bodies])
+
+    def apply(self, entry: Entry) -> None:
+        """`warren.raft.StateMachine`: a committed entry; resolves its proposal's future."""
+        result = None
+        if entry.kind is EntryKind.NORMAL:
+            time_ms, data = unstamp(entry.data)
+            result = self.machine.apply(EntryMeta(entry.index, entry.term, time_ms), data)
         proposals = self._proposals
-        for entry in ready.committed:
-            result = None
-            if entry.kind is EntryKind.NORMAL:
-                time_ms, data = unstamp(entry.data)
-                result = machine.apply(EntryMeta(entry.index, entry.term, time_ms), data)
-            proposal = proposals.pop(entry.index, None) if proposals else None
-            if proposal is not None and not proposal[1].done():
-                if proposal[0] == entry.term:
-                    proposal[1].set_result(result)
-                else:
-                    proposal[1].set_exception(NotLeader(self.leader))
-        self.node.advance(ready)
+        proposal = proposals.pop(entry.index, None) if proposals else None
+        if proposal is not None and not proposal[1].done():
+            if proposal[0] == entry.term:
+                proposal[1].set_result(result)
+            else:
+                proposal[1].set_exception(NotLeader(self.leader))
+
+    def read(self, read_state: ReadState) -> None:
+        """`warren.raft.StateMachine`: never called, the host asks for no read index."""
+        raise RuntimeError(f"{self.group_id}: read state {read_state} nobody asked for")
+
+    def advanced(self) -> None:
+        """After the round's `apply` advanced the node: take queued inputs, compact."""
+        installed, self._installed = self._installed, None
         if installed is not None:  # keep only the machine's part in memory
-            self.node.compact(installed.index, data)
+            index, data, held = installed
+            self.node.compact(index, data)
             self._snapshot_held = held
-        self._in_flight = None
+        self._in_flight = False
         inbox = self._inbox
         for _ in range(len(inbox)):
             self._do(inbox.popleft())
@@ -448,6 +469,8 @@ class RaftHost:
         self._recovered: dict[str, GroupState] = {}
         self._groups: dict[str, RaftGroup] = {}
         self._touched: dict[RaftGroup, None] = {}  # groups that may have a ready, in order
+        # the round's messages by destination node, in order (`RaftGroup.send`, `_flush`)
+        self.outgoing: dict[int, list[tuple[str, Message]]] = {}
         self._scheduled = False  # a `_start_round` callback is queued
         self._syncing: asyncio.Future[int] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-wal")
@@ -614,27 +637,24 @@ class RaftHost:
             return
         wal = self.wal
         touched, self._touched = self._touched, {}
-        readies: list[tuple[RaftGroup, Ready]] = []
         try:
-            for group in touched:
-                ready = group.take_ready()
-                if ready is not None:
-                    readies.append((group, ready))
-                    _persist(wal, group.group_id, ready)
+            round_ = begin(touched)
+            for group in round_.groups:
+                group.taken()
             batch = wal.seal()
         except Exception as error:
             self._fail(error)
             return
         if batch is None:
-            if readies:
-                self._finish_round(readies)
+            if round_.groups:
+                self._finish_round(round_)
             return
         self._syncing = syncing = asyncio.get_running_loop().run_in_executor(
             self._executor, wal.sync_batch, batch
         )
-        syncing.add_done_callback(lambda done: self._synced(readies, done))
+        syncing.add_done_callback(lambda done: self._synced(round_, done))
 
-    def _synced(self, readies: list[tuple[RaftGroup, Ready]], done: asyncio.Future[int]) -> None:
+    def _synced(self, round_: Round[RaftGroup], done: asyncio.Future[int]) -> None:
         self._syncing = None
         try:
             done.result()
@@ -642,29 +662,28 @@ class RaftHost:
             self._fail(error)
             return
         self.syncs += 1
-        self._finish_round(readies)
+        self._finish_round(round_)
 
-    def _finish_round(self, readies: list[tuple[RaftGroup, Ready]]) -> None:
+    def _finish_round(self, round_: Round[RaftGroup]) -> None:
         try:
             self.wal.reclaim()
-            self._send([(group, ready) for group, ready in readies if not group.removed])
-            for group, ready in readies:
-                if not group.removed:
-                    group.finish(ready)
+            for group in round_.groups:
+                if group.removed:
+                    round_.drop(group)
+            round_.send()
+            self._flush()
+            round_.apply()
+            for group in round_.groups:
+                group.advanced()
         except Exception as error:
             self._fail(error)
             return
         if not self._closed:
             self._kick()
 
-    def _send(self, readies: list[tuple[RaftGroup, Ready]]) -> None:
-        outgoing: dict[int, list[tuple[str, Message]]] = {}
-        for group, ready in readies:
-            for message in ready.messages:
-                if message.snapshot is not None:
-                    installed = replace(message.snapshot, data=group.install_data(message.snapshot))
-                    message = replace(message, snapshot=installed)
-                outgoing.setdefault(message.to, []).append((group.group_id, message))
+    def _flush(self) -> None:
+        """Send the round's messages (`RaftGroup.send`): one `RaftTraffic` per node."""
+        outgoing, self.outgoing = self.outgoing, {}
         for node_id, messages in outgoing.items():
             name = self.names.name(node_id)
             if name is None:
@@ -733,12 +752,20 @@ def decode_install(encoded: bytes) -> tuple[bytes, list[tuple[int, memoryview]]]
     return bytes(view[position:]), bodies
 
 
-def _persist(wal: RaftWal, group_id: str, ready: Ready) -> None:
-    snapshot = ready.snapshot
-    if snapshot is not None:  # installed from the leader: `encode_install`d
+class _WalStorage:
+    """A group's `warren.raft.Storage` on the node's WAL (the host syncs it per round)."""
+
+    __slots__ = ("group_id", "wal")
+
+    def __init__(self, wal: RaftWal, group_id: str) -> None:
+        self.wal = wal
+        self.group_id = group_id
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """A snapshot installed from the leader: `encode_install`d (point 6)."""
         data, bodies = decode_install(snapshot.data)
-        wal.save_snapshot(
-            group_id,
+        self.wal.save_snapshot(
+            self.group_id,
             snapshot.index,
             snapshot.term,
             snapshot.membership.encode(),
@@ -746,13 +773,14 @@ def _persist(wal: RaftWal, group_id: str, ready: Ready) -> None:
             min((index for index, _body in bodies), default=snapshot.index + 1),
             [StoredEntry(index, 0, EntryKind.NORMAL.value, bytes(body)) for index, body in bodies],
         )
-    if ready.entries:
-        wal.append_entries(
-            group_id, [StoredEntry(e.index, e.term, e.kind.value, e.data) for e in ready.entries]
+
+    def append_entries(self, entries: Sequence[Entry]) -> None:
+        self.wal.append_entries(
+            self.group_id, [StoredEntry(e.index, e.term, e.kind.value, e.data) for e in entries]
         )
-    hard_state = ready.hard_state
-    if hard_state is not None:
-        wal.save_hard_state(group_id, hard_state.term, hard_state.vote, hard_state.commit)
+
+    def save_hard_state(self, hard_state: HardState) -> None:
+        self.wal.save_hard_state(self.group_id, hard_state.term, hard_state.vote, hard_state.commit)
 
 
 def _recovered_node(config: RaftConfig, rng: RandomSource, state: GroupState) -> RaftNode:

@@ -5,8 +5,9 @@ Theory of operation (after TigerBeetle's VOPR):
    only by the event queue (a heap ordered by time, then by insertion). So a seed is a
    complete description of a run: same seed, same events, same output, whatever the
    process's hash seed.
-2. Each node is a real `RaftNode` driven by the real `warren.raft.run_ready`, over a
-   `SimDisk` and the `SimNetwork`. Events: a node's tick, a message delivery, a workload
+2. Each node is a real `RaftNode` driven by the real `warren.raft.run_ready` (the driver's
+   `Round` for one group, the runtime's `RaftHost` runs many), over a `SimDisk` and the
+   `SimNetwork`. Events: a node's tick, a message delivery, a workload
    action (propose, read, membership change, leadership transfer), a fault, a restart.
 3. Safety phase (`safety_ms`): faults on — loss, duplication, slow messages (reordering),
    symmetric and asymmetric partitions, crashes that keep a random part of the unsynced
