@@ -32,6 +32,19 @@ def test_option_names_are_case_insensitive_and_values_checked():
         WriteOptions.parse({"uri": URI, "mandatory": "yes"})
 
 
+def test_a_queue_pattern_needs_the_management_api_and_no_queue_list():
+    mgmt = "http://guest:guest@127.0.0.1:15672"
+    options = ReadOptions.parse({"uri": URI, "queuePattern": r"orders\..*", "managementUrl": mgmt})
+    assert options.queues == ()
+    assert options.queue_pattern is not None and options.queue_pattern.fullmatch("orders.new")
+    with pytest.raises(OptionError, match="'queuePattern' needs 'managementUrl'"):
+        ReadOptions.parse({"uri": URI, "queuePattern": "o.*"})
+    with pytest.raises(OptionError, match="'queue' or 'queuePattern', not both"):
+        ReadOptions.parse({"uri": URI, "queue": "q", "queuePattern": "o.*", "managementUrl": mgmt})
+    with pytest.raises(OptionError, match="'queuePattern' is not a regular expression"):
+        ReadOptions.parse({"uri": URI, "queuePattern": "(", "managementUrl": mgmt})
+
+
 def dead_letter() -> bytes:
     """A dead letter's properties as they arrive, encoded."""
     death = {
