@@ -35,7 +35,7 @@ from typing import Any
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from warren.spark import build_session
 
@@ -112,6 +112,14 @@ class Amqp:
         for exchange in self.exchanges:
             self.channel.exchange_delete(exchange)
         self.connection.close()
+
+
+def assert_repeats_are_redelivered(landed: DataFrame) -> None:
+    """At-least-once after a kill: a message landed more than once was first landed (or never
+    landed) without `redelivered`, every other copy with it; a copy the broker never handed
+    out before would mean two consumers got one message."""
+    fresh = landed.where("NOT redelivered").groupBy("message_id").count().where("count > 1")
+    assert fresh.count() == 0, fresh.limit(5).collect()
 
 
 @pytest.fixture

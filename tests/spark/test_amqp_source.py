@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from urllib.parse import urlsplit
 
 import pytest
 from pyspark.errors import PySparkException
@@ -140,6 +141,30 @@ def test_batch_read_peeks_at_several_queues(spark: SparkSession, amqp):
     by_queue = {row.queue: row["count"] for row in read.groupBy("queue").count().collect()}
     assert by_queue == {first: 30, second: 20}
     assert (amqp.ready(first), amqp.ready(second)) == (30, 20)
+
+
+def test_a_queue_pattern_reads_every_queue_whose_name_matches(
+    spark: SparkSession, amqp, management: tuple[str, str, str]
+):
+    first, second, other = amqp.queue("p.a"), amqp.queue("p.b"), amqp.queue("p.b.not")
+    for queue, count in ((first, 30), (second, 20), (other, 10)):
+        amqp.publish(queue, count)
+    base, user, password = management
+    parts = urlsplit(base)
+    management_url = f"{parts.scheme}://{user}:{password}@{parts.netloc}{parts.path}"
+    pattern = re.escape(f"{amqp.prefix}.p.") + "[ab]"
+    read = (
+        spark.read.format("amqp")
+        .options(uri=amqp.url, queuePattern=pattern, managementUrl=management_url)
+        .load()
+    )
+    by_queue = {row.queue: row["count"] for row in read.groupBy("queue").count().collect()}
+    assert by_queue == {first: 30, second: 20}
+    nothing = pattern + "x"
+    with pytest.raises(Exception, match="no queue in vhost '/' matches queuePattern"):
+        spark.read.format("amqp").options(
+            uri=amqp.url, queuePattern=nothing, managementUrl=management_url
+        ).load().count()
 
 
 def test_a_missing_queue_fails_the_query_with_the_brokers_words(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime
 
+import pyarrow as pa
 import pytest
 
 from warren.amqp.content import BasicProperties, decode_properties, encode_properties
 from warren.amqp.table import Typed
-from warren.spark.message import outgoing_of, property_values
+from warren.spark.message import outgoing_of, outgoing_of_batch, property_values
 from warren.spark.options import OptionError, ReadOptions, WriteOptions
 
 URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -30,6 +31,19 @@ def test_option_names_are_case_insensitive_and_values_checked():
         ReadOptions.parse({"uri": "http://x", "queue": "q"})
     with pytest.raises(OptionError, match="option 'mandatory' must be true or false"):
         WriteOptions.parse({"uri": URI, "mandatory": "yes"})
+
+
+def test_a_queue_pattern_needs_the_management_api_and_no_queue_list():
+    mgmt = "http://guest:guest@127.0.0.1:15672"
+    options = ReadOptions.parse({"uri": URI, "queuePattern": r"orders\..*", "managementUrl": mgmt})
+    assert options.queues == ()
+    assert options.queue_pattern is not None and options.queue_pattern.fullmatch("orders.new")
+    with pytest.raises(OptionError, match="'queuePattern' needs 'managementUrl'"):
+        ReadOptions.parse({"uri": URI, "queuePattern": "o.*"})
+    with pytest.raises(OptionError, match="'queue' or 'queuePattern', not both"):
+        ReadOptions.parse({"uri": URI, "queue": "q", "queuePattern": "o.*", "managementUrl": mgmt})
+    with pytest.raises(OptionError, match="'queuePattern' is not a regular expression"):
+        ReadOptions.parse({"uri": URI, "queuePattern": "(", "managementUrl": mgmt})
 
 
 def dead_letter() -> bytes:
@@ -112,3 +126,19 @@ def test_rows_are_persistent_unless_they_or_the_writer_say_otherwise():
     with pytest.raises(OptionError, match="option 'deliveryMode' must be 1"):
         WriteOptions.parse({"uri": URI, "deliveryMode": "3"})
     assert WriteOptions.parse({"uri": URI, "deliverymode": "1"}).delivery_mode == 1
+
+
+def test_a_batch_of_rows_becomes_the_same_publishes_as_row_by_row():
+    rows = {
+        "body": [b"a", "b", b"c", b"d"],
+        "message_id": ["m1", "m1", "m2", None],
+        "headers": [None, None, [("k", "v")], None],
+    }
+    batch = pa.RecordBatch.from_pydict(rows)
+    published = list(outgoing_of_batch(batch, "ex", None, 1))
+    assert published == [outgoing_of(row, "ex", None, 1) for row in batch.to_pylist()]
+    assert [message.body for message in published] == [b"a", b"b", b"c", b"d"]
+    bodies_only = pa.RecordBatch.from_pydict({"body": [b"x", b"y"]})
+    assert [m.body for m in outgoing_of_batch(bodies_only, "", "q")] == [b"x", b"y"]
+    with pytest.raises(ValueError, match="needs a column 'body'"):
+        list(outgoing_of_batch(pa.RecordBatch.from_pydict({"message_id": ["m"]}), "", "q"))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.spark.conftest import assert_repeats_are_redelivered
 from warren.spark import cli
 from warren.spark.jobs import Source, land
 
@@ -173,8 +174,8 @@ def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander
     lander, amqp, queue = killable_lander, killable_lander.amqp, killable_lander.queue
     ids = amqp.publish(queue, LANDED)
 
-    # 1. `warren-pipeline land` in its own process, killed with SIGKILL (JVM and workers
-    # too) once it has written two batches.
+    # 1. `warren-pipeline land` in its own process (local[2]: two consumers, two tasks per
+    # batch), killed with SIGKILL (JVM and workers too) once it has written two batches.
     wait_for(lambda: lander.batches_written() >= 2, "two batches in the process")
     lander.kill()
     wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
@@ -194,4 +195,5 @@ def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander
     landed = spark.read.parquet(str(lander.out))
     assert {row.message_id for row in landed.select("message_id").collect()} == set(ids)
     assert landed.where("redelivered").count() > 0
+    assert_repeats_are_redelivered(landed)
     assert amqp.ready(queue) == 0

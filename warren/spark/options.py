@@ -10,7 +10,10 @@ Theory of operation:
    is not silently ignored; `path` and `checkpointLocation`, which Spark itself may pass, are
    let through.
 3. Units are part of the names (`maxWaitMs`, `heartbeatS`), as in the rest of Warren.
-4. `queue` names one queue or several, separated by commas. `maxMessagesPerTrigger` (as
+4. `queue` names one queue or several, separated by commas; `queuePattern` instead takes
+   every queue whose whole name matches a regular expression (as Kafka's `subscribePattern`),
+   listed through the management HTTP API at `managementUrl` when the query starts
+   (`warren.spark.management`). `maxMessagesPerTrigger` (as
    Kafka's `maxOffsetsPerTrigger`) bounds a micro-batch; `batchSize` is its older name.
    `numPartitions` is how many consumers read and how many Spark tasks carry a micro-batch;
    without it, as many as the machine has cores (the pipeline's jobs pass the parallelism of
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -90,16 +94,20 @@ class ReadOptions:
     """
 
     uri: str
-    queues: tuple[str, ...]
+    queues: tuple[str, ...]  # empty until `queue_pattern` is resolved
     batch_size: int
     max_wait_ms: int
     prefetch: int
     heartbeat_s: int
     partitions: int
+    queue_pattern: re.Pattern[str] | None = None
+    management_url: str | None = None
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "uri",
         "queue",
+        "queuePattern",
+        "managementUrl",
         "maxMessagesPerTrigger",
         "batchSize",
         "maxWaitMs",
@@ -112,11 +120,7 @@ class ReadOptions:
     def parse(cls, options: Mapping[str, str | None]) -> ReadOptions:
         lowered = _lowered(options)
         _check_known(lowered, cls.NAMES, "read")
-        queues = tuple(name.strip() for name in lowered.get("queue", "").split(","))
-        if not all(queues):
-            raise OptionError(
-                "option 'queue' is required: the queue to read, or several separated by commas"
-            )
+        queues, pattern = _queues(lowered)
         if "batchsize" in lowered and "maxmessagespertrigger" in lowered:
             raise OptionError("give 'maxMessagesPerTrigger' or its old name 'batchSize', not both")
         batch_name = "batchSize" if "batchsize" in lowered else "maxMessagesPerTrigger"
@@ -131,7 +135,38 @@ class ReadOptions:
             prefetch=_integer(lowered, "prefetch", 2 * -(-batch_size // partitions), 1),
             heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
             partitions=partitions,
+            queue_pattern=pattern,
+            management_url=_management_url(lowered) if pattern else None,
         )
+
+
+def _queues(options: Mapping[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """The queues named by `queue`, or the compiled `queuePattern` (rule 4)."""
+    if "queuepattern" in options:
+        if "queue" in options:
+            raise OptionError("give 'queue' or 'queuePattern', not both")
+        try:
+            return (), re.compile(options["queuepattern"])
+        except re.error as error:
+            message = f"option 'queuePattern' is not a regular expression: {error}"
+            raise OptionError(message) from None
+    queues = tuple(name.strip() for name in options.get("queue", "").split(","))
+    if not all(queues):
+        raise OptionError(
+            "option 'queue' is required: the queue to read, or several separated by commas"
+            " (or 'queuePattern' with 'managementUrl')"
+        )
+    return queues, None
+
+
+def _management_url(options: Mapping[str, str]) -> str:
+    url = options.get("managementurl", "")
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise OptionError(
+            "option 'queuePattern' needs 'managementUrl', the management HTTP API such as "
+            f"http://guest:guest@127.0.0.1:15672, got {url!r}"
+        )
+    return url
 
 
 @dataclasses.dataclass(frozen=True)

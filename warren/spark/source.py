@@ -2,7 +2,8 @@
 
 `spark.dataSource.register(AmqpDataSource)` makes `format("amqp")` available to `read`,
 `readStream`, `write` and `writeStream`. Options are parsed and checked here, on the driver,
-when a query is planned (see `warren.spark.options`).
+when a query is planned (see `warren.spark.options`); a `queuePattern` becomes the queues it
+matches when the reader is built (`warren.spark.management`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from warren.spark.management import resolved
 from warren.spark.message import SCHEMA
 from warren.spark.options import ReadOptions, WriteOptions
 from warren.spark.reader import QueuePeekReader, QueueStreamReader
@@ -42,10 +44,10 @@ class AmqpDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return QueuePeekReader(ReadOptions.parse(self.options), _arrow(schema))
+        return QueuePeekReader(resolved(ReadOptions.parse(self.options)), _arrow(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return QueueStreamReader(ReadOptions.parse(self.options), _arrow(schema))
+        return QueueStreamReader(resolved(ReadOptions.parse(self.options)), _arrow(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return AmqpWriter(WriteOptions.parse(self.options))

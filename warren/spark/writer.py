@@ -15,7 +15,9 @@ Theory of operation:
    `warren.amqp`'s content framing) and written with one `sendall`; the blocking client
    (`warren.spark.wire`) reads confirms in bulk. Spark hands the task Arrow record batches
    (`DataSourceArrowWriter`): a batch becomes Python values column by column, without a `Row`
-   object per row. Messages are persistent unless the row or `deliveryMode` says otherwise.
+   object per row, and rows alike but for their body share their encoded properties
+   (`warren.spark.message`, rule 4). Messages are persistent unless the row or
+   `deliveryMode` says otherwise.
 4. Nothing can be taken back after a confirm, so `commit` and `abort` have nothing to undo.
 """
 
@@ -34,7 +36,13 @@ from pyspark.sql.datasource import (
 
 from warren.amqp.content import content_frames, shortstr
 from warren.amqp.methods import ConfirmSelect, ConfirmSelectOk
-from warren.spark.message import MESSAGE_ID, Outgoing, body_preview, outgoing_of, property_values
+from warren.spark.message import (
+    MESSAGE_ID,
+    Outgoing,
+    body_preview,
+    outgoing_of_batch,
+    property_values,
+)
 from warren.spark.options import WriteOptions
 from warren.spark.wire import CHANNEL, Client
 
@@ -155,9 +163,11 @@ class Published(WriterCommitMessage):
 
 def publish_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Published:
     messages = (
-        outgoing_of(row, options.exchange, options.routing_key, options.delivery_mode)
+        message
         for batch in batches
-        for row in batch.to_pylist()
+        for message in outgoing_of_batch(
+            batch, options.exchange, options.routing_key, options.delivery_mode
+        )
     )
     return Published(ConfirmedPublisher(options, messages).publish_all())
 
