@@ -89,33 +89,24 @@ class FrameDecoder:
         return ProtocolHeader.OK if header == PROTOCOL_HEADER else ProtocolHeader.WRONG
 
     def next_frame(self) -> Frame | NeedData:
-        try:
-            return self._next_frame()
-        except HardError:
-            self.broken = True
-            self._buffer.clear()
-            self._offset = 0
-            raise
-
-    def _next_frame(self) -> Frame | NeedData:
         buffer = self._buffer
         start = self._offset
         if len(buffer) - start < 7:
             return NEED_DATA
         frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, start)
         if frame_type not in _KNOWN_TYPES:
-            raise frame_error(f"illegal frame type {frame_type}")
+            raise self._break(frame_error(f"illegal frame type {frame_type}"))
         if size > self.frame_max:
             # RabbitMQ allows 8 octets of slack and names frame_max - 8 as the limit.
-            raise framing_error(
-                frame_type, b"", f"{{frame_too_large,{size},{self.frame_max - FRAME_OVERHEAD}}}"
-            )
+            limit = self.frame_max - FRAME_OVERHEAD
+            raise self._break(framing_error(frame_type, b"", f"{{frame_too_large,{size},{limit}}}"))
         end = start + 7 + size
         if len(buffer) <= end:
             return NEED_DATA
         if buffer[end] != FRAME_END:
             payload = bytes(buffer[start + 7 : end])
-            raise framing_error(frame_type, payload, f"{{invalid_frame_end_marker,{buffer[end]}}}")
+            marker = f"{{invalid_frame_end_marker,{buffer[end]}}}"
+            raise self._break(framing_error(frame_type, payload, marker))
         self._offset = end + 1
         if self._offset == len(buffer):
             payload = bytes(buffer[start + 7 : end])
@@ -123,6 +114,15 @@ class FrameDecoder:
             self._offset = 0
             return frame_type, channel, payload
         return frame_type, channel, bytes(buffer[start + 7 : end])
+
+    def _break(self, error: HardError) -> HardError:
+        """The stream cannot be resynchronised: drop what is buffered and all that comes.
+        (Each raise site calls this rather than one handler around `next_frame`, which
+        would cost a call per frame.)"""
+        self.broken = True
+        self._buffer.clear()
+        self._offset = 0
+        return error
 
     def take_content(self, channel: int) -> tuple[bytes, bytes] | None:
         """Fast path after basic.publish: if its content header and single body frame (or

@@ -127,6 +127,26 @@ def test_bad_frame_end_after_good_frames_still_yields_the_good_ones() -> None:
         decoder.next_frame()
 
 
+BAD_STREAMS = {
+    "end octet": build_frame(FRAME_BODY, 1, b"x")[:-1] + b"\x00",
+    "frame type": build_frame(9, 0, b""),
+    "frame size": build_frame(FRAME_BODY, 1, bytes(FRAME_MAX + 1)),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_STREAMS.values(), ids=BAD_STREAMS.keys())
+def test_after_a_frame_error_the_decoder_drops_everything(bad: bytes) -> None:
+    # one error, one close: nothing read after it, buffered or fed later, becomes a frame
+    good = build_frame(FRAME_BODY, 1, b"y")
+    decoder = FrameDecoder(FRAME_MAX)
+    decoder.feed(bad + good)
+    with pytest.raises(HardError):
+        decoder.next_frame()
+    assert decoder.broken
+    decoder.feed(good)
+    assert decoder.next_frame() is NEED_DATA
+
+
 @pytest.mark.parametrize("frame_type", [0, 4, 7, 9, 65, 255])
 def test_unknown_frame_type_is_501(frame_type: int) -> None:
     assert frame_error_of(build_frame(frame_type, 0, b"")).code == ReplyCode.FRAME_ERROR

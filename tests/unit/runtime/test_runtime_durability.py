@@ -18,6 +18,7 @@ from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.durability import Durability
 from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.host import ACCEPTED
 from warren.runtime.queues.paging import PRESSURE_RESIDENT_MESSAGES, PageSlot
 from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
@@ -76,8 +77,9 @@ class Node:
 
 
 def publish(host: ClassicHost, body: bytes, properties: bytes = PERSISTENT) -> int:
-    msg_id = host.apply(Enqueue(Message("", host.name, properties, body), len(body)))
-    assert isinstance(msg_id, int)
+    """As a channel publishes; the message's id."""
+    msg_id = host.machine.next_msg_id
+    assert host.publish(Enqueue(Message("", host.name, properties, body), len(body))) is ACCEPTED
     return msg_id
 
 

@@ -105,7 +105,20 @@ class ClassicHost(HostFields):
     # --- the interface (`QueueHost`) ----------------------------------------------------------
 
     def publish(self, command: Enqueue) -> Published:
-        return REJECTED_PUBLISH if self.apply(command) is REJECTED_REPLY else ACCEPTED
+        """`apply` for the commonest command, on a path of its own: the calls and type
+        tests it saves per message are a measurable share of a publish (issue #18)."""
+        meta = self.meta()
+        durable = self.journal_key is not None
+        if durable or self.broker.memory_pressure:
+            command = admit(self, command)
+        reply, effects = self.machine.apply(meta, command)
+        if durable and type(reply) is int:  # the record comes before its effects'
+            durability = self.broker.durability
+            assert durability is not None
+            durability.enqueued(self, reply, command, meta.now_ms)
+        if effects:
+            self.effects.perform(effects)
+        return REJECTED_PUBLISH if reply is REJECTED_REPLY else ACCEPTED
 
     def get(self, no_ack: bool) -> Accepted[Got | None]:
         reply = self.apply(Get(no_ack))
@@ -129,19 +142,17 @@ class ClassicHost(HostFields):
         return None
 
     def apply(self, command: Command) -> object:
-        """Apply `command` and carry out its effects; the machine's reply."""
+        """Apply `command` (any but an `Enqueue`: `publish`) and carry out its effects;
+        the machine's reply."""
         meta = self.meta()
         durable = self.journal_key is not None
-        if type(command) is Enqueue:
-            if durable or self.broker.memory_pressure:
-                command = admit(self, command)
-        elif type(command) is Purge and self.scratch_paged:
+        if type(command) is Purge and self.scratch_paged:
             release(self, self.machine.ready_entries())
         reply, effects = self.machine.apply(meta, command)
         if type(reply) is Got and type(reply.entry.message) is not Message:
             resident(self, reply.entry)  # before a no-ack get settles it in the journal
         if durable:
-            self._journal(command, reply, meta)
+            self._journal(command, reply)
         if effects:
             self.effects.perform(effects)
         return reply
@@ -152,15 +163,12 @@ class ClassicHost(HostFields):
         _reply, effects = self.machine.apply(self.meta(), command)
         return effects
 
-    def _journal(self, command: Command, reply: object, meta: Meta) -> None:
+    def _journal(self, command: Command, reply: object) -> None:
         """Log what the command itself did to messages (its effects follow)."""
         durability = self.broker.durability
         key = self.journal_key
         assert durability is not None and key is not None
-        if type(command) is Enqueue:
-            if type(reply) is int:
-                durability.enqueued(self, reply, command, meta.now_ms)
-        elif type(command) is Settle or type(command) is SettleDeadLetter:
+        if type(command) is Settle or type(command) is SettleDeadLetter:
             durability.settled(key, command.msg_ids)
         elif type(command) is Get:
             if type(reply) is Got:
