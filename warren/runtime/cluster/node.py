@@ -31,6 +31,7 @@ import logging
 import pickle
 import random
 import secrets
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
@@ -65,7 +66,7 @@ from warren.runtime.cluster.metadata import (
     ReplicatedDefinitions,
     TransientDefinitions,
 )
-from warren.runtime.cluster.peers import Peers, PeerUnavailable, RemoteError
+from warren.runtime.cluster.peers import PeerLinks, Peers, PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
@@ -129,8 +130,18 @@ class ClusterHosts:
 
 class ClusterNode:
     def __init__(
-        self, broker: Broker, config: Config, on_failure: Callable[[], None] = lambda: None
+        self,
+        broker: Broker,
+        config: Config,
+        on_failure: Callable[[], None] = lambda: None,
+        *,
+        links: PeerLinks | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`links`, `rng` and `clock` are the simulator's seams (`warren.testing.sim.stack`):
+        by default the node talks TCP (`Peers`), draws from the OS's entropy and stamps
+        entries with the wall clock."""
         self.broker = broker
         self.config = config
         self.name = config.node_name
@@ -139,7 +150,12 @@ class ClusterNode:
             raise ValueError("a cluster needs cluster_cookie: the same secret on every node")
         addresses = {node: at for node, at in self.nodes.items() if node != self.name}
         host = self.nodes.get(self.name, (config.bind[0], config.cluster_port))[0]
-        self.peers = Peers(self.name, config.cluster_cookie, host, config.cluster_port, addresses)
+        self.peers: PeerLinks = (
+            links
+            if links is not None
+            else Peers(self.name, config.cluster_cookie, host, config.cluster_port, addresses)
+        )
+        self._rng = rng if rng is not None else random.Random()
         self.raft = RaftHost(
             self.name,
             self.peers,
@@ -147,6 +163,8 @@ class ClusterNode:
             tick_ms=config.raft_tick_ms,
             snapshot_entries=config.raft_snapshot_entries,
             segment_max_bytes=config.raft_wal_max_size_bytes,
+            rng=self._rng,
+            clock=clock,
             on_failure=lambda _error: on_failure(),  # logged by the host; the node stops
         )
         self.remote = RemoteQueues(self)
@@ -160,8 +178,7 @@ class ClusterNode:
         self._reaping: asyncio.TimerHandle | None = None
         self._checks: set[asyncio.Future[None]] = set()  # `QuorumHost.recheck_consumers`
         # names this process's consumers: those of an earlier life of the node are stale
-        self.incarnation = secrets.token_hex(4)
-        self._rng = random.Random()
+        self.incarnation = f"{self._rng.getrandbits(32):08x}"
         broker.cluster = self
         broker.hosts = ClusterHosts(self)
 
