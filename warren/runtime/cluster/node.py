@@ -30,7 +30,6 @@ import contextlib
 import logging
 import pickle
 import random
-import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -254,7 +253,7 @@ class ClusterNode:
         vhost.delete_queue(record.name)
         size = _initial_size(record, self.config.quorum_cluster_size)
         members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
-        group_id = group_prefix(record.vhost, record.name) + secrets.token_hex(4)
+        group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
         operation = ("", "put_queue", (queue_definition(record), (group_id, members)))
         leader = self._first_leader(record, members)
         return asyncio.ensure_future(self._declared(operation, group_id, leader))

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from warren.errors import AmqpError
-from warren.testing.sim.loop import Life
 from warren.runtime.cluster.peers import (
     LinkHandler,
     MessageHandler,
@@ -35,6 +34,8 @@ from warren.runtime.cluster.peers import (
     RemoteError,
     RequestHandler,
 )
+from warren.runtime.cluster.raft_host import RaftTraffic
+from warren.testing.sim.loop import Life
 
 # virtual seconds a message takes on a link, and now and then far longer
 DELAY_S_MIN: Final = 0.0005
@@ -87,6 +88,8 @@ class SimNet:
             delay = rng.uniform(DELAY_S_MAX, SLOW_S_MAX)
         at = max(self.loop.time() + delay, self._last_arrival.get((sender, receiver), 0.0))
         self._last_arrival[sender, receiver] = at
+        if type(item) is not RaftTraffic:
+            self.on_event(f"{sender}->{receiver} {_describe(item)}")
         data = pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
         context = self.ends[receiver].life.context  # it runs as part of the receiver's life
         self.loop.call_at(at, self._arrive, sender, receiver, pair, epoch, data, context=context)
@@ -279,6 +282,11 @@ class SimLinks:
             self.send(sender, _Response(request.call_id, repr(error), failed=True))
         else:
             self.send(sender, _Response(request.call_id, value, failed=False))
+
+
+def _describe(item: object) -> str:
+    inner = item.request if type(item) is _Request else item
+    return type(inner).__name__ if type(item) is not _Response else "reply"
 
 
 def _as_exception(value: object) -> Exception:

@@ -94,7 +94,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         return self._virtual.now
 
     def run_in_executor(
-        self, executor: object, func: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]
+        self, executor: object, func: Callable[[Unpack[Ts]], T], *args: *Ts
     ) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self.create_future()
         self.call_later(self._rng.uniform(0.0, EXECUTOR_DELAY_S_MAX), _run, future, func, args)
@@ -103,7 +103,7 @@ class SimLoop(asyncio.SelectorEventLoop):
     def call_soon(
         self,
         callback: Callable[[Unpack[Ts]], object],
-        *args: Unpack[Ts],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         life = _LIFE.get(None) if context is None else context.get(_LIFE)
@@ -115,7 +115,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         self,
         when: float,
         callback: Callable[[Unpack[Ts]], object],
-        *args: Unpack[Ts],
+        *args: *Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         life = _LIFE.get(None) if context is None else context.get(_LIFE)
@@ -139,7 +139,7 @@ class Life:
         """Run `coroutine` as part of this life."""
         return asyncio.get_running_loop().create_task(coroutine, context=self.context)
 
-    def soon(self, delay_s: float, callback: Callable[[Unpack[Ts]], object], *args: Unpack[Ts]) -> None:
+    def soon(self, delay_s: float, callback: Callable[[Unpack[Ts]], object], *args: *Ts) -> None:
         """Call `callback` in this life after `delay_s`."""
         asyncio.get_running_loop().call_later(delay_s, callback, *args, context=self.context)
 
