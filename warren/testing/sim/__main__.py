@@ -1,4 +1,9 @@
-"""Command line: ``python -m warren.testing.sim --seeds N | --seed S [--trace]``.
+"""Command line: ``python -m warren.testing.sim [--stack raft|quorum] --seeds N | --seed S
+[--trace] [--plant BUG] [--workers W]``.
+
+``--stack raft`` (the default) runs bare Raft nodes (`warren.testing.sim.world`);
+``--stack quorum`` runs the whole quorum stack (`warren.testing.sim.stack`), optionally
+with a planted bug (`warren.testing.sim.plants`), in `--workers` processes.
 
 Standard output depends only on the seeds and options (it is the same under any
 PYTHONHASHSEED); wall-clock figures go to standard error. The exit status is 1 if any seed
@@ -8,10 +13,14 @@ failed, and for each failure the output names the command that replays it with a
 from __future__ import annotations
 
 import argparse
+import functools
+import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
 
+from warren.testing.sim.plants import PLANTS
+from warren.testing.sim.stack import StackOptions, run_stack_seed
 from warren.testing.sim.world import SimOptions, run_seed
 
 DEFAULTS = SimOptions()
@@ -28,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nodes", type=int, default=DEFAULTS.node_count)
     parser.add_argument("--no-faults", action="store_true", help="a fault-free run")
     parser.add_argument("--quiet", action="store_true", help="only failures and the summary")
+    parser.add_argument("--stack", choices=("raft", "quorum"), default="raft")
+    parser.add_argument("--plant", choices=sorted(PLANTS), help="quorum stack: plant a bug")
+    parser.add_argument("--workers", type=int, default=1, help="quorum stack: processes")
     return parser
 
 
@@ -48,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = range(arguments.seed, arguments.seed + 1)
     else:
         seeds = range(arguments.first_seed, arguments.first_seed + arguments.seeds)
+    if arguments.stack == "quorum":
+        return _quorum(seeds, arguments)
     options = SimOptions(
         node_count=arguments.nodes,
         safety_ms=arguments.safety_ms,
@@ -83,3 +97,40 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _quorum(seeds: range, arguments: argparse.Namespace) -> int:
+    """The whole quorum stack: seeds in `--workers` processes, results in seed order."""
+    options = StackOptions(
+        faults=not arguments.no_faults, trace=arguments.trace, plant=arguments.plant
+    )
+    started = time.perf_counter()
+    run = functools.partial(run_stack_seed, options=options)
+    if arguments.workers > 1:
+        with multiprocessing.get_context("spawn").Pool(arguments.workers) as pool:
+            results = list(pool.imap(run, seeds))
+    else:
+        results = [run(seed) for seed in seeds]
+    failures = [result for result in results if not result.ok]
+    extra = "".join(f" {flag}" for flag, on in (("--no-faults", arguments.no_faults),) if on) + (
+        f" --plant {arguments.plant}" if arguments.plant else ""
+    )
+    for result in results:
+        for line in result.trace:
+            print(line)
+        if result.ok:
+            if not arguments.quiet:
+                print(f"seed {result.seed}: ok confirmed={result.confirmed}")
+            continue
+        print(f"seed {result.seed}: FAILED at {result.simulated_ms} ms")
+        print(f"  violation: {result.violation}")
+        print(
+            f"  replay: python -m warren.testing.sim --stack quorum --seed {result.seed}{extra} --trace"
+        )
+    confirmed = sum(result.confirmed for result in results)
+    print(f"seeds={len(results)} confirmed={confirmed} violations={len(failures)}")
+    if failures:
+        print(f"first failing seed: {failures[0].seed}")
+    elapsed_s = time.perf_counter() - started
+    print(f"elapsed_s={elapsed_s:.1f}", file=sys.stderr)
+    return 1 if failures else 0

@@ -40,7 +40,7 @@ import random
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -61,6 +61,7 @@ from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
 from warren.testing.sim.links import SimLinks, SimNet
 from warren.testing.sim.loop import Life, SimDeadlock, SimLoop
+from warren.testing.sim.plants import PLANTS
 
 QUEUE: Final = "q"
 DEAD: Final = "dlq"
@@ -97,6 +98,7 @@ class StackOptions:
     consumers: int = 3
     faults: bool = True
     trace: bool = False
+    plant: str | None = None  # a bug of `warren.testing.sim.plants` patched in for the run
 
 
 @dataclass(slots=True)
@@ -596,7 +598,8 @@ def run_stack_seed(seed: int, options: StackOptions | None = None) -> StackResul
     world = StackWorld(seed, options, directory)
     loop = world.loop
     try:
-        with _quiet():
+        plant = PLANTS[options.plant]() if options.plant is not None else nullcontext()
+        with _quiet(), plant:
             asyncio.set_event_loop(loop)
             try:
                 loop.run_until_complete(world.run())
