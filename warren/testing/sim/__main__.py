@@ -124,9 +124,8 @@ def _quorum(seeds: range, arguments: argparse.Namespace) -> int:
             continue
         print(f"seed {result.seed}: FAILED at {result.simulated_ms} ms")
         print(f"  violation: {result.violation}")
-        print(
-            f"  replay: python -m warren.testing.sim --stack quorum --seed {result.seed}{extra} --trace"
-        )
+        replay = f"python -m warren.testing.sim --stack quorum --seed {result.seed}{extra}"
+        print(f"  replay: {replay} --trace")
     confirmed = sum(result.confirmed for result in results)
     print(f"seeds={len(results)} confirmed={confirmed} violations={len(failures)}")
     if failures:
