@@ -355,8 +355,12 @@ class ClusterNode:
     def members_changed(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
         """A queue's member list as the metadata group has it: start or drop the replica."""
         host = self.broker.queues.get((vhost, name))
-        if not isinstance(host, QuorumHost) or host.group_id != group_id:
+        if not isinstance(host, QuorumHost):
             return
+        if host.group_id != group_id:
+            if host.group_id != group_prefix(vhost, name) or not group_id.startswith(host.group_id):
+                return  # another queue of the name (deleted and declared again)
+            self._learn_group_id(host, group_id)
         host.members = list(members)
         if self.name in members and host.group is None:
             host.group = self.raft.add_group(group_id, host.replica, None)
@@ -364,6 +368,30 @@ class ClusterNode:
             self.raft.remove_group(group_id)
             host.group = None
             host.drop_replica()
+
+    def _learn_group_id(self, host: QuorumHost, group_id: str) -> None:
+        """A queue recovered on a node that held no replica knows only its name's prefix
+        (`quorum_host`); the metadata log names its group, which it uses from now on (its
+        commands still waiting go first, in order, and a leader resolves the prefix:
+        `_hosted`)."""
+        prefix = host.group_id
+        self.queues.pop(prefix, None)
+        host.group_id = group_id
+        self.queues[group_id] = host
+        forwarder = self._forwarders.pop(prefix, None)
+        if forwarder is not None and group_id not in self._forwarders:
+            self._forwarders[group_id] = forwarder
+
+    def _hosted(self, group_id: str) -> RaftGroup | None:
+        """The group `group_id` names here; a bare queue prefix (from a node that restarted
+        without a replica of the queue and has not learned its group yet: `quorum_host`)
+        names the one group this node hosts for that queue."""
+        group = self.raft.group(group_id)
+        if group is None and group_id.endswith(":"):
+            for host in self.queues.values():
+                if host.group is not None and host.group_id.startswith(group_id):
+                    return host.group
+        return group
 
     def node_known(self, node: str, host: str, port: int) -> None:
         self.nodes[node] = (host, port)
@@ -421,6 +449,8 @@ class ClusterNode:
                 task = asyncio.ensure_future(host.recheck_consumers())
                 self._checks.add(task)
                 task.add_done_callback(self._checks.discard)
+            else:  # deliveries to its consumers lost with the link: sent again
+                host.hand_again(node)
 
     def reap_soon(self) -> None:
         """In a grace period (a link that comes back at once keeps its consumers), cancel
@@ -580,7 +610,7 @@ class ClusterNode:
 
     async def _lead(self, request: LeaderRequest[R]) -> Led[R] | Redirect:
         """A request for a group's leader: `Led` on the leader, else `Redirect`."""
-        group = self.raft.group(request.group_id)
+        group = self._hosted(request.group_id)
         if group is None:
             return Redirect(None)
         if not group.is_leader:
@@ -608,10 +638,10 @@ class ClusterNode:
         if isinstance(request, Transfer):
             return group.transfer(request.node)
         if isinstance(request, Counts):
-            machine = self.queues[request.group_id].machine
+            machine = self.queues[group.group_id].machine
             return (machine.ready_count, machine.consumer_count)
         if isinstance(request, Consumers):  # a node without a replica checks its consumers
-            return self.queues[request.group_id].machine.consumers()
+            return self.queues[group.group_id].machine.consumers()
         raise ValueError(f"unknown leader request {request!r}")
 
     # --- what operators see ----------------------------------------------------------------

@@ -102,7 +102,7 @@ from warren.queue import snapshot as queue_snapshot
 from warren.runtime.cluster.calls import Consumers, Counts
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.raft_host import EntryMeta
-from warren.runtime.cluster.remote import ConsumerKey
+from warren.runtime.cluster.remote import ConsumerKey, copy_entry
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
@@ -448,17 +448,26 @@ class QuorumHost(HostFields):
             self.effects.arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
             self.effects.dead_letters().send(dead)
-        for consumer in self._consumer_keys():  # and what consumers with no replica hold
-            if self._elsewhere(consumer):
-                for entry in self.machine.checked_out_entries(consumer):
-                    self.cluster.remote.hand(
-                        consumer[0],
-                        self.record,
-                        consumer,
-                        self.with_body(entry),
-                        self._delivered_through,
-                    )
+        self.hand_again()  # and what consumers with no replica hold
         self.cluster.reap_soon()
+
+    def hand_again(self, node: str | None = None) -> None:
+        """On the leader: send the consumers on nodes without a replica (those of `node`
+        only, if given) what they hold again, since the first copy may have been lost
+        (with a link that dropped, or with the leader that sent it). Their node drops
+        what it already handed to the consumer (`Handed`); what it hands now may have
+        reached a client before, so it goes as redelivered, which keeps the order a
+        client sees (no message redelivered=false after a later one)."""
+        if not self.leader:
+            return
+        for consumer in self._consumer_keys():
+            if self._elsewhere(consumer) and node in (None, consumer[0]):
+                for entry in self.machine.checked_out_entries(consumer):
+                    copy = copy_entry(self.with_body(entry))  # the machine's entry stays
+                    copy.delivery_count += 1
+                    self.cluster.remote.hand(
+                        consumer[0], self.record, consumer, copy, self._delivered_through
+                    )
 
     def _elsewhere(self, consumer: ConsumerKey) -> bool:
         """A consumer on a node that holds no replica (the leader delivers to it)."""

@@ -307,6 +307,7 @@ class StackWorld:
         self._publishers = 0
         self._consumers = 0
         self._safety = True
+        self._probes: set[Key] = set()
 
     def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
         """An error no one handled in the runtime's callbacks or tasks is a finding; a
@@ -543,7 +544,7 @@ class StackWorld:
             self.consumer(node, QUEUE, draining=True)
             self.consumer(node, DEAD, draining=True)
             self.publish(node, (f"probe-{node.name}", 1))
-        probes = {(f"probe-{name}", 1) for name in self.names}
+        probes = self._probes = {(f"probe-{name}", 1) for name in self.names}
 
         def drained() -> bool:
             ledger = self.ledger
@@ -572,11 +573,16 @@ class StackWorld:
             queue: sorted({str(group.leader) for group in self._groups(queue)})
             for queue in (QUEUE, DEAD)
         }
+        ledger = self.ledger
+        probes = sorted(
+            f"{key[0]}({'confirmed' if key in ledger.confirmed else 'unconfirmed'})"
+            for key in self._probes - (ledger.confirmed & ledger.acked)
+        )
         shown = ", ".join(f"{p}:{s}" for p, s in missing[:10])
         return (
             f"{phase} not done after {timeout_s} s: {len(missing)} confirmed messages neither "
             f"acked nor dead-lettered ({shown}); running {[n.name for n in self.running()]}; "
-            f"leaders {leaders}"
+            f"leaders {leaders}; probes not through: {probes}"
         )
 
 
