@@ -192,6 +192,10 @@ class DeadLetterWorker:
                 self.send(dead)
 
     def stop(self) -> None:
+        """The queue went, or its replica stopped leading: what this worker was sending is
+        the next leader's to send (a target's answer that comes later sends nothing)."""
+        self._taken.clear()
+        self._awaiting.clear()
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
