@@ -3,8 +3,9 @@
 Theory of operation: each plant is a context manager that patches one production class
 in the simulator's process for the length of a run (never a flag in production code),
 the way a plausible mistake would change it:
-- ``confirm-before-commit``: a leader resolves a proposal as soon as the entry is in its
-  own log, before a majority has it (the confirm goes out; a crash loses the message).
+- ``confirm-before-commit``: a queue's leader resolves a proposal as soon as the entry is
+  in its own log, before a majority has it (the confirm goes out; a crash loses the
+  message).
 - ``retry-applied-twice``: the queue machine forgets what each sender's numbered
   commands did (`Sequenced` dedup off), so a command sent again after a leader change
   that had committed after all is applied twice (a message enqueued twice).
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from warren.cluster.nodes import METADATA_GROUP
 from warren.queue import machine
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import RaftGroup
@@ -42,6 +44,8 @@ def confirm_before_commit() -> Iterator[None]:
 
     def propose(self: RaftGroup, data: bytes, future: asyncio.Future[object]) -> None:
         original(self, data, future)
+        if self.group_id == METADATA_GROUP:
+            return  # a queue's confirm is the bug; the metadata group keeps working
         for index, (_term, waiting) in list(self._proposals.items()):
             if waiting is future and not future.done():
                 del self._proposals[index]

@@ -173,7 +173,6 @@ class SimConsumer:
         self.node = node
         self.queue = queue
         self.name = name
-        self.draining = False
 
     def credit(self) -> int | None:
         return None
@@ -198,7 +197,7 @@ class SimConsumer:
     def _settle(self, host: QueueHost, msg_id: int, key: Key) -> None:
         world = self.world
         roll = world.rng.random()
-        if self.queue == DEAD or self.draining or roll < 0.85:
+        if self.queue == DEAD or not world.safety or roll < 0.85:
             if self.queue == QUEUE:
                 world.ledger.acked.add(key)
             host.settle(Settle([msg_id]))
@@ -306,7 +305,7 @@ class StackWorld:
         self.violation: str | None = None
         self._publishers = 0
         self._consumers = 0
-        self._safety = True
+        self.safety = True
         self._probes: set[Key] = set()
 
     def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
@@ -358,7 +357,7 @@ class StackWorld:
             return
         self.log(f"{name} restarts")
         node = self.start(name)
-        if self._safety:
+        if self.safety:
             node.life.spawn(self._clients_on(node, publishers=1, consumers=1))
 
     def running(self) -> list[SimNode]:
@@ -375,10 +374,9 @@ class StackWorld:
             self._publishers += 1
             node.life.spawn(self._publish(node, f"p{self._publishers}", self.options.messages))
 
-    def consumer(self, node: SimNode, queue: str, draining: bool = False) -> SimConsumer:
+    def consumer(self, node: SimNode, queue: str) -> SimConsumer:
         self._consumers += 1
         consumer = SimConsumer(self, node, queue, f"c{self._consumers}@{node.name}")
-        consumer.draining = draining
         consumer.subscribe()
         return consumer
 
@@ -532,7 +530,7 @@ class StackWorld:
     async def _drain(self) -> None:
         """Heal everything; then every queue must serve and every confirmed message come
         out (point 4)."""
-        self._safety = False
+        self.safety = False
         self.log("heal: faults stop, crashed nodes restart")
         self.net.heal()
         self.net.slow_probability = 0.0
@@ -541,14 +539,15 @@ class StackWorld:
                 self._restart(name)
         await self._until(lambda: len(self.running()) == len(self.names), 30.0, "restart")
         for node in self.running():
-            self.consumer(node, QUEUE, draining=True)
-            self.consumer(node, DEAD, draining=True)
+            self.consumer(node, QUEUE)
+            self.consumer(node, DEAD)
             self.publish(node, (f"probe-{node.name}", 1))
         probes = self._probes = {(f"probe-{name}", 1) for name in self.names}
 
         def drained() -> bool:
             ledger = self.ledger
-            return not ledger.missing() and probes <= ledger.confirmed & ledger.acked
+            through = ledger.confirmed & (ledger.acked | ledger.dead)
+            return not ledger.missing() and probes <= through
 
         await self._until(drained, self.options.drain_s, "drain")
 
@@ -576,7 +575,7 @@ class StackWorld:
         ledger = self.ledger
         probes = sorted(
             f"{key[0]}({'confirmed' if key in ledger.confirmed else 'unconfirmed'})"
-            for key in self._probes - (ledger.confirmed & ledger.acked)
+            for key in self._probes - (ledger.confirmed & (ledger.acked | ledger.dead))
         )
         shown = ", ".join(f"{p}:{s}" for p, s in missing[:10])
         return (
