@@ -160,6 +160,7 @@ class QuorumHost(HostFields):
         self._leading = False  # likewise: whether this replica leads
         self._applying = 0  # likewise: the entry's Raft index
         self.replica = Replica(self)
+        self._replicas: tuple[int, ...] = ()  # the Raft configuration the leader last saw
         self._recent: OrderedDict[int, Message] = OrderedDict()  # Raft index: body
         self.refresh_policies()
 
@@ -353,6 +354,8 @@ class QuorumHost(HostFields):
                 recent.popitem(last=False)
         reply, effects = self.machine.apply(Meta(time_ms, index=index), numbered)
         leader = self.leader
+        if leader:
+            self._check_replicas()
         if type(command) is Enqueue:
             reply = type(reply) is not Rejected
         elif leader and type(reply) is Got:  # to the proposer, maybe on another node
@@ -385,7 +388,7 @@ class QuorumHost(HostFields):
         sends those of consumers on nodes without a replica (point 2)."""
         consumer = cast("ConsumerKey", effect.consumer)
         if consumer[0] != self._mine:
-            if self._leading and consumer[0] not in self.members:
+            if self._leading and not self._replicates(consumer[0]):
                 entry = self.with_body(effect.entry)
                 self.cluster.remote.hand(consumer[0], self.record, consumer, entry, self._applying)
             return None
@@ -395,6 +398,8 @@ class QuorumHost(HostFields):
         found = self._consumers.get(consumer)
         if found is None:  # the channel went away after the consumer was added
             self.submit(Return([effect.entry.msg_id]))
+        elif not found.no_ack and not self.handed.fresh(consumer, effect.entry.msg_id):
+            return None  # the leader handed it already (this node was no member then)
         return found
 
     def handed_out(self, entry: Entry) -> Entry:
@@ -435,6 +440,22 @@ class QuorumHost(HostFields):
     def restore(self, data: bytes) -> None:
         self.machine = queue_snapshot.loads(data)
         self._recent.clear()
+        if self.group is not None:  # a snapshot installed while the node runs
+            self._hand_held_here()
+
+    def _hand_held_here(self) -> None:
+        """After a snapshot replaced this replica's state: the entries it covers made no
+        deliveries here, so what this node's consumers hold in it and were never handed
+        goes to them now (as redelivered: it may have come another way before)."""
+        for consumer in self._consumer_keys():
+            ref = self._consumers.get(consumer)
+            if ref is None or ref.no_ack:
+                continue
+            for entry in self.machine.checked_out_entries(consumer):
+                if self.handed.fresh(consumer, entry.msg_id):
+                    copy = copy_entry(self.with_body(entry))
+                    copy.delivery_count += 1
+                    ref.channel.deliver(ref.tag, copy, self)
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         for key in self._holders():
@@ -444,6 +465,8 @@ class QuorumHost(HostFields):
             self._stop_leading()
             return
         self._configure()
+        assert self.group is not None, "only a replica leads"
+        self._replicas = self.group.node.membership.members
         if self.machine.timer_at_ms is not None:
             self.effects.arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
@@ -471,7 +494,33 @@ class QuorumHost(HostFields):
 
     def _elsewhere(self, consumer: ConsumerKey) -> bool:
         """A consumer on a node that holds no replica (the leader delivers to it)."""
-        return consumer[0] != self.cluster.name and consumer[0] not in self.members
+        return consumer[0] != self.cluster.name and not self._replicates(consumer[0])
+
+    def _replicates(self, node: str) -> bool:
+        """Whether `node` applies this queue's log, so that it delivers to its consumers
+        itself: a member of the Raft group's configuration as this replica has it. (The
+        metadata's member list is not the test: it changes before a member is added, after
+        one is removed, and stays changed when the change fails halfway.)"""
+        group = self.group
+        if group is None:
+            return node in self.members
+        return self.cluster.raft.names.add(node) in group.node.membership.members
+
+    def _check_replicas(self) -> None:
+        """On the leader, as it applies: a node that left the group's configuration may not
+        have applied (so delivered) the last entries before it left; its consumers are
+        handed what they hold (their node drops what it had: `Handed`)."""
+        group = self.group
+        assert group is not None, "only a replica applies entries"
+        replicas = group.node.membership.members
+        if replicas == self._replicas:
+            return
+        gone = set(self._replicas) - set(replicas)
+        self._replicas = replicas
+        for node_id in sorted(gone):
+            node = self.cluster.raft.name_of(node_id)
+            if node is not None:
+                self.hand_again(node)
 
     def reap(self, nodes: set[str]) -> None:
         """On the leader: cancel the consumers of `nodes` (gone) and requeue what they, and
