@@ -18,9 +18,12 @@ Theory of operation:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
      a leader change loses no delivery in flight; for a consumer on a node that holds no
-     replica, by the leader, which sends it there (`warren.runtime.cluster.remote`); a
-     new leader sends such consumers what they hold again, and their node drops what it
-     already handed over (`Handed`). Deliveries are counted by log index on the
+     replica (outside the group's Raft configuration: `_replicates`), by the leader,
+     which sends it there (`warren.runtime.cluster.remote`). Such consumers are sent what
+     they hold again, as redelivered, when a deliverer may have lost it: by a new leader,
+     when their link comes back, when their node leaves the configuration, and by a
+     replica after it installed a snapshot; their node drops what it already handed over
+     (`Handed`). Deliveries are counted by log index on the
      consumer's node (`_delivered_through`), whichever way they came: a replica started
      again while the process runs (its node removed from the members, then added)
      applies the log from the start once more, and makes only the deliveries after the
@@ -561,8 +564,9 @@ class QuorumHost(HostFields):
 
 
 class Handed:
-    """The msg_ids a node handed to each consumer of a queue served elsewhere and has not
-    seen settled: a delivery sent again (by a new leader) is dropped."""
+    """The msg_ids a node handed to each of its consumers (acknowledging ones) and has not
+    seen settled, whether its replica delivered them or the leader sent them: a delivery
+    that comes again (sent again by a leader, or made again after a snapshot) is dropped."""
 
     __slots__ = ("_by_consumer",)
 
