@@ -380,6 +380,7 @@ class ClusterNode:
         self.queues[group_id] = host
         forwarder = self._forwarders.pop(prefix, None)
         if forwarder is not None and group_id not in self._forwarders:
+            forwarder.group_id = group_id  # its next batch goes to the group by its name
             self._forwarders[group_id] = forwarder
 
     def _hosted(self, group_id: str) -> RaftGroup | None:
@@ -539,7 +540,7 @@ class ClusterNode:
         hint: str | None = None
         attempt = 0
         while True:
-            group = self.raft.group(group_id)
+            group = self._hosted(group_id)
             target = hint or (group.leader if group is not None else None)
             if target is None:
                 members = self._members_of(group_id)

@@ -398,7 +398,8 @@ class StackWorld:
             self.ledger.confirmed.add(key)
             self.log(f"confirm {key[0]}:{key[1]}")
         else:
-            self.log(f"nack {key[0]}:{key[1]}")
+            why = "" if done.cancelled() or done.exception() is None else f": {done.exception()}"
+            self.log(f"nack {key[0]}:{key[1]}{why}")
 
     # --- faults ------------------------------------------------------------------------------
 
