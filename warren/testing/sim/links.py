@@ -42,6 +42,7 @@ DELAY_S_MIN: Final = 0.0005
 DELAY_S_MAX: Final = 0.005
 SLOW_S_MAX: Final = 0.2
 RECONNECT_S_MAX: Final = 0.5  # a reset link comes back after up to this long
+_TIE_S: Final = 1e-7
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,10 @@ class SimNet:
         delay = rng.uniform(DELAY_S_MIN, DELAY_S_MAX)
         if self.slow_probability and rng.random() < self.slow_probability:
             delay = rng.uniform(DELAY_S_MAX, SLOW_S_MAX)
-        at = max(self.loop.time() + delay, self._last_arrival.get((sender, receiver), 0.0))
+        # strictly after the last one on the link: the loop's timer heap does not keep the
+        # order of timers due at the same time
+        last = self._last_arrival.get((sender, receiver), 0.0)
+        at = max(self.loop.time() + delay, last + _TIE_S)
         self._last_arrival[sender, receiver] = at
         if type(item) is not RaftTraffic:
             self.on_event(f"{sender}->{receiver} {_describe(item)}")

@@ -12,8 +12,10 @@ Theory of operation (FoundationDB's simulation, on asyncio):
    log takes a little virtual time, so rounds overlap with other events as they do on a
    real disk, and a crash in that time loses the batch, as a power cut would).
 3. Ready callbacks run in the order they were scheduled and timers in the order of
-   their time, then of scheduling (asyncio's heap breaks ties by the handle's order of
-   creation), so one seed gives one order of events: the whole run replays exactly.
+   their time; timers due at the same time run in the order of asyncio's heap, which is
+   not their order of scheduling but is the same on every run with the same history.
+   So one seed gives one order of events: the whole run replays exactly. (What must keep
+   an order, such as the messages on one link, is given distinct times.)
 4. Lives: every simulated node runs in a `contextvars.Context` holding its `Life`, and
    every callback, task step and future callback the loop schedules carries the context
    it was scheduled from. A crash sets the node's `Life.alive` to False, and from then
