@@ -59,6 +59,7 @@ from warren.runtime.durability import Durability
 from warren.runtime.queues.host import Pending, QueueHost
 from warren.runtime.recovery import open_durability
 from warren.storage.log import LogFailed
+from warren.storage.raftwal import RaftWal
 from warren.testing.sim.links import SimLinks, SimNet
 from warren.testing.sim.loop import Life, SimDeadlock, SimLoop
 from warren.testing.sim.plants import PLANTS
@@ -306,7 +307,8 @@ class StackWorld:
         self._publishers = 0
         self._consumers = 0
         self.safety = True
-        self._probes: set[Key] = set()
+        self._probes: dict[str, list[Key]] = {}  # node: its probes, after the heal
+        self._armed: list[RaftWal] = []  # logs whose next sync fails
 
     def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
         """An error no one handled in the runtime's callbacks or tasks is a finding; a
@@ -359,6 +361,8 @@ class StackWorld:
         node = self.start(name)
         if self.safety:
             node.life.spawn(self._clients_on(node, publishers=1, consumers=1))
+        else:
+            node.life.spawn(self._drain_clients(node))
 
     def running(self) -> list[SimNode]:
         return [node for node in self.nodes.values() if node.ready and node.life.alive]
@@ -449,6 +453,7 @@ class StackWorld:
             raise LogFailed(f"simulated disk fault on {node.name}")
 
         wal.sync_batch = failing  # type: ignore[method-assign]
+        self._armed.append(wal)
 
     async def _change_members(self, node: SimNode) -> None:
         """Add a replica of `q` on a node without one, or remove one (keeping three), as
@@ -535,22 +540,42 @@ class StackWorld:
         self.log("heal: faults stop, crashed nodes restart")
         self.net.heal()
         self.net.slow_probability = 0.0
-        for name in self.names:
-            if not self.nodes[name].life.alive:
-                self._restart(name)
+        for wal in self._armed:  # a disk fault not yet hit is one no more
+            vars(wal).pop("sync_batch", None)
+        for node in list(self.nodes.values()):
+            if node.life.alive:
+                node.life.spawn(self._drain_clients(node))
+            else:
+                self._restart(node.name)  # with its drain clients
         await self._until(lambda: len(self.running()) == len(self.names), 30.0, "restart")
-        for node in self.running():
-            self.consumer(node, QUEUE)
-            self.consumer(node, DEAD)
-            self.publish(node, (f"probe-{node.name}", 1))
-        probes = self._probes = {(f"probe-{name}", 1) for name in self.names}
 
         def drained() -> bool:
-            ledger = self.ledger
-            through = ledger.confirmed & (ledger.acked | ledger.dead)
-            return not ledger.missing() and probes <= through
+            return not self.ledger.missing() and not self._unprobed()
 
         await self._until(drained, self.options.drain_s, "drain")
+
+    async def _drain_clients(self, node: SimNode) -> None:
+        """After the heal, on every node (again if it restarts): consumers of both queues,
+        and a probe published until one is confirmed and consumed (a probe lost with a
+        crash or nacked goes again, as the next of its numbers)."""
+        while not node.ready:
+            await asyncio.sleep(0.05)
+        self.consumer(node, QUEUE)
+        self.consumer(node, DEAD)
+        probes = self._probes.setdefault(node.name, [])
+        while node.name in self._unprobed():
+            probes.append((f"probe-{node.name}", len(probes) + 1))
+            self.publish(node, probes[-1])
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                if node.name not in self._unprobed():
+                    return
+
+    def _unprobed(self) -> list[str]:
+        """Nodes none of whose probes is yet confirmed and consumed."""
+        ledger = self.ledger
+        through = ledger.confirmed & (ledger.acked | ledger.dead)
+        return [name for name in self.names if not through.intersection(self._probes.get(name, ()))]
 
     async def _until(self, condition: Callable[[], bool], timeout_s: float, phase: str) -> None:
         deadline = self.loop.time() + timeout_s
@@ -573,16 +598,12 @@ class StackWorld:
             queue: sorted({str(group.leader) for group in self._groups(queue)})
             for queue in (QUEUE, DEAD)
         }
-        ledger = self.ledger
-        probes = sorted(
-            f"{key[0]}({'confirmed' if key in ledger.confirmed else 'unconfirmed'})"
-            for key in self._probes - (ledger.confirmed & (ledger.acked | ledger.dead))
-        )
+        probes = self._unprobed()
         shown = ", ".join(f"{p}:{s}" for p, s in missing[:10])
         return (
             f"{phase} not done after {timeout_s} s: {len(missing)} confirmed messages neither "
             f"acked nor dead-lettered ({shown}); running {[n.name for n in self.running()]}; "
-            f"leaders {leaders}; probes not through: {probes}"
+            f"leaders {leaders}; no probe through from {probes}"
         )
 
 
