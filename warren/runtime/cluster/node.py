@@ -32,7 +32,7 @@ import pickle
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from warren.cluster.nodes import METADATA_GROUP
@@ -175,7 +175,7 @@ class ClusterNode:
         self._adopted: dict[tuple[str, str], tuple[str, list[str]]] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._reaping: asyncio.TimerHandle | None = None
-        self._checks: set[asyncio.Future[None]] = set()  # `QuorumHost.recheck_consumers`
+        self._checks: set[asyncio.Future[None]] = set()  # what a link that came up started
         # names this process's consumers: those of an earlier life of the node are stale
         self.incarnation = f"{self._rng.getrandbits(32):08x}"
         broker.cluster = self
@@ -352,11 +352,29 @@ class ClusterNode:
         while sorted(host.members) != sorted(members) and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
 
+    async def learn_placement(self, host: QuorumHost) -> None:
+        """A queue this node recovered without a replica knows neither its group nor its
+        members (`quorum_host`): the first node that hosts the group says both
+        (`GroupStatus` resolves the name's prefix there); `PeerUnavailable` if none does.
+        Nothing to learn for any other queue."""
+        if host.group_id != group_prefix(host.record.vhost, host.record.name):
+            return
+        for node in sorted(self.nodes):
+            if node == self.name or not self.peers.connected(node):
+                continue
+            with contextlib.suppress(PeerUnavailable, RemoteError):
+                status = await self.ask(node, GroupStatus(host.group_id), 2.0)
+                if status is not None:
+                    self._learn_group_id(host, str(status["group"]))
+                    host.members = [str(member) for member in cast("list[str]", status["members"])]
+                    return
+        raise PeerUnavailable("any", f"no node names the group of {host.group_id}")
+
     def members_changed(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
         """A queue's member list as the metadata group has it: start or drop the replica."""
         host = self.broker.queues.get((vhost, name))
-        if not isinstance(host, QuorumHost):
-            return
+        if not isinstance(host, QuorumHost) or group_id == group_prefix(vhost, name):
+            return  # a bare prefix names no group (a node that did not know it wrote it)
         if host.group_id != group_id:
             if host.group_id != group_prefix(vhost, name) or not group_id.startswith(host.group_id):
                 return  # another queue of the name (deleted and declared again)
@@ -446,12 +464,26 @@ class ClusterNode:
             if address is not None:
                 self.node_known(node, *address)
         for host in list(self.queues.values()):
+            if host.group_id == group_prefix(host.record.vhost, host.record.name):
+                self._check(self._recover_placement(host))
             if host.group is None:  # consumers the leader serves from afar: still there?
-                task = asyncio.ensure_future(host.recheck_consumers())
-                self._checks.add(task)
-                task.add_done_callback(self._checks.discard)
+                self._check(host.recheck_consumers())
             else:  # deliveries to its consumers lost with the link: sent again
                 host.hand_again(node)
+
+    def _check(self, check: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(check)
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _recover_placement(self, host: QuorumHost) -> None:
+        """A queue recovered without a replica: its group and members from a node that hosts
+        it, and the replica this node must hold if it is a member (made one just before it
+        stopped, it wrote nothing of the group: it starts as a new member does)."""
+        with contextlib.suppress(PeerUnavailable):
+            await self.learn_placement(host)
+            if self.name in host.members and host.group is None:
+                host.group = self.raft.add_group(host.group_id, host.replica, None)
 
     def reap_soon(self) -> None:
         """In a grace period (a link that comes back at once keeps its consumers), cancel
@@ -596,7 +628,7 @@ class ClusterNode:
         if isinstance(request, Forward):  # from a node that does not know the leader (join)
             return await self.leader_call(request.request)
         if isinstance(request, GroupStatus):
-            group = self.raft.group(request.group_id)
+            group = self._hosted(request.group_id)
             return group.status() if group is not None else None
         if isinstance(request, AppliedThrough):
             return await self.metadata.reached(request.index, SETTLE_WAIT_S)

@@ -47,6 +47,7 @@ def _known(cluster: ClusterNode, node: str) -> None:
 async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
     _known(cluster, node)
     host = _quorum_host(cluster, vhost, queue)
+    await cluster.learn_placement(host)  # the new list is the current one and `node`
     if node in host.members:
         raise MembershipError(f"{node} is already a member of '{queue}'")
     await cluster.set_members(host, sorted({*host.members, node}))
@@ -55,6 +56,7 @@ async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) ->
 
 async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
     host = _quorum_host(cluster, vhost, queue)
+    await cluster.learn_placement(host)
     if node not in host.members:
         raise MembershipError(f"{node} is not a member of '{queue}'")
     if len(host.members) == 1:
