@@ -244,6 +244,7 @@ class SimNode:
             raft_tick_ms=TICK_MS,
             raft_snapshot_entries=64,
             cluster_submit_timeout=10_000,
+            password_hashing_module="rabbit_password_hashing_sha256",  # PBKDF2: no time to lose
         )
         broker = Broker(config)
         links = SimLinks(world.net, self.life, names)
