@@ -95,10 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _quorum(seeds: range, arguments: argparse.Namespace) -> int:
     """The whole quorum stack: seeds in `--workers` processes, results in seed order."""
     options = StackOptions(
@@ -133,3 +129,7 @@ def _quorum(seeds: range, arguments: argparse.Namespace) -> int:
     elapsed_s = time.perf_counter() - started
     print(f"elapsed_s={elapsed_s:.1f}", file=sys.stderr)
     return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
