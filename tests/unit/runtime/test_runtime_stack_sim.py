@@ -56,9 +56,9 @@ def test_a_seed_replays_exactly() -> None:
 
 
 def _trace(seed: int, hash_seed: str) -> str:
+    command = ["-m", "warren.testing.sim", "--stack", "quorum", "--seed", str(seed), "--trace"]
     completed = subprocess.run(
-        [sys.executable, "-m", "warren.testing.sim", "--stack", "quorum", "--seed", str(seed)]
-        + ["--trace"],
+        [sys.executable, *command],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONHASHSEED=hash_seed),
