@@ -91,7 +91,6 @@ class StackViolation(AssertionError):
 @dataclass(slots=True)
 class StackOptions:
     node_count: int = 4
-    replicas: int = 3
     safety_s: float = 12.0
     drain_s: float = 60.0
     publishers: int = 3
