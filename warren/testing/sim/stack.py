@@ -2,14 +2,14 @@
 
 Theory of operation (FoundationDB's simulation, on the production code):
 1. One process, one `SimLoop` (virtual time) and one `random.Random(seed)`. Each node is
-   the production stack: a `Broker`, a `ClusterNode` with its metadata group, forwarding
-   and numbered-command retries, a `RaftHost` on a real `RaftWal` (in a temporary
-   directory), and the `QuorumHost`s of two quorum queues (``q``, which dead-letters at
-   least once to ``dlq``). Only the seams differ: `SimLinks` for the TCP links, the
-   seeded rng and the virtual clock. The queues are declared on every node as recovered
-   definitions are (the metadata log's declare path is not exercised here); their
-   replicas are drawn from the seed, so some node holds none and gets deliveries from
-   the leader.
+   the production stack, started as `warren.server` starts it: a `Broker` with its
+   durability (definitions, log), a `ClusterNode` with its metadata group, forwarding and
+   numbered-command retries, a `RaftHost` on a real `RaftWal` (in a temporary directory
+   on /dev/shm), and the `QuorumHost`s of two quorum queues (``q``, which dead-letters at
+   least once to ``dlq``), declared through the metadata log as a channel declares them
+   and recovered from the definitions after a restart. Only the seams differ: `SimLinks`
+   for the TCP links, the seeded rng and the virtual clock. Each queue has three replicas
+   of the four nodes, so some node holds none and gets deliveries from the leader.
 2. Clients are what a channel does, with nothing in between: publishers on random nodes
    publish numbered bodies (``publisher:seq``) and count a confirm when the publish's
    outcome says so; consumers on random nodes (prefetch 10) ack, reject (dead-lettered:
