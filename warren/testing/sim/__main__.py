@@ -13,14 +13,15 @@ failed, and for each failure the output names the command that replays it with a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import multiprocessing
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from warren.testing.sim.plants import PLANTS
-from warren.testing.sim.stack import StackOptions, run_stack_seed
+from warren.testing.sim.stack import StackOptions, StackResult, run_stack_seed
 from warren.testing.sim.world import SimOptions, run_seed
 
 DEFAULTS = SimOptions()
@@ -96,36 +97,40 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _quorum(seeds: range, arguments: argparse.Namespace) -> int:
-    """The whole quorum stack: seeds in `--workers` processes, results in seed order."""
+    """The whole quorum stack: seeds in `--workers` processes, printed in seed order as
+    they finish."""
     options = StackOptions(
         faults=not arguments.no_faults, trace=arguments.trace, plant=arguments.plant
     )
-    started = time.perf_counter()
-    run = functools.partial(run_stack_seed, options=options)
-    if arguments.workers > 1:
-        with multiprocessing.get_context("spawn").Pool(arguments.workers) as pool:
-            results = list(pool.imap(run, seeds))
-    else:
-        results = [run(seed) for seed in seeds]
-    failures = [result for result in results if not result.ok]
-    extra = "".join(f" {flag}" for flag, on in (("--no-faults", arguments.no_faults),) if on) + (
+    extra = (" --no-faults" if arguments.no_faults else "") + (
         f" --plant {arguments.plant}" if arguments.plant else ""
     )
-    for result in results:
-        for line in result.trace:
-            print(line)
-        if result.ok:
-            if not arguments.quiet:
-                print(f"seed {result.seed}: ok confirmed={result.confirmed}")
-            continue
-        print(f"seed {result.seed}: FAILED at {result.simulated_ms} ms")
-        print(f"  violation: {result.violation}")
-        replay = f"python -m warren.testing.sim --stack quorum --seed {result.seed}{extra}"
-        print(f"  replay: {replay} --trace")
-    confirmed = sum(result.confirmed for result in results)
-    print(f"seeds={len(results)} confirmed={confirmed} violations={len(failures)}")
+    started = time.perf_counter()
+    run = functools.partial(run_stack_seed, options=options)
+    with contextlib.ExitStack() as stack:
+        if arguments.workers > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(arguments.workers))
+            results: Iterator[StackResult] = pool.imap(run, seeds)
+        else:
+            results = map(run, seeds)
+        failures: list[int] = []
+        confirmed = 0
+        for result in results:
+            confirmed += result.confirmed
+            for line in result.trace:
+                print(line)
+            if result.ok:
+                if not arguments.quiet:
+                    print(f"seed {result.seed}: ok confirmed={result.confirmed}", flush=True)
+                continue
+            failures.append(result.seed)
+            replay = f"python -m warren.testing.sim --stack quorum --seed {result.seed}{extra}"
+            print(f"seed {result.seed}: FAILED at {result.simulated_ms} ms")
+            print(f"  violation: {result.violation}")
+            print(f"  replay: {replay} --trace", flush=True)
+    print(f"seeds={len(seeds)} confirmed={confirmed} violations={len(failures)}")
     if failures:
-        print(f"first failing seed: {failures[0].seed}")
+        print(f"first failing seed: {failures[0]}")
     elapsed_s = time.perf_counter() - started
     print(f"elapsed_s={elapsed_s:.1f}", file=sys.stderr)
     return 1 if failures else 0

@@ -22,7 +22,8 @@ Theory of operation (FoundationDB's simulation, on asyncio):
    on nothing that node scheduled runs: its tasks never step again, its timers never
    fire, exactly as if the process had died. The world's own callbacks have no life.
 5. A loop with nothing scheduled and nothing ready has deadlocked (no timer will ever
-   fire): the selector raises `SimDeadlock` instead of waiting forever.
+   fire), and one that turns `LIVELOCK_TURNS` times without its clock moving is spinning
+   (callbacks scheduling each other forever): the selector raises `SimDeadlock` instead.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ Ts = TypeVarTuple("Ts")
 
 # virtual seconds a function run "in an executor" (a WAL sync) takes
 EXECUTOR_DELAY_S_MAX = 0.002
+# loop turns at one instant that can only be callbacks scheduling each other forever
+LIVELOCK_TURNS = 1_000_000
 
 
 class SimDeadlock(RuntimeError):
@@ -53,6 +56,7 @@ class _VirtualSelector(selectors.BaseSelector):
 
     def __init__(self) -> None:
         self.now = 0.0
+        self._turns = 0  # loop turns since the clock last moved
         self._keys: dict[int, selectors.SelectorKey] = {}
 
     def register(
@@ -68,7 +72,16 @@ class _VirtualSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None:
             raise SimDeadlock("nothing is scheduled: the simulated world stopped")
-        self.now += max(0.0, timeout)
+        if timeout > 0:
+            self.now += timeout
+            self._turns = 0
+        else:
+            self._turns += 1
+            if self._turns > LIVELOCK_TURNS:
+                raise SimDeadlock(
+                    f"livelock: {LIVELOCK_TURNS} loop turns without time moving on "
+                    f"(at {self.now * 1000:.1f} ms)"
+                )
         return []
 
     def get_map(self) -> Mapping[FileDescriptorLike, selectors.SelectorKey]:

@@ -70,6 +70,7 @@ VHOST: Final = "/"
 EPOCH_S: Final = 1_700_000_000.0  # the virtual wall clock at time 0
 TICK_MS: Final = 50
 PREFETCH: Final = 10
+STARTUP_S_MAX: Final = 120.0  # start, declare, and restarts after the heal: 30 s each at most
 _PROPERTIES: Final = encode_properties(BasicProperties(delivery_mode=2))
 _ARGUMENTS: Final = {
     QUEUE: {
@@ -307,6 +308,7 @@ class StackWorld:
         self._publishers = 0
         self._consumers = 0
         self.safety = True
+        self.phase = "start"  # for a run that hangs: where
         self._probes: dict[str, list[Key]] = {}  # node: its probes, after the heal
         self._armed: list[RaftWal] = []  # logs whose next sync fails
 
@@ -480,9 +482,14 @@ class StackWorld:
         for name in self.names:
             self.start(name)
         await self._until(lambda: len(self.running()) == len(self.names), 30.0, "start")
+        self.phase = "declare"
         for queue in (DEAD, QUEUE):
-            await self._declare(self.rng.choice(self.running()), queue)
+            if self.violation is None:
+                await self._declare(self.rng.choice(self.running()), queue)
         await self._until(self._declared_everywhere, 30.0, "declare")
+        if self.violation is not None:
+            return
+        self.phase = "safety"
         self.log(f"replicas of {QUEUE}: {sorted(self.running()[0].host(QUEUE).members)}")
         nodes = self.running()
         rng = self.rng
@@ -537,6 +544,7 @@ class StackWorld:
         """Heal everything; then every queue must serve and every confirmed message come
         out (point 4)."""
         self.safety = False
+        self.phase = "heal"
         self.log("heal: faults stop, crashed nodes restart")
         self.net.heal()
         self.net.slow_probability = 0.0
@@ -548,6 +556,7 @@ class StackWorld:
             else:
                 self._restart(node.name)  # with its drain clients
         await self._until(lambda: len(self.running()) == len(self.names), 30.0, "restart")
+        self.phase = "drain"
 
         def drained() -> bool:
             return not self.ledger.missing() and not self._unprobed()
@@ -628,10 +637,18 @@ def run_stack_seed(seed: int, options: StackOptions | None = None) -> StackResul
         plant = PLANTS[options.plant]() if options.plant is not None else nullcontext()
         with _quiet(), plant:
             asyncio.set_event_loop(loop)
+            # every phase has its bound; this one catches a wait that has none
+            run_s_max = STARTUP_S_MAX + options.safety_s + options.drain_s
             try:
-                loop.run_until_complete(world.run())
+                loop.run_until_complete(asyncio.wait_for(world.run(), run_s_max))
             except SimDeadlock as error:
                 world.violation = world.violation or f"deadlock: {error}"
+            except TimeoutError:
+                world.violation = world.violation or (
+                    f"the run did not end in {run_s_max:.0f} simulated s: {world.phase} hangs"
+                )
+            except Exception as error:  # a seed reports, whatever it found
+                world.violation = world.violation or f"{world.phase}: {error!r}"
     finally:
         for node in world.nodes.values():
             node.life.alive = False
