@@ -151,7 +151,7 @@ class QuorumHost(HostFields):
         self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
         self._seq = itertools.count(1)
         self._delivered_through = 0  # the last index whose deliveries this node made,
-        self._replica_delivered = False  # from its replica or (one entry, many) the leader's
+        self._delivered_by: str | None = None  # from its replica (its name) or a leader's
         # holds what this node process takes with basic.get (consumers count from 1)
         self._getter: ConsumerKey = (cluster.name, cluster.incarnation, 0)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
@@ -274,14 +274,19 @@ class QuorumHost(HostFields):
             self.handed.forget(wire)
             self.submit(Cancel(wire))
 
-    def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
+    def delivered(self, key: Hashable, entry: Entry, index: int, sender: str) -> None:
         """A delivery the leader sent (this node holds no replica): to the consumer once;
         if no channel here has the consumer (closed, or from before a restart), it is
-        cancelled with what it holds, so the leader stops sending to it."""
-        through = self._delivered_through
-        if index < through or (index == through and self._replica_delivered):
-            return  # this node's replica, just added again, made it already
-        self._delivered_through, self._replica_delivered = index, False
+        cancelled with what it holds, so the leader stops sending to it. Deliveries come
+        in log order from each leader; one from an entry this node had deliveries of
+        already (from its replica, or from another leader applying the entry again as it
+        catches up) is dropped. One sent again (`index` 0: `hand_again`) goes by `Handed`
+        only."""
+        if index:
+            through = self._delivered_through
+            if index < through or (index == through and sender != self._delivered_by):
+                return
+            self._delivered_through, self._delivered_by = index, sender
         found = self._consumers.get(cast("ConsumerKey", key))
         if found is None:
             self._drop_stale(cast("ConsumerKey", key))
@@ -368,7 +373,7 @@ class QuorumHost(HostFields):
         mine = None
         if index > self._delivered_through:
             mine = self.cluster.name
-            self._delivered_through, self._replica_delivered = index, True
+            self._delivered_through, self._delivered_by = index, self.cluster.name
         if type(command) is Cancel:
             cancelled = cast("ConsumerKey", command.consumer)
             if cancelled in self._consumers:
@@ -491,9 +496,7 @@ class QuorumHost(HostFields):
                 for entry in self.machine.checked_out_entries(consumer):
                     copy = copy_entry(self.with_body(entry))  # the machine's entry stays
                     copy.delivery_count += 1
-                    self.cluster.remote.hand(
-                        consumer[0], self.record, consumer, copy, self._delivered_through
-                    )
+                    self.cluster.remote.hand(consumer[0], self.record, consumer, copy)
 
     def _elsewhere(self, consumer: ConsumerKey) -> bool:
         """A consumer on a node that holds no replica (the leader delivers to it)."""
