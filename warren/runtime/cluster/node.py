@@ -379,7 +379,10 @@ class ClusterNode:
             if host.group_id != group_prefix(vhost, name) or not group_id.startswith(host.group_id):
                 return  # another queue of the name (deleted and declared again)
             self._learn_group_id(host, group_id)
+        gone = sorted(set(host.members) - set(members))
         host.members = list(members)
+        for node in gone:  # its replica may not have delivered all it held: now the leader's
+            host.hand_again(node)
         if self.name in members and host.group is None:
             host.group = self.raft.add_group(group_id, host.replica, None)
         elif self.name not in members and host.group is not None:

@@ -504,11 +504,12 @@ class QuorumHost(HostFields):
 
     def _replicates(self, node: str) -> bool:
         """Whether `node` applies this queue's log, so that it delivers to its consumers
-        itself: a member of the Raft group's configuration as this replica has it. (The
-        metadata's member list is not the test: it changes before a member is added, after
-        one is removed, and stays changed when the change fails halfway.)"""
+        itself: it hosts the group (the metadata's member list names it) and is in the Raft
+        group's configuration as this replica has it. Neither alone will do: the list
+        changes before a member is added and after one is removed, and either stays
+        changed when a change fails halfway."""
         group = self.group
-        if group is None:
+        if group is None or node not in self.members:
             return node in self.members
         return self.cluster.raft.names.add(node) in group.node.membership.members
 
