@@ -37,6 +37,8 @@ REGRESSION_SEEDS = {
     60: "add_member through a node without a replica dropped every replica",
     210: "a removed node that an unfinished add made a learner again was left to deliver "
     "to its consumers though it held no replica",
+    610: "a consumer of a node's earlier life, replayed from the log after the restart, "
+    "held its prefetch for good",
     291: "a leader catching up handed deliveries of an entry another leader had handed "
     "already: a message requeued since came back as new",
     151: "a dead letter settled by an earlier leader's worker was sent again when a target "

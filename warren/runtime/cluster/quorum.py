@@ -384,6 +384,8 @@ class QuorumHost(HostFields):
                 self.cluster.remote.cancel(cancelled[0], self.record, cancelled)
         elif type(command) is Get and self._stale(command.holder):
             self._drop_stale(command.holder)  # a get of this node's life before a restart
+        elif type(command) is Checkout and self._stale(command.consumer):
+            self._drop_stale(command.consumer)  # replayed after a restart: that life is over
         if effects:
             self._mine, self._leading, self._applying = mine, leader, index
             self.effects.perform(effects, leader)
@@ -450,6 +452,13 @@ class QuorumHost(HostFields):
         self._recent.clear()
         if self.group is not None:  # a snapshot installed while the node runs
             self._hand_held_here()
+        # consumers of this node's earlier lives in it: dropped once the host is wired
+        asyncio.get_running_loop().call_soon(self._drop_stale_holders)
+
+    def _drop_stale_holders(self) -> None:
+        for key in self._holders():
+            if self._stale(key):
+                self._drop_stale(key)
 
     def _hand_held_here(self) -> None:
         """After a snapshot replaced this replica's state: the entries it covers made no
@@ -466,9 +475,7 @@ class QuorumHost(HostFields):
                     ref.channel.deliver(ref.tag, copy, self)
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
-        for key in self._holders():
-            if self._stale(key):
-                self._drop_stale(key)
+        self._drop_stale_holders()
         if not leader:
             self._stop_leading()
             return
