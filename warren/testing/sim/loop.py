@@ -22,8 +22,10 @@ Theory of operation (FoundationDB's simulation, on asyncio):
    on nothing that node scheduled runs: its tasks never step again, its timers never
    fire, exactly as if the process had died. The world's own callbacks have no life.
 5. A loop with nothing scheduled and nothing ready has deadlocked (no timer will ever
-   fire), and one that turns `LIVELOCK_TURNS` times without its clock moving is spinning
-   (callbacks scheduling each other forever): the selector raises `SimDeadlock` instead.
+   fire), one that turns `LIVELOCK_TURNS` times without its clock moving is spinning
+   (callbacks scheduling each other forever), and one past `RUNAWAY_TURNS` in all runs
+   away (busy forever, in small steps of time): the selector raises `SimDeadlock`, and a
+   seed reports it as its violation instead of hanging the run of seeds.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ Ts = TypeVarTuple("Ts")
 EXECUTOR_DELAY_S_MAX = 0.002
 # loop turns at one instant that can only be callbacks scheduling each other forever
 LIVELOCK_TURNS = 1_000_000
+# loop turns in one run: a hundred times what a seed of the stack simulator takes
+RUNAWAY_TURNS = 3_000_000
 
 
 class SimDeadlock(RuntimeError):
@@ -57,6 +61,7 @@ class _VirtualSelector(selectors.BaseSelector):
     def __init__(self) -> None:
         self.now = 0.0
         self._turns = 0  # loop turns since the clock last moved
+        self._all_turns = 0
         self._keys: dict[int, selectors.SelectorKey] = {}
 
     def register(
@@ -72,6 +77,9 @@ class _VirtualSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None:
             raise SimDeadlock("nothing is scheduled: the simulated world stopped")
+        self._all_turns += 1
+        if self._all_turns > RUNAWAY_TURNS:
+            raise SimDeadlock(f"runaway: {RUNAWAY_TURNS} loop turns (at {self.now:.1f} s)")
         if timeout > 0:
             self.now += timeout
             self._turns = 0
