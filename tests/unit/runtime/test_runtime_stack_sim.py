@@ -39,6 +39,8 @@ REGRESSION_SEEDS = {
     "to its consumers though it held no replica",
     610: "a consumer of a node's earlier life, replayed from the log after the restart, "
     "held its prefetch for good",
+    233: "add_member through a node whose recovered member list was empty told every other "
+    "replica to drop its state",
     291: "a leader catching up handed deliveries of an entry another leader had handed "
     "already: a message requeued since came back as new",
     151: "a dead letter settled by an earlier leader's worker was sent again when a target "

@@ -370,6 +370,35 @@ class ClusterNode:
                     return
         raise PeerUnavailable("any", f"no node names the group of {host.group_id}")
 
+    async def current_members(self, host: QuorumHost) -> list[str]:
+        """A queue's members as its leader's Raft configuration has them (voters and
+        learners): what a membership change starts from, since this node's member list
+        may be stale (it restarted, it learned the group late, a change failed halfway).
+        `PeerUnavailable` if no leader answers within ``cluster_submit_timeout``."""
+        await self.learn_placement(host)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.cluster_submit_timeout / 1000
+        hint: str | None = None
+        while loop.time() < deadline:
+            group = self.raft.group(host.group_id)
+            if group is not None and group.is_leader:
+                return group.members
+            known = hint or (group.leader if group is not None else None)
+            hint = None
+            for node in [known] if known else self._members_of(host.group_id):
+                if node is None or node == self.name or not self.peers.connected(node):
+                    continue
+                with contextlib.suppress(PeerUnavailable, RemoteError):
+                    status = await self.ask(node, GroupStatus(host.group_id), 2.0)
+                    if status is not None and status["role"] == "leader":
+                        return [str(member) for member in cast("list[str]", status["members"])]
+                    if status is not None and status["leader"] not in (None, node):
+                        hint = str(status["leader"])
+                        break
+            if hint is None:
+                await asyncio.sleep(RETRY_S)
+        raise PeerUnavailable("any", f"no leader of {host.group_id} said its members in time")
+
     def members_changed(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
         """A queue's member list as the metadata group has it: start or drop the replica."""
         host = self.broker.queues.get((vhost, name))

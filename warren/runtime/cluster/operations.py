@@ -47,23 +47,23 @@ def _known(cluster: ClusterNode, node: str) -> None:
 async def add_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
     _known(cluster, node)
     host = _quorum_host(cluster, vhost, queue)
-    await cluster.learn_placement(host)  # the new list is the current one and `node`
-    if node in host.members:
+    members = await cluster.current_members(host)
+    if node in members:
         raise MembershipError(f"{node} is already a member of '{queue}'")
-    await cluster.set_members(host, sorted({*host.members, node}))
+    await cluster.set_members(host, sorted({*members, node}))
     return await cluster.leader_call(AddMember(host.group_id, node))
 
 
 async def delete_member(cluster: ClusterNode, vhost: str, queue: str, node: str) -> list[str]:
     host = _quorum_host(cluster, vhost, queue)
-    await cluster.learn_placement(host)
-    if node not in host.members:
+    members = await cluster.current_members(host)
+    if node not in members:
         raise MembershipError(f"{node} is not a member of '{queue}'")
-    if len(host.members) == 1:
+    if len(members) == 1:
         raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
-    members = await cluster.leader_call(RemoveMember(host.group_id, node))
-    await cluster.set_members(host, [m for m in host.members if m != node])
-    return members
+    voters = await cluster.leader_call(RemoveMember(host.group_id, node))
+    await cluster.set_members(host, [m for m in members if m != node])
+    return voters
 
 
 def _matching(cluster: ClusterNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:
