@@ -81,7 +81,7 @@ def test_a_seed_replays_the_same_under_any_hash_seed() -> None:
 # a seed on which each planted bug is caught (the first one from seed 0)
 PLANTED = {
     "confirm-before-commit": 5,
-    "retry-applied-twice": 0,
+    "retry-applied-twice": 1,
     "dead-letter-dropped-on-leader-change": 0,
 }
 
