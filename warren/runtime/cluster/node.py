@@ -30,9 +30,9 @@ import contextlib
 import itertools
 import logging
 import random
-import secrets
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from warren.cluster.nodes import METADATA_GROUP
@@ -67,7 +67,7 @@ from warren.runtime.cluster.metadata import (
     TransientDefinitions,
     logged,
 )
-from warren.runtime.cluster.peers import Peers, PeerUnavailable, RemoteError
+from warren.runtime.cluster.peers import PeerLinks, Peers, PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, RaftHost
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
@@ -136,7 +136,14 @@ class ClusterNode:
         config: Config,
         on_failure: Callable[[], None] = lambda: None,
         describe: Callable[[], dict[str, Any]] | None = None,
+        *,
+        links: PeerLinks | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`links`, `rng` and `clock` are the simulator's seams (`warren.testing.sim.stack`):
+        by default the node talks TCP (`Peers`), draws from the OS's entropy and stamps
+        entries with the wall clock."""
         self.broker = broker
         # the node as the management API shows it, for the other nodes' /api/nodes
         self.describe = describe
@@ -147,7 +154,12 @@ class ClusterNode:
             raise ValueError("a cluster needs cluster_cookie: the same secret on every node")
         addresses = {node: at for node, at in self.nodes.items() if node != self.name}
         host = self.nodes.get(self.name, (config.bind[0], config.cluster_port))[0]
-        self.peers = Peers(self.name, config.cluster_cookie, host, config.cluster_port, addresses)
+        self.peers: PeerLinks = (
+            links
+            if links is not None
+            else Peers(self.name, config.cluster_cookie, host, config.cluster_port, addresses)
+        )
+        self._rng = rng if rng is not None else random.Random()
         self.raft = RaftHost(
             self.name,
             self.peers,
@@ -155,6 +167,8 @@ class ClusterNode:
             tick_ms=config.raft_tick_ms,
             snapshot_entries=config.raft_snapshot_entries,
             segment_max_bytes=config.raft_wal_max_size_bytes,
+            rng=self._rng,
+            clock=clock,
             on_failure=lambda _error: on_failure(),  # logged by the host; the node stops
         )
         self.remote = RemoteQueues(self)
@@ -166,11 +180,10 @@ class ClusterNode:
         self._adopted: dict[tuple[str, str], tuple[str, list[str]]] = {}
         self._forwarders: dict[str, _Forwarder] = {}
         self._reaping: asyncio.TimerHandle | None = None
-        self._checks: set[asyncio.Future[None]] = set()  # `QuorumHost.recheck_consumers`
+        self._checks: set[asyncio.Future[None]] = set()  # what a link that came up started
         # names this process's consumers: those of an earlier life of the node are stale
-        self.incarnation = secrets.token_hex(4)
+        self.incarnation = f"{self._rng.getrandbits(32):08x}"
         self._numbers = itertools.count(1)  # of this process's metadata operations
-        self._rng = random.Random()
         broker.cluster = self
         broker.hosts = ClusterHosts(self)
 
@@ -246,7 +259,7 @@ class ClusterNode:
         vhost.delete_queue(record.name)
         size = _initial_size(record, self.config.quorum_cluster_size)
         members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
-        group_id = group_prefix(record.vhost, record.name) + secrets.token_hex(4)
+        group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
         operation = ("", "put_queue", (queue_definition(record), (group_id, members)))
         leader = self._first_leader(record, members)
         return asyncio.ensure_future(self._declared(operation, group_id, leader))
@@ -345,18 +358,97 @@ class ClusterNode:
         while sorted(host.members) != sorted(members) and loop.time() < deadline:
             await asyncio.sleep(RETRY_S)
 
+    async def learn_placement(self, host: QuorumHost) -> None:
+        """A queue this node recovered without a replica knows neither its group nor its
+        members (`quorum_host`): the first node that hosts the group says both
+        (`GroupStatus` resolves the name's prefix there); `PeerUnavailable` if none does.
+        Nothing to learn for any other queue."""
+        if host.group_id != group_prefix(host.record.vhost, host.record.name):
+            return
+        for node in sorted(self.nodes):
+            if node == self.name or not self.peers.connected(node):
+                continue
+            with contextlib.suppress(PeerUnavailable, RemoteError):
+                status = await self.ask(node, GroupStatus(host.group_id), 2.0)
+                if status is not None:
+                    self._learn_group_id(host, str(status["group"]))
+                    host.members = [str(member) for member in cast("list[str]", status["members"])]
+                    return
+        raise PeerUnavailable("any", f"no node names the group of {host.group_id}")
+
+    async def current_members(self, host: QuorumHost) -> list[str]:
+        """A queue's members as its leader's Raft configuration has them (voters and
+        learners): what a membership change starts from, since this node's member list
+        may be stale (it restarted, it learned the group late, a change failed halfway).
+        `PeerUnavailable` if no leader answers within ``cluster_submit_timeout``."""
+        await self.learn_placement(host)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.cluster_submit_timeout / 1000
+        hint: str | None = None
+        while loop.time() < deadline:
+            group = self.raft.group(host.group_id)
+            if group is not None and group.is_leader:
+                return group.members
+            known = hint or (group.leader if group is not None else None)
+            hint = None
+            for node in [known] if known else self._members_of(host.group_id):
+                if node is None or node == self.name or not self.peers.connected(node):
+                    continue
+                with contextlib.suppress(PeerUnavailable, RemoteError):
+                    status = await self.ask(node, GroupStatus(host.group_id), 2.0)
+                    if status is not None and status["role"] == "leader":
+                        return [str(member) for member in cast("list[str]", status["members"])]
+                    if status is not None and status["leader"] not in (None, node):
+                        hint = str(status["leader"])
+                        break
+            if hint is None:
+                await asyncio.sleep(RETRY_S)
+        raise PeerUnavailable("any", f"no leader of {host.group_id} said its members in time")
+
     def members_changed(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
         """A queue's member list as the metadata group has it: start or drop the replica."""
         host = self.broker.queues.get((vhost, name))
-        if not isinstance(host, QuorumHost) or host.group_id != group_id:
-            return
+        if not isinstance(host, QuorumHost) or group_id == group_prefix(vhost, name):
+            return  # a bare prefix names no group (a node that did not know it wrote it)
+        if host.group_id != group_id:
+            if host.group_id != group_prefix(vhost, name) or not group_id.startswith(host.group_id):
+                return  # another queue of the name (deleted and declared again)
+            self._learn_group_id(host, group_id)
+        gone = sorted(set(host.members) - set(members))
         host.members = list(members)
+        for node in gone:  # its replica may not have delivered all it held: now the leader's
+            host.hand_again(node)
         if self.name in members and host.group is None:
             host.group = self.raft.add_group(group_id, host.replica, None)
         elif self.name not in members and host.group is not None:
             self.raft.remove_group(group_id)
             host.group = None
             host.drop_replica()
+
+    def _learn_group_id(self, host: QuorumHost, group_id: str) -> None:
+        """A queue recovered on a node that held no replica knows only its name's prefix
+        (`quorum_host`); the metadata log names its group, which it uses from now on (its
+        commands still waiting go first, in order, and a leader resolves the prefix:
+        `_hosted`)."""
+        prefix = host.group_id
+        self.queues.pop(prefix, None)
+        host.group_id = group_id
+        self.queues[group_id] = host
+        forwarder = self._forwarders.pop(prefix, None)
+        if forwarder is not None and group_id not in self._forwarders:
+            forwarder.group_id = group_id  # its next batch goes to the group by its name
+            self._forwarders[group_id] = forwarder
+
+    def _hosted(self, group_id: str) -> RaftGroup | None:
+        """The group `group_id` names here; a bare queue prefix (from a node that restarted
+        without a replica of the queue and has not learned its group yet: `quorum_host`)
+        names the one group this node hosts for that queue."""
+        group = self.raft.group(group_id)
+        if group is None and group_id.endswith(":"):
+            for host in self.queues.values():
+                if host.group is not None and host.group_id.startswith(group_id):
+                    return host.group
+        return group
 
     def node_known(self, node: str, host: str, port: int) -> None:
         self.nodes[node] = (host, port)
@@ -410,10 +502,26 @@ class ClusterNode:
             if address is not None:
                 self.node_known(node, *address)
         for host in list(self.queues.values()):
+            if host.group_id == group_prefix(host.record.vhost, host.record.name):
+                self._check(self._recover_placement(host))
             if host.group is None:  # consumers the leader serves from afar: still there?
-                task = asyncio.ensure_future(host.recheck_consumers())
-                self._checks.add(task)
-                task.add_done_callback(self._checks.discard)
+                self._check(host.recheck_consumers())
+            else:  # deliveries to its consumers lost with the link: sent again
+                host.hand_again(node)
+
+    def _check(self, check: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(check)
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _recover_placement(self, host: QuorumHost) -> None:
+        """A queue recovered without a replica: its group and members from a node that hosts
+        it, and the replica this node must hold if it is a member (made one just before it
+        stopped, it wrote nothing of the group: it starts as a new member does)."""
+        with contextlib.suppress(PeerUnavailable):
+            await self.learn_placement(host)
+            if self.name in host.members and host.group is None:
+                host.group = self.raft.add_group(host.group_id, host.replica, None)
 
     def reap_soon(self) -> None:
         """In a grace period (a link that comes back at once keeps its consumers), cancel
@@ -505,7 +613,7 @@ class ClusterNode:
         hint: str | None = None
         attempt = 0
         while True:
-            group = self.raft.group(group_id)
+            group = self._hosted(group_id)
             target = hint or (group.leader if group is not None else None)
             if target is None:
                 members = self._members_of(group_id)
@@ -563,7 +671,7 @@ class ClusterNode:
         if isinstance(request, Forward):  # from a node that does not know the leader (join)
             return await self.leader_call(request.request)
         if isinstance(request, GroupStatus):
-            group = self.raft.group(request.group_id)
+            group = self._hosted(request.group_id)
             return group.status() if group is not None else None
         if isinstance(request, AppliedThrough):
             return await self.metadata.reached(request.index, SETTLE_WAIT_S)
@@ -578,7 +686,7 @@ class ClusterNode:
 
     async def _lead(self, request: LeaderRequest[R]) -> Led[R] | Redirect:
         """A request for a group's leader: `Led` on the leader, else `Redirect`."""
-        group = self.raft.group(request.group_id)
+        group = self._hosted(request.group_id)
         if group is None:
             return Redirect(None)
         if not group.is_leader:
@@ -606,10 +714,10 @@ class ClusterNode:
         if isinstance(request, Transfer):
             return group.transfer(request.node)
         if isinstance(request, Counts):
-            machine = self.queues[request.group_id].machine
+            machine = self.queues[group.group_id].machine
             return (machine.ready_count, machine.consumer_count)
         if isinstance(request, Consumers):  # a node without a replica checks its consumers
-            return self.queues[request.group_id].machine.consumers()
+            return self.queues[group.group_id].machine.consumers()
         raise ValueError(f"unknown leader request {request!r}")
 
     # --- what operators see ----------------------------------------------------------------

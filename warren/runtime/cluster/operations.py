@@ -38,7 +38,7 @@ from warren.runtime.cluster.quorum import QuorumHost
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
-    from warren.runtime.cluster.peers import Peers
+    from warren.runtime.cluster.peers import PeerLinks
 
 R = TypeVar("R")
 
@@ -56,7 +56,7 @@ class OperatedNode(Protocol):
     def broker(self) -> Broker: ...
 
     @property
-    def peers(self) -> Peers: ...
+    def peers(self) -> PeerLinks: ...
 
     @property
     def queues(self) -> Mapping[str, QuorumHost]:
@@ -68,6 +68,9 @@ class OperatedNode(Protocol):
 
     async def set_members(self, host: QuorumHost, members: list[str]) -> None:
         """Record a queue's member list in the metadata group; back once applied here."""
+
+    async def current_members(self, host: QuorumHost) -> list[str]:
+        """A queue's members as its leader's Raft configuration has them."""
 
     def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]: ...
 
@@ -91,21 +94,23 @@ def _known(cluster: OperatedNode, node: str) -> None:
 async def add_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     _known(cluster, node)
     host = _quorum_host(cluster, vhost, queue)
-    if node in host.members:
+    members = await cluster.current_members(host)
+    if node in members:
         raise MembershipError(f"{node} is already a member of '{queue}'")
-    await cluster.set_members(host, sorted({*host.members, node}))
+    await cluster.set_members(host, sorted({*members, node}))
     return await cluster.leader_call(AddMember(host.group_id, node))
 
 
 async def delete_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     host = _quorum_host(cluster, vhost, queue)
-    if node not in host.members:
+    members = await cluster.current_members(host)
+    if node not in members:
         raise MembershipError(f"{node} is not a member of '{queue}'")
-    if len(host.members) == 1:
+    if len(members) == 1:
         raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
-    members = await cluster.leader_call(RemoveMember(host.group_id, node))
-    await cluster.set_members(host, [m for m in host.members if m != node])
-    return members
+    voters = await cluster.leader_call(RemoveMember(host.group_id, node))
+    await cluster.set_members(host, [m for m in members if m != node])
+    return voters
 
 
 def _matching(cluster: OperatedNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:

@@ -54,7 +54,7 @@ import pickle
 import secrets
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol
 
 import warren.errors
 from warren.errors import AmqpError, ReplyCode
@@ -83,6 +83,40 @@ _ERROR: Final = 3
 MessageHandler = Callable[[str, object], None]
 LinkHandler = Callable[[str, bool], None]
 RequestHandler = Callable[[str, object], Awaitable[object]]
+
+
+class PeerLinks(Protocol):
+    """What the runtime uses of a transport between nodes: `Peers` over TCP, or the
+    simulator's in-memory network (`warren.testing.sim.links`), which keeps the same
+    contract: per-link order, best effort, calls that fail with `PeerUnavailable`."""
+
+    @property
+    def nodes(self) -> list[str]: ...
+
+    @property
+    def listen_address(self) -> tuple[str, int]: ...
+
+    def address(self, node: str) -> tuple[str, int] | None: ...
+
+    def set_address(self, node: str, host: str, port: int) -> None: ...
+
+    def forget(self, node: str) -> None: ...
+
+    def on_message(self, handler: MessageHandler) -> None: ...
+
+    def on_link(self, handler: LinkHandler) -> None: ...
+
+    def serve(self, handler: RequestHandler) -> None: ...
+
+    def connected(self, node: str) -> bool: ...
+
+    def send(self, node: str, message: object) -> None: ...
+
+    async def call(self, node: str, request: object, timeout: float = 5.0) -> object: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class PeerUnavailable(Exception):

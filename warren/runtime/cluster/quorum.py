@@ -18,9 +18,12 @@ Theory of operation:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
      delivers to its own clients from its own copy of the log, without another hop, and
      a leader change loses no delivery in flight; for a consumer on a node that holds no
-     replica, by the leader, which sends it there (`warren.runtime.cluster.remote`); a
-     new leader sends such consumers what they hold again, and their node drops what it
-     already handed over (`Handed`). Deliveries are counted by log index on the
+     replica (outside the group's Raft configuration: `_replicates`), by the leader,
+     which sends it there (`warren.runtime.cluster.remote`). Such consumers are sent what
+     they hold again, as redelivered, when a deliverer may have lost it: by a new leader,
+     when their link comes back, when their node leaves the configuration, and by a
+     replica after it installed a snapshot; their node drops what it already handed over
+     (`Handed`). Deliveries are counted by log index on the
      consumer's node (`_delivered_through`), whichever way they came: a replica started
      again while the process runs (its node removed from the members, then added)
      applies the log from the start once more, and makes only the deliveries after the
@@ -101,8 +104,8 @@ from warren.queue import (
 from warren.queue import snapshot as queue_snapshot
 from warren.runtime.cluster.calls import Consumers, Counts, LeaderRequest
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
-from warren.runtime.cluster.raft_host import EntryMeta
-from warren.runtime.cluster.remote import ConsumerKey, RemoteQueues
+from warren.runtime.cluster.raft_host import EntryMeta, RaftHost
+from warren.runtime.cluster.remote import ConsumerKey, RemoteQueues, copy_entry
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
@@ -150,6 +153,10 @@ class QuorumNode(Protocol):
     @property
     def remote(self) -> RemoteQueues: ...
 
+    @property
+    def raft(self) -> RaftHost:
+        """The node's Raft groups: a replica reads its group's configuration there."""
+
     def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
         """A command to the group's leader; the future has its outcome once applied."""
 
@@ -183,7 +190,7 @@ class QuorumHost(HostFields):
         self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
         self._seq = itertools.count(1)
         self._delivered_through = 0  # the last index whose deliveries this node made,
-        self._replica_delivered = False  # from its replica or (one entry, many) the leader's
+        self._delivered_by: str | None = None  # from its replica (its name) or a leader's
         # holds what this node process takes with basic.get (consumers count from 1)
         self._getter: ConsumerKey = (cluster.name, cluster.incarnation, 0)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
@@ -195,6 +202,7 @@ class QuorumHost(HostFields):
         self._leading = False  # likewise: whether this replica leads
         self._applying = 0  # likewise: the entry's Raft index
         self.replica = Replica(self)
+        self._replicas: tuple[int, ...] = ()  # the Raft configuration the leader last saw
         self._recent: OrderedDict[int, Message] = OrderedDict()  # Raft index: body
         self.refresh_policies()
 
@@ -305,14 +313,19 @@ class QuorumHost(HostFields):
             self.handed.forget(wire)
             self.submit(Cancel(wire))
 
-    def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
+    def delivered(self, key: Hashable, entry: Entry, index: int, sender: str) -> None:
         """A delivery the leader sent (this node holds no replica): to the consumer once;
         if no channel here has the consumer (closed, or from before a restart), it is
-        cancelled with what it holds, so the leader stops sending to it."""
-        through = self._delivered_through
-        if index < through or (index == through and self._replica_delivered):
-            return  # this node's replica, just added again, made it already
-        self._delivered_through, self._replica_delivered = index, False
+        cancelled with what it holds, so the leader stops sending to it. Deliveries come
+        in log order from each leader; one from an entry this node had deliveries of
+        already (from its replica, or from another leader applying the entry again as it
+        catches up) is dropped. One sent again (`index` 0: `hand_again`) goes by `Handed`
+        only."""
+        if index:
+            through = self._delivered_through
+            if index < through or (index == through and sender != self._delivered_by):
+                return
+            self._delivered_through, self._delivered_by = index, sender
         found = self._consumers.get(cast("ConsumerKey", key))
         if found is None:
             self._drop_stale(cast("ConsumerKey", key))
@@ -388,6 +401,8 @@ class QuorumHost(HostFields):
                 recent.popitem(last=False)
         reply, effects = self.machine.apply(Meta(time_ms, index=index), numbered)
         leader = self.leader
+        if leader:
+            self._check_replicas()
         if type(command) is Enqueue:
             reply = type(reply) is not Rejected
         elif leader and type(reply) is Got:  # to the proposer, maybe on another node
@@ -397,7 +412,7 @@ class QuorumHost(HostFields):
         mine = None
         if index > self._delivered_through:
             mine = self.cluster.name
-            self._delivered_through, self._replica_delivered = index, True
+            self._delivered_through, self._delivered_by = index, self.cluster.name
         if type(command) is Cancel:
             cancelled = cast("ConsumerKey", command.consumer)
             if cancelled in self._consumers:
@@ -408,6 +423,8 @@ class QuorumHost(HostFields):
                 self.cluster.remote.cancel(cancelled[0], self.record, cancelled)
         elif type(command) is Get and self._stale(command.holder):
             self._drop_stale(command.holder)  # a get of this node's life before a restart
+        elif type(command) is Checkout and self._stale(command.consumer):
+            self._drop_stale(command.consumer)  # replayed after a restart: that life is over
         if effects:
             self._mine, self._leading, self._applying = mine, leader, index
             self.effects.perform(effects, leader)
@@ -420,7 +437,7 @@ class QuorumHost(HostFields):
         sends those of consumers on nodes without a replica (point 2)."""
         consumer = cast("ConsumerKey", effect.consumer)
         if consumer[0] != self._mine:
-            if self._leading and consumer[0] not in self.members:
+            if self._leading and not self._replicates(consumer[0]):
                 entry = self.with_body(effect.entry)
                 self.cluster.remote.hand(consumer[0], self.record, consumer, entry, self._applying)
             return None
@@ -430,6 +447,8 @@ class QuorumHost(HostFields):
         found = self._consumers.get(consumer)
         if found is None:  # the channel went away after the consumer was added
             self.submit(Return([effect.entry.msg_id]))
+        elif not found.no_ack and not self.handed.fresh(consumer, effect.entry.msg_id):
+            return None  # the leader handed it already (this node was no member then)
         return found
 
     def handed_out(self, entry: Entry) -> Entry:
@@ -470,34 +489,91 @@ class QuorumHost(HostFields):
     def restore(self, data: bytes) -> None:
         self.machine = queue_snapshot.loads(data)
         self._recent.clear()
+        if self.group is not None:  # a snapshot installed while the node runs
+            self._hand_held_here()
+        # consumers of this node's earlier lives in it: dropped once the host is wired
+        asyncio.get_running_loop().call_soon(self._drop_stale_holders)
 
-    def role_changed(self, leader: bool, leader_node: str | None) -> None:
+    def _drop_stale_holders(self) -> None:
         for key in self._holders():
             if self._stale(key):
                 self._drop_stale(key)
+
+    def _hand_held_here(self) -> None:
+        """After a snapshot replaced this replica's state: the entries it covers made no
+        deliveries here, so what this node's consumers hold in it and were never handed
+        goes to them now (as redelivered: it may have come another way before)."""
+        for consumer in self._consumer_keys():
+            ref = self._consumers.get(consumer)
+            if ref is None or ref.no_ack:
+                continue
+            for entry in self.machine.checked_out_entries(consumer):
+                if self.handed.fresh(consumer, entry.msg_id):
+                    copy = copy_entry(self.with_body(entry))
+                    copy.delivery_count += 1
+                    ref.channel.deliver(ref.tag, copy, self)
+
+    def role_changed(self, leader: bool, leader_node: str | None) -> None:
+        self._drop_stale_holders()
         if not leader:
             self._stop_leading()
             return
         self._configure()
+        assert self.group is not None, "only a replica leads"
+        self._replicas = self.group.node.membership.members
         if self.machine.timer_at_ms is not None:
             self.effects.arm(self.machine.timer_at_ms)
         for dead in self.machine.dead_letters_in_flight():  # a new leader sends them again
             self.effects.dead_letters().send(dead)
-        for consumer in self._consumer_keys():  # and what consumers with no replica hold
-            if self._elsewhere(consumer):
-                for entry in self.machine.checked_out_entries(consumer):
-                    self.cluster.remote.hand(
-                        consumer[0],
-                        self.record,
-                        consumer,
-                        self.with_body(entry),
-                        self._delivered_through,
-                    )
+        self.hand_again()  # and what consumers with no replica hold
         self.cluster.reap_soon()
+
+    def hand_again(self, node: str | None = None) -> None:
+        """On the leader: send the consumers on nodes without a replica (those of `node`
+        only, if given) what they hold again, since the first copy may have been lost
+        (with a link that dropped, or with the leader that sent it). Their node drops
+        what it already handed to the consumer (`Handed`); what it hands now may have
+        reached a client before, so it goes as redelivered, which keeps the order a
+        client sees (no message redelivered=false after a later one)."""
+        if not self.leader:
+            return
+        for consumer in self._consumer_keys():
+            if self._elsewhere(consumer) and node in (None, consumer[0]):
+                for entry in self.machine.checked_out_entries(consumer):
+                    copy = copy_entry(self.with_body(entry))  # the machine's entry stays
+                    copy.delivery_count += 1
+                    self.cluster.remote.hand(consumer[0], self.record, consumer, copy)
 
     def _elsewhere(self, consumer: ConsumerKey) -> bool:
         """A consumer on a node that holds no replica (the leader delivers to it)."""
-        return consumer[0] != self.cluster.name and consumer[0] not in self.members
+        return consumer[0] != self.cluster.name and not self._replicates(consumer[0])
+
+    def _replicates(self, node: str) -> bool:
+        """Whether `node` applies this queue's log, so that it delivers to its consumers
+        itself: it hosts the group (the metadata's member list names it) and is in the Raft
+        group's configuration as this replica has it. Neither alone will do: the list
+        changes before a member is added and after one is removed, and either stays
+        changed when a change fails halfway."""
+        group = self.group
+        if group is None or node not in self.members:
+            return node in self.members
+        return self.cluster.raft.names.add(node) in group.node.membership.members
+
+    def _check_replicas(self) -> None:
+        """On the leader, as it applies: a node that left the group's configuration may not
+        have applied (so delivered) the last entries before it left; its consumers are
+        handed what they hold (their node drops what it had: `Handed`)."""
+        group = self.group
+        assert group is not None, "only a replica applies entries"
+        replicas = group.node.membership.members
+        if replicas == self._replicas:
+            return
+        gone = set(self._replicas) - set(replicas)
+        self._replicas = replicas
+        for node_id in sorted(gone):
+            node = self.cluster.raft.name_of(node_id)
+            if node is not None:
+                self.hand_again(node)
 
     def reap(self, nodes: set[str]) -> None:
         """On the leader: cancel the consumers of `nodes` (gone) and requeue what they, and
@@ -538,8 +614,9 @@ class QuorumHost(HostFields):
 
 
 class Handed:
-    """The msg_ids a node handed to each consumer of a queue served elsewhere and has not
-    seen settled: a delivery sent again (by a new leader) is dropped."""
+    """The msg_ids a node handed to each of its consumers (acknowledging ones) and has not
+    seen settled, whether its replica delivered them or the leader sent them: a delivery
+    that comes again (sent again by a leader, or made again after a snapshot) is dropped."""
 
     __slots__ = ("_by_consumer",)
 

@@ -88,7 +88,7 @@ from warren.raft import (
     Transport,
     begin,
 )
-from warren.runtime.cluster.peers import Peers
+from warren.runtime.cluster.peers import PeerLinks
 from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT
 from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
 
@@ -335,7 +335,7 @@ class RaftGroup:
     def _propose(self, data: bytes, future: asyncio.Future[object]) -> None:
         if future.done():
             return  # the proposer gave up while the proposal waited in the inbox
-        index = self.node.propose(STAMP.pack(int(time.time() * 1000)) + data)
+        index = self.node.propose(STAMP.pack(int(self._host.clock() * 1000)) + data)
         if index is None:
             future.set_exception(NotLeader(self.leader))
         else:
@@ -444,7 +444,7 @@ class RaftHost:
     def __init__(
         self,
         node: str,
-        peers: Peers,
+        peers: PeerLinks,
         directory: Path,
         *,
         tick_ms: int = 100,
@@ -452,6 +452,7 @@ class RaftHost:
         snapshot_entries: int = 4096,
         segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
         rng: RandomSource | None = None,
+        clock: Callable[[], float] = time.time,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.node = node
@@ -464,6 +465,7 @@ class RaftHost:
         self.names = NodeNames()
         self.node_id = self.names.add(node)
         self._rng: RandomSource = rng if rng is not None else random.Random()
+        self.clock = clock  # stamped on entries (point 8); virtual in the simulator
         self._on_failure = on_failure
         self._wal: RaftWal | None = None
         self._recovered: dict[str, GroupState] = {}

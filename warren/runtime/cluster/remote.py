@@ -109,7 +109,7 @@ from warren.runtime.queues.host import (
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
-    from warren.runtime.cluster.peers import Peers
+    from warren.runtime.cluster.peers import PeerLinks
 
 # (node, the node process's incarnation, number): a consumer, wherever its queue lives
 ConsumerKey = tuple[str, str, int]
@@ -136,7 +136,7 @@ class Receiver(Protocol):
     """A queue host that takes deliveries sent by another node (`RemoteHost`, and
     `QuorumHost` on a node that holds no replica)."""
 
-    def delivered(self, key: Hashable, entry: Entry, index: int) -> None: ...
+    def delivered(self, key: Hashable, entry: Entry, index: int, sender: str) -> None: ...
 
     def cancelled(self, key: Hashable) -> None: ...
 
@@ -277,11 +277,11 @@ class RemoteHost(HostFields):
         ours = self._wire_keys.get(key)
         waiting = self._waiting.pop(ours, None) if ours is not None else None
         for entry in waiting or ():
-            self.delivered(ours, entry, 0)
+            self.delivered(ours, entry, 0, self.home)
 
-    def delivered(self, key: Hashable, entry: Entry, index: int) -> None:
-        """A delivery from the home, in order (`index` is a quorum leader's); returned at
-        once if the consumer is gone."""
+    def delivered(self, key: Hashable, entry: Entry, index: int, sender: str) -> None:
+        """A delivery from the home, in order (`index` and `sender` are for a quorum
+        leader's); returned at once if the consumer is gone."""
         ref = self._consumers.get(key)
         if ref is None:
             self._send(QueueCommand(*self._where, Return([entry.msg_id])))
@@ -365,7 +365,7 @@ class RemoteNode(Protocol):
     def broker(self) -> Broker: ...
 
     @property
-    def peers(self) -> Peers: ...
+    def peers(self) -> PeerLinks: ...
 
     @property
     def applying(self) -> bool:
@@ -399,7 +399,7 @@ class RemoteQueues:
         self, node: str, record: QueueRecord, key: Hashable, entry: Entry, index: int = 0
     ) -> None:
         """Send a delivery to a consumer on `node` (from a classic home, or from a quorum
-        leader with the index of the log entry that made it)."""
+        leader with the index of the log entry that made it, or 0 for one sent again)."""
         self.peers.send(node, Delivery(record.vhost, record.name, key, copy_entry(entry), index))
 
     def cancel(self, node: str, record: QueueRecord, key: Hashable) -> None:
@@ -441,7 +441,7 @@ class RemoteQueues:
     def _delivered(self, node: str, delivery: Delivery) -> None:
         host = self.broker.queues.get((delivery.vhost, delivery.name))
         if isinstance(host, Receiver):
-            host.delivered(delivery.key, delivery.entry, delivery.index)
+            host.delivered(delivery.key, delivery.entry, delivery.index, node)
         else:  # the queue went from here meanwhile: the sender gets the message back
             back = QueueCommand(delivery.vhost, delivery.name, Return([delivery.entry.msg_id]))
             self.peers.send(node, Call(0, back))

@@ -143,10 +143,14 @@ class DeadLetterWorker:
     ) -> None:
         """The quorum targets of a held message answered: those that did not take it lose
         their place in `taken`, and the message goes out again (to them only)."""
-        self._awaiting.discard(dead.entry.msg_id)
-        taken = self._taken.get(dead.entry.msg_id)
+        msg_id = dead.entry.msg_id
+        self._awaiting.discard(msg_id)
+        taken = self._taken.get(msg_id)
         if taken is None:
             return  # settled or dropped meanwhile
+        if all(held.entry.msg_id != msg_id for held in self.host.machine.dead_letters_in_flight()):
+            del self._taken[msg_id]  # settled meanwhile (by an earlier leader's worker)
+            return
         for name, outcome in replicating:
             if outcome.cancelled() or outcome.exception() or not outcome.result():
                 taken.discard(name)
@@ -192,6 +196,10 @@ class DeadLetterWorker:
                 self.send(dead)
 
     def stop(self) -> None:
+        """The queue went, or its replica stopped leading: what this worker was sending is
+        the next leader's to send (a target's answer that comes later sends nothing)."""
+        self._taken.clear()
+        self._awaiting.clear()
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None

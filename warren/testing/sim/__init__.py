@@ -1,7 +1,8 @@
-"""The deterministic cluster simulator: `python -m warren.testing.sim --seeds N`.
+"""The deterministic cluster simulators: `python -m warren.testing.sim --seeds N`.
 
-See `warren.testing.sim.world` for the theory of operation and docs/internals/raft.md for
-how to replay a seed.
+Bare Raft (`--stack raft`): see `warren.testing.sim.world` for the theory of operation and
+docs/internals/raft.md for how to replay a seed. The whole quorum stack (`--stack quorum`):
+`warren.testing.sim.stack`, `loop`, `links`, `plants` and docs/internals/simulation.md.
 """
 
 from warren.testing.sim.checkers import SafetyChecker, Violation
