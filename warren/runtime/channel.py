@@ -455,8 +455,12 @@ class Channel:
             )
             if created:
                 pending = self.broker.replicated_declare(record)
-                if pending is not None:  # a quorum queue in a cluster: declared once the
-                    # metadata log has it; then this declare runs again against it
+                if pending is None and not method.exclusive:
+                    # an exclusive queue lives and dies with its connection, which the
+                    # metadata log cannot name: made here first
+                    pending = self.broker.logged_declare(record)
+                if pending is not None:  # in a cluster: declared once the metadata log
+                    # has it; then this declare runs again against it
                     again = replace(method, queue=name)
                     self.connection.suspend(
                         self, pending, lambda done: self._declare_again(again, done)
@@ -497,7 +501,7 @@ class Channel:
         self.last_queue = name
         self._reply(method, m.QueueDeclareOk(name, 0, 1))
 
-    def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[None]) -> None:
+    def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[object]) -> None:
         done.result()
         if method.queue not in self.vhost.queues:
             raise SoftError(ReplyCode.INTERNAL_ERROR, "the queue's declare was not applied")

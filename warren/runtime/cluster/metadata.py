@@ -593,6 +593,21 @@ class MetadataMachine:
         )
         self.cluster.transient.known(vhost_name, name)
 
+    def _queue_declare(self, queue: QueueDefinition, home: str, durable: bool) -> None:
+        """A channel's declare of a classic queue (point 2): the first in the log for its
+        name makes it, on its home with the queue itself, elsewhere as a proxy; the
+        declaring channel then declares it again, -ok if equivalent, else the model's
+        error (406, or 405 for another connection's exclusive queue)."""
+        vhost = self.broker.vhosts.get(queue.vhost)
+        if vhost is None or queue.name in vhost.queues:
+            return  # deleted meanwhile, or declared first by another
+        if home != self.cluster.name:
+            self._put_classic_queue(queue, home, durable, False)
+            return
+        record = recovery.declare_record(self.broker, queue, durable)
+        if record is not None:
+            self.broker.declare_queue(record)
+
     def _put_classic_queue(
         self, queue: QueueDefinition, home: str, durable: bool, exclusive: bool
     ) -> None:
@@ -771,6 +786,7 @@ _APPLY: dict[str, Callable[..., object]] = {
     "node_address": MetadataMachine._node_address,
     "node_forgotten": MetadataMachine._node_forgotten,
     "transient_exchange": MetadataMachine._put_transient_exchange,
+    "queue_declare": MetadataMachine._queue_declare,
     "classic_queue": MetadataMachine._put_classic_queue,
     "delete_classic_queue": MetadataMachine._delete_classic_queue,
     "put_binding": MetadataMachine._put_binding,

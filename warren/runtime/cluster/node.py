@@ -434,6 +434,11 @@ class ClusterNode:
     def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
         return self.replicate((self.name, change, arguments))
 
+    def logged_declare(self, record: QueueRecord) -> asyncio.Future[object]:
+        self.broker.vhosts[record.vhost].delete_queue(record.name)
+        arguments = (queue_definition(record), self.name, record.durable)
+        return self.logged_change("queue_declare", arguments)
+
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
         """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
         its result once every node applied it (metadata doc, point 7)."""
