@@ -84,6 +84,11 @@ class Cluster(Protocol):
         on every node from the metadata log, this node its home; the outcome as for
         `logged_change`."""
 
+    def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
+        """A classic queue of this node that a client deletes: deleted on every node from
+        the metadata log; the outcome is the ready count it had (None: deleted here at
+        once, as an exclusive queue is)."""
+
     def queue_columns(self, host: object) -> dict[str, object]:
         """The management API's cluster columns of a queue (leader, members, home)."""
 
@@ -146,6 +151,11 @@ class Broker:
         """In a cluster, a classic queue a channel declared is made by the metadata log
         (`warren.runtime.cluster.metadata`, point 2); None on a single node."""
         return None if self.cluster is None else self.cluster.logged_declare(record)
+
+    def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
+        """In a cluster, a client's delete of a classic queue whose home is this node is
+        made by the metadata log; None on a single node."""
+        return None if self.cluster is None else self.cluster.logged_delete(host)
 
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = self.hosts.make(record)

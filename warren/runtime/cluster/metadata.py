@@ -621,10 +621,21 @@ class MetadataMachine:
         if record is not None:
             self.cluster.remote.proxy(record, home)
 
-    def _delete_classic_queue(self, vhost_name: str, name: str, home: str) -> None:
+    def _queue_delete(self, vhost_name: str, name: str, home: str) -> None:
+        """A client's delete of a classic queue (point 2): on its home the queue itself,
+        elsewhere its proxy."""
+        host = self.broker.queues.get((vhost_name, name))
+        mine = host is not None and host.placement is Placement.LOCAL
+        self._delete_classic_queue(vhost_name, name, home, home == self.cluster.name and mine)
+
+    def _delete_classic_queue(
+        self, vhost_name: str, name: str, home: str, mine: bool = False
+    ) -> None:
+        """A classic queue's proxy goes (with `mine`: the queue itself, on its home)."""
         vhost = self.broker.vhosts.get(vhost_name)
         host = self.broker.queues.get((vhost_name, name))
-        if vhost is not None and isinstance(host, RemoteHost) and host.home == home:
+        proxy = isinstance(host, RemoteHost) and host.home == home
+        if vhost is not None and (mine or proxy):
             self.broker.delete_queue(vhost, name)
 
     def _put_queue(self, queue: QueueDefinition, placement: Any) -> bool:
@@ -787,6 +798,7 @@ _APPLY: dict[str, Callable[..., object]] = {
     "node_forgotten": MetadataMachine._node_forgotten,
     "transient_exchange": MetadataMachine._put_transient_exchange,
     "queue_declare": MetadataMachine._queue_declare,
+    "queue_delete": MetadataMachine._queue_delete,
     "classic_queue": MetadataMachine._put_classic_queue,
     "delete_classic_queue": MetadataMachine._delete_classic_queue,
     "put_binding": MetadataMachine._put_binding,
