@@ -12,7 +12,7 @@ Theory of operation:
    declare and delete of a classic queue that is not exclusive (``queue_declare``: the
    first for a name makes it, the home the queue, the others a proxy, and the channel
    declares again against it; ``queue_delete``, proposed by the home, answered with the
-   count the queue had), and the
+   count the queue had; the management API's queue PUT and DELETE alike), and the
    management API's changes to exchanges, bindings, policies, vhosts, users,
    (topic) permissions and the cluster name, are proposed without touching the model
    (`Broker.logged_change`); the caller answers from what applying gave on its node:
@@ -28,8 +28,8 @@ Theory of operation:
 4. Made here first: an exclusive queue's declare and delete (it lives and dies with its
    connection, which the log cannot name), what a classic queue's home deletes by itself
    (auto-delete, x-expires; the others have a proxy, `warren.runtime.cluster.remote`),
-   the management API's queue PUT and DELETE, what goes with a delete (bindings to the
-   queue, auto-deleted exchanges) and imported definitions
+   what goes with a delete (bindings to the queue, auto-deleted exchanges) and imported
+   definitions
    are made on the node at once and proposed after: every durable change through the
    store, wrapped by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written
    locally and proposed), and through `TransientDefinitions` (the durability's observer)
