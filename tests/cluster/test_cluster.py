@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
+from operator import methodcaller
 
 import aiormq
 import pika
 import pika.exceptions
 import pytest
 from pamqp.commands import Basic
+from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.cluster.conftest import (
     AVAILABLE_WITHIN_S,
@@ -93,7 +96,14 @@ def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everyw
         writers = [
             threading.Thread(
                 target=_declare_at_once,
-                args=(cluster, node, exchange, kind, durable, ready, answers),
+                args=(
+                    cluster,
+                    node,
+                    methodcaller("exchange_declare", exchange, kind, durable=durable),
+                    kind,
+                    ready,
+                    answers,
+                ),
             )
             for node, kind in (("warren-a", "direct"), ("warren-b", "fanout"))
         ]
@@ -111,21 +121,21 @@ def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everyw
 def _declare_at_once(
     cluster: LocalCluster,
     node: str,
-    exchange: str,
-    kind: str,
-    durable: bool,
+    declare: Callable[[BlockingChannel], object],
+    key: str,
     ready: threading.Barrier,
     answers: dict[str, int],
 ) -> None:
-    """Declare once the other thread is ready too; record 200 for -ok, else the close code."""
+    """Declare once the other thread is ready too; record 200 for -ok under `key`, else
+    the close code."""
     connection = connect(cluster, node)
     try:
         channel = connection.channel()
         ready.wait()
-        channel.exchange_declare(exchange, kind, durable=durable)
-        answers[kind] = 200
+        declare(channel)
+        answers[key] = 200
     except pika.exceptions.ChannelClosedByBroker as closed:
-        answers[kind] = closed.reply_code
+        answers[key] = closed.reply_code
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
             connection.close()
@@ -143,8 +153,15 @@ def test_one_classic_queue_declared_on_two_nodes_at_once_is_the_first_everywhere
         ready = threading.Barrier(2)
         writers = [
             threading.Thread(
-                target=_declare_queue_at_once,
-                args=(cluster, node, queue, durable, ready, answers),
+                target=_declare_at_once,
+                args=(
+                    cluster,
+                    node,
+                    methodcaller("queue_declare", queue, durable=durable),
+                    node,
+                    ready,
+                    answers,
+                ),
             )
             for node, durable in (("warren-a", True), ("warren-b", equivalent))
         ]
@@ -166,28 +183,6 @@ def test_one_classic_queue_declared_on_two_nodes_at_once_is_the_first_everywhere
         if not equivalent:  # the winner's queue: its home answered -ok
             assert answers[home] == 200 and durable == (home == "warren-a")
         cluster.api("warren-c", path, "DELETE")
-
-
-def _declare_queue_at_once(
-    cluster: LocalCluster,
-    node: str,
-    queue: str,
-    durable: bool,
-    ready: threading.Barrier,
-    answers: dict[str, int],
-) -> None:
-    """Declare once the other thread is ready too; record 200 for -ok, else the close code."""
-    connection = connect(cluster, node)
-    try:
-        channel = connection.channel()
-        ready.wait()
-        channel.queue_declare(queue, durable=durable)
-        answers[node] = 200
-    except pika.exceptions.ChannelClosedByBroker as closed:
-        answers[node] = closed.reply_code
-    finally:
-        with contextlib.suppress(pika.exceptions.AMQPError):
-            connection.close()
 
 
 def test_publish_on_one_node_consume_on_another(cluster: LocalCluster, name: str) -> None:
