@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
+from operator import methodcaller
 
 import aiormq
 import pika
 import pika.exceptions
 import pytest
 from pamqp.commands import Basic
+from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.cluster.conftest import (
     AVAILABLE_WITHIN_S,
@@ -93,7 +96,14 @@ def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everyw
         writers = [
             threading.Thread(
                 target=_declare_at_once,
-                args=(cluster, node, exchange, kind, durable, ready, answers),
+                args=(
+                    cluster,
+                    node,
+                    methodcaller("exchange_declare", exchange, kind, durable=durable),
+                    kind,
+                    ready,
+                    answers,
+                ),
             )
             for node, kind in (("warren-a", "direct"), ("warren-b", "fanout"))
         ]
@@ -111,24 +121,68 @@ def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everyw
 def _declare_at_once(
     cluster: LocalCluster,
     node: str,
-    exchange: str,
-    kind: str,
-    durable: bool,
+    declare: Callable[[BlockingChannel], object],
+    key: str,
     ready: threading.Barrier,
     answers: dict[str, int],
 ) -> None:
-    """Declare once the other thread is ready too; record 200 for -ok, else the close code."""
+    """Declare once the other thread is ready too; record 200 for -ok under `key`, else
+    the close code."""
     connection = connect(cluster, node)
     try:
         channel = connection.channel()
         ready.wait()
-        channel.exchange_declare(exchange, kind, durable=durable)
-        answers[kind] = 200
+        declare(channel)
+        answers[key] = 200
     except pika.exceptions.ChannelClosedByBroker as closed:
-        answers[kind] = closed.reply_code
+        answers[key] = closed.reply_code
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
             connection.close()
+
+
+def test_one_classic_queue_declared_on_two_nodes_at_once_is_the_first_everywhere(
+    cluster: LocalCluster, name: str
+) -> None:
+    """As in RabbitMQ: the declare first in the log makes the queue, with its home on the
+    node that declared it, and every node has that one queue; the other client gets -ok for
+    that same queue if its declare is equivalent, else 406 PRECONDITION_FAILED."""
+    for round_ in range(10):
+        queue, equivalent = f"{name}-{round_}", round_ % 2 == 0
+        answers: dict[str, int] = {}
+        ready = threading.Barrier(2)
+        writers = [
+            threading.Thread(
+                target=_declare_at_once,
+                args=(
+                    cluster,
+                    node,
+                    methodcaller("queue_declare", queue, durable=durable),
+                    node,
+                    ready,
+                    answers,
+                ),
+            )
+            for node, durable in (("warren-a", True), ("warren-b", equivalent))
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        if equivalent:
+            assert answers == {"warren-a": 200, "warren-b": 200}, answers
+        else:
+            assert sorted(answers.values()) == [200, 406], answers
+        path = f"/api/queues/%2F/{queue}"
+        seen = {
+            (cluster.api(node, path)["node"], cluster.api(node, path)["durable"]) for node in NAMES
+        }
+        assert len(seen) == 1, seen
+        ((home, durable),) = seen
+        assert home in ("warren-a", "warren-b")
+        if not equivalent:  # the winner's queue: its home answered -ok
+            assert answers[home] == 200 and durable == (home == "warren-a")
+        cluster.api("warren-c", path, "DELETE")
 
 
 def test_publish_on_one_node_consume_on_another(cluster: LocalCluster, name: str) -> None:

@@ -4,6 +4,7 @@ every node in /api/nodes."""
 
 from __future__ import annotations
 
+import threading
 import urllib.error
 from urllib.parse import quote
 
@@ -11,7 +12,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.cluster.conftest import connect, revived, until
+from tests.cluster.conftest import NAMES, connect, revived, until
 from warren.testing.cluster import LocalCluster
 
 OTHERS = ("warren-b", "warren-c")
@@ -181,3 +182,53 @@ def test_a_vhost_user_and_permission_made_through_the_api_serve_every_node_at_on
     for node in ("warren-a", *OTHERS):
         assert name not in {v["name"] for v in cluster.api(node, "/api/vhosts")}, node
     cluster.api("warren-a", f"/api/users/{name}", "DELETE")
+
+
+def test_one_queue_put_through_two_nodes_apis_at_once_is_the_first_everywhere(
+    cluster: LocalCluster, name: str
+) -> None:
+    """As a channel's declare: the PUT first in the metadata log makes the classic queue
+    (its home the node that answered it), the other inequivalent one is refused with 400;
+    a DELETE through the home's API is done on every node once answered."""
+    for round_ in range(6):
+        queue = f"{name}-{round_}"
+        path = f"/api/queues/%2F/{queue}"
+        answers: dict[str, int] = {}
+        ready = threading.Barrier(2)
+        writers = [
+            threading.Thread(
+                target=_put_at_once, args=(cluster, node, path, durable, ready, answers)
+            )
+            for node, durable in (("warren-a", True), ("warren-b", False))
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        assert sorted(answers.values()) == [201, 400], answers
+        home = "warren-a" if answers["warren-a"] == 201 else "warren-b"
+        seen = {
+            (cluster.api(node, path)["node"], cluster.api(node, path)["durable"]) for node in NAMES
+        }
+        assert seen == {(home, home == "warren-a")}
+        cluster.api(home, path, "DELETE")
+        for node in NAMES:
+            assert queue not in {q["name"] for q in cluster.api(node, "/api/queues")}, node
+
+
+def _put_at_once(
+    cluster: LocalCluster,
+    node: str,
+    path: str,
+    durable: bool,
+    ready: threading.Barrier,
+    answers: dict[str, int],
+) -> None:
+    """PUT once the other thread is ready too; record 201, or the refusal's status."""
+    ready.wait()
+    try:
+        cluster.api(node, path, "PUT", {"durable": durable})
+        answers[node] = 201
+    except urllib.error.HTTPError as refused:
+        refused.close()
+        answers[node] = refused.code

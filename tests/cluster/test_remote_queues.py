@@ -164,6 +164,30 @@ def test_a_definition_is_routable_everywhere_once_its_ok_came(
         connection.close()
 
 
+def test_a_classic_queue_deleted_is_gone_everywhere_once_its_ok_came(
+    cluster: LocalCluster, name: str
+) -> None:
+    """As in RabbitMQ, a queue.delete's -ok comes once the cluster has the delete: a
+    passive declare through a third node at once finds no queue, whether the delete went
+    through the queue's home or through another node."""
+    declaring = connect(cluster, "warren-a")
+    on_a = declaring.channel()
+    for round_ in range(10):
+        queue = f"{name}-{round_}"
+        on_a.queue_declare(queue, durable=round_ % 2 == 0)
+        on_a.basic_publish("", queue, b"m")
+        deleting, checking = ("warren-a", "warren-b") if round_ < 5 else ("warren-b", "warren-c")
+        connection = connect(cluster, deleting)
+        assert connection.channel().queue_delete(queue).method.message_count == 1
+        connection.close()
+        connection = connect(cluster, checking)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            connection.channel().queue_declare(queue, passive=True)
+        assert closed.value.reply_code == 404
+        connection.close()
+    declaring.close()
+
+
 def test_replies_keep_the_order_of_pipelined_methods(cluster: LocalCluster, name: str) -> None:
     """A quorum queue's declare waits twice (for the metadata log, then for its leader's
     counts); a basic.get sent right behind it on the same channel is answered after the

@@ -272,7 +272,7 @@ async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> 
 async def delete_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     query = request.query
     try:
-        admin_objects.delete_queue(
+        await admin_objects.delete_queue(
             broker,
             params[0],
             params[1],

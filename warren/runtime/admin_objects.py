@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.amqp.table import encode_table
 from warren.errors import AmqpError, ReplyCode
-from warren.model import Binding, DestinationKind, Exchange, VHost
+from warren.model import Binding, DestinationKind, Exchange, QueueType, VHost
 from warren.queue import Discard, Enqueue, Return, Settle
 from warren.runtime.admin import (
     NotFound,
@@ -245,12 +245,21 @@ async def declare_queue(broker: Broker, vhost: str, name: str, body: Json) -> bo
         )
     except AmqpError as refused:
         raise ObjectError.of(refused) from None
-    if created:
+    pending = None
+    if created and record.queue_type is QueueType.CLASSIC:
+        pending = broker.logged_declare(record)
+    if pending is not None:  # in a cluster: the first declare in the log made it; this
+        # one again against it, 400 if not equivalent (201 still: it was not there before)
+        await pending
+        if name not in target.queues:
+            raise ObjectError(ReplyCode.INTERNAL_ERROR, "the queue's declare was not applied")
+        await declare_queue(broker, vhost, name, body)
+    elif created:
         broker.declare_queue(record)
     return created
 
 
-def delete_queue(
+async def delete_queue(
     broker: Broker, vhost: str, name: str, *, if_unused: bool = False, if_empty: bool = False
 ) -> None:
     target = broker.vhosts.get(vhost)
@@ -262,7 +271,11 @@ def delete_queue(
         raise ObjectError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
     if host is not None and if_empty and host.machine.ready_count:
         raise ObjectError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
-    broker.delete_queue(target, name)
+    pending = None if host is None else broker.logged_delete(host)
+    if pending is None:
+        broker.delete_queue(target, name)
+    else:  # in a cluster, a classic queue of this node: through the metadata log
+        await pending
 
 
 def purge_queue(broker: Broker, vhost: str, name: str) -> int:

@@ -79,6 +79,16 @@ class Cluster(Protocol):
     def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
         """A definition change of this node, made by every node from the metadata log."""
 
+    def logged_declare(self, record: QueueRecord) -> asyncio.Future[object]:
+        """A classic queue the model just created here: out of the model again, declared
+        on every node from the metadata log, this node its home; the outcome as for
+        `logged_change`."""
+
+    def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
+        """A classic queue of this node that a client deletes: deleted on every node from
+        the metadata log; the outcome is the ready count it had (None: deleted here at
+        once, as an exclusive queue is)."""
+
     def queue_columns(self, host: object) -> dict[str, object]:
         """The management API's cluster columns of a queue (leader, members, home)."""
 
@@ -136,6 +146,16 @@ class Broker:
         model refused it with, or None) once every node applied it. None on a single node,
         where the caller makes the change at once."""
         return None if self.cluster is None else self.cluster.logged_change(change, arguments)
+
+    def logged_declare(self, record: QueueRecord) -> asyncio.Future[object] | None:
+        """In a cluster, a classic queue a channel declared is made by the metadata log
+        (`warren.runtime.cluster.metadata`, point 2); None on a single node."""
+        return None if self.cluster is None else self.cluster.logged_declare(record)
+
+    def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
+        """In a cluster, a client's delete of a classic queue whose home is this node is
+        made by the metadata log; None on a single node."""
+        return None if self.cluster is None else self.cluster.logged_delete(host)
 
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = self.hosts.make(record)

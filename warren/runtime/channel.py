@@ -455,8 +455,12 @@ class Channel:
             )
             if created:
                 pending = self.broker.replicated_declare(record)
-                if pending is not None:  # a quorum queue in a cluster: declared once the
-                    # metadata log has it; then this declare runs again against it
+                if pending is None and not method.exclusive:
+                    # an exclusive queue lives and dies with its connection, which the
+                    # metadata log cannot name: made here first
+                    pending = self.broker.logged_declare(record)
+                if pending is not None:  # in a cluster: declared once the metadata log
+                    # has it; then this declare runs again against it
                     again = replace(method, queue=name)
                     self.connection.suspend(
                         self, pending, lambda done: self._declare_again(again, done)
@@ -497,7 +501,7 @@ class Channel:
         self.last_queue = name
         self._reply(method, m.QueueDeclareOk(name, 0, 1))
 
-    def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[None]) -> None:
+    def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[object]) -> None:
         done.result()
         if method.queue not in self.vhost.queues:
             raise SoftError(ReplyCode.INTERNAL_ERROR, "the queue's declare was not applied")
@@ -536,24 +540,31 @@ class Channel:
                 raise precondition_failed(f"{where} in use")
             if method.if_empty and host.machine.ready_count:
                 raise precondition_failed(f"{where} not empty")
-            pending = host.forward_delete(method.if_unused, method.if_empty)
-            if pending is not None:  # in a cluster: through the metadata log, or the home
-                self.connection.suspend(
-                    self, pending, lambda done: self._reply(method, m.QueueDeleteOk(done.result()))
-                )
-                return
             # RabbitMQ answers delete-ok before it cancels this channel's own consumers
             self._cancels_held = []
-            try:
-                count = self.broker.delete_queue(vhost, name)
-            finally:
-                cancels, self._cancels_held = self._cancels_held, None
-            self.connection.forget_exclusive(name)
-            self._reply(method, m.QueueDeleteOk(count))
-            for cancel in cancels:
-                self.send(cancel)
+            pending = host.forward_delete(method.if_unused, method.if_empty)
+            if pending is None:
+                pending = self.broker.logged_delete(host)
+            if pending is not None:  # in a cluster: through the metadata log, or the home
+                answer = functools.partial(self._deleted, method, name)
+                self.connection.suspend(self, pending, lambda done: answer(done.result))
+            else:
+                self._deleted(method, name, lambda: self.broker.delete_queue(vhost, name))
             return
         self._reply(method, m.QueueDeleteOk(count))
+
+    def _deleted(self, method: m.QueueDelete, name: str, count: Callable[[], object]) -> None:
+        """Answer a queue.delete with the count it gave, then send the cancels of this
+        channel's consumers that it held back."""
+        try:
+            deleted = count()
+        finally:
+            cancels, self._cancels_held = self._cancels_held or [], None
+        assert isinstance(deleted, int)
+        self.connection.forget_exclusive(name)
+        self._reply(method, m.QueueDeleteOk(deleted))
+        for cancel in cancels:
+            self.send(cancel)
 
     # --- consumers -------------------------------------------------------------------------
 

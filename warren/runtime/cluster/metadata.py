@@ -8,7 +8,11 @@ Theory of operation:
    back); its result goes back to the proposer. The last index applied is kept in the
    store, so a restart does not apply anything twice.
 2. Log first: a channel's exchange declare and delete and bind and unbind (the
-   operations ``exchange_declare``, ``exchange_delete``, ``bind``, ``unbind``), and the
+   operations ``exchange_declare``, ``exchange_delete``, ``bind``, ``unbind``), its
+   declare and delete of a classic queue that is not exclusive (``queue_declare``: the
+   first for a name makes it, the home the queue, the others a proxy, and the channel
+   declares again against it; ``queue_delete``, proposed by the home, answered with the
+   count the queue had; the management API's queue PUT and DELETE alike), and the
    management API's changes to exchanges, bindings, policies, vhosts, users,
    (topic) permissions and the cluster name, are proposed without touching the model
    (`Broker.logged_change`); the caller answers from what applying gave on its node:
@@ -21,9 +25,11 @@ Theory of operation:
    one queue (the first in the log) everywhere; the same holds for a queue's member list
    and for the address of a node that joins (kept in the store, so every node can reach
    it after a restart).
-4. Made here first: a classic queue's declare and delete (on its home, the node that
-   declared it: the others get a proxy, `warren.runtime.cluster.remote`), what goes with
-   them (bindings to a deleted queue, auto-deleted exchanges) and imported definitions
+4. Made here first: an exclusive queue's declare and delete (it lives and dies with its
+   connection, which the log cannot name), what a classic queue's home deletes by itself
+   (auto-delete, x-expires; the others have a proxy, `warren.runtime.cluster.remote`),
+   what goes with a delete (bindings to the queue, auto-deleted exchanges) and imported
+   definitions
    are made on the node at once and proposed after: every durable change through the
    store, wrapped by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written
    locally and proposed), and through `TransientDefinitions` (the durability's observer)
@@ -32,8 +38,8 @@ Theory of operation:
    durable ends unless its queue's home is another node. Such a change is applied again
    on its own node when the log brings it back, as on every other, so the nodes end the
    same; for that moment its node may show an earlier change of the same definition
-   again. Two nodes declaring one classic queue name at once each keep their own queue
-   (each ignores the other's declare).
+   again. Two nodes making one classic queue name this way at once each keep their own
+   queue (each ignores the other's ``classic_queue``).
 5. Operations are numbered by their sender (a node's process, `logged`): a copy that a
    new leader commits again is skipped on every node, as the quorum queues' `Sequenced`
    commands are. Entries written before numbering, ``(origin, name, arguments)``, are
@@ -593,6 +599,21 @@ class MetadataMachine:
         )
         self.cluster.transient.known(vhost_name, name)
 
+    def _queue_declare(self, queue: QueueDefinition, home: str, durable: bool) -> None:
+        """A channel's declare of a classic queue (point 2): the first in the log for its
+        name makes it, on its home with the queue itself, elsewhere as a proxy; the
+        declaring channel then declares it again, -ok if equivalent, else the model's
+        error (406, or 405 for another connection's exclusive queue)."""
+        vhost = self.broker.vhosts.get(queue.vhost)
+        if vhost is None or queue.name in vhost.queues:
+            return  # deleted meanwhile, or declared first by another
+        if home != self.cluster.name:
+            self._put_classic_queue(queue, home, durable, False)
+            return
+        record = recovery.declare_record(self.broker, queue, durable)
+        if record is not None:
+            self.broker.declare_queue(record)
+
     def _put_classic_queue(
         self, queue: QueueDefinition, home: str, durable: bool, exclusive: bool
     ) -> None:
@@ -606,10 +627,21 @@ class MetadataMachine:
         if record is not None:
             self.cluster.remote.proxy(record, home)
 
-    def _delete_classic_queue(self, vhost_name: str, name: str, home: str) -> None:
+    def _queue_delete(self, vhost_name: str, name: str, home: str) -> None:
+        """A client's delete of a classic queue (point 2): on its home the queue itself,
+        elsewhere its proxy."""
+        host = self.broker.queues.get((vhost_name, name))
+        mine = host is not None and host.placement is Placement.LOCAL
+        self._delete_classic_queue(vhost_name, name, home, home == self.cluster.name and mine)
+
+    def _delete_classic_queue(
+        self, vhost_name: str, name: str, home: str, mine: bool = False
+    ) -> None:
+        """A classic queue's proxy goes (with `mine`: the queue itself, on its home)."""
         vhost = self.broker.vhosts.get(vhost_name)
         host = self.broker.queues.get((vhost_name, name))
-        if vhost is not None and isinstance(host, RemoteHost) and host.home == home:
+        proxy = isinstance(host, RemoteHost) and host.home == home
+        if vhost is not None and (mine or proxy):
             self.broker.delete_queue(vhost, name)
 
     def _put_queue(self, queue: QueueDefinition, placement: Any) -> bool:
@@ -771,6 +803,8 @@ _APPLY: dict[str, Callable[..., object]] = {
     "node_address": MetadataMachine._node_address,
     "node_forgotten": MetadataMachine._node_forgotten,
     "transient_exchange": MetadataMachine._put_transient_exchange,
+    "queue_declare": MetadataMachine._queue_declare,
+    "queue_delete": MetadataMachine._queue_delete,
     "classic_queue": MetadataMachine._put_classic_queue,
     "delete_classic_queue": MetadataMachine._delete_classic_queue,
     "put_binding": MetadataMachine._put_binding,

@@ -73,7 +73,7 @@ from warren.runtime.cluster.raft_host import HostStopped, NotLeader, RaftGroup, 
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
 from warren.runtime.durability import queue_definition
 from warren.runtime.queues.classic import ClassicHost
-from warren.runtime.queues.host import QueueHost
+from warren.runtime.queues.host import Placement, QueueHost
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -542,6 +542,20 @@ class ClusterNode:
     def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
         return self.replicate((self.name, change, arguments))
 
+    def logged_declare(self, record: QueueRecord) -> asyncio.Future[object]:
+        self.broker.vhosts[record.vhost].delete_queue(record.name)
+        arguments = (queue_definition(record), self.name, record.durable)
+        return self.logged_change("queue_declare", arguments)
+
+    def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
+        record = host.record
+        if host.placement is not Placement.LOCAL or record.exclusive or self.applying:
+            return None
+        arguments = (record.vhost, record.name, self.name)
+        return asyncio.ensure_future(
+            _counted(self.logged_change("queue_delete", arguments), host.machine.ready_count)
+        )
+
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
         """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
         its result once every node applied it (metadata doc, point 7)."""
@@ -788,6 +802,13 @@ class _Forwarder:
                         outcome.set_result(reply)
         finally:
             self.task = None
+
+
+async def _counted(deleted: asyncio.Future[object], count: int) -> object:
+    """A queue's delete answers the ready count the queue had when it was asked, as a
+    RabbitMQ queue process answers before its record goes."""
+    await deleted
+    return count
 
 
 def _initial_size(record: QueueRecord, default: int) -> int:

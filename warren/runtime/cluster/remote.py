@@ -563,8 +563,21 @@ class RemoteQueues:
         elif request.if_empty and host.machine.ready_count:
             self._refuse(node, number, precondition_failed(f"{where} not empty"))
         else:
-            vhost = self.broker.vhosts[request.vhost]
-            self._answer(node, number, self.broker.delete_queue(vhost, request.name))
+            pending = self.broker.logged_delete(host)
+            if pending is None:
+                vhost = self.broker.vhosts[request.vhost]
+                self._answer(node, number, self.broker.delete_queue(vhost, request.name))
+            else:
+                pending.add_done_callback(lambda done: self._delete_answered(node, number, done))
+
+    def _delete_answered(self, node: str, number: int, done: asyncio.Future[object]) -> None:
+        """The metadata log deleted the queue (module doc, 4): its count, or why not."""
+        error = done.exception()
+        if error is None:
+            self._answer(node, number, done.result())
+        else:
+            failed = SoftError(ReplyCode.INTERNAL_ERROR, f"the delete was not logged: {error}")
+            self._refuse(node, number, error if isinstance(error, AmqpError) else failed)
 
     # --- links -------------------------------------------------------------------------------
 
