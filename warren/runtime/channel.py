@@ -454,7 +454,7 @@ class Channel:
                 server_named=server_named,
             )
             if created:
-                pending = self.broker.replicated_declare(record)
+                pending: asyncio.Future[Any] | None = self.broker.replicated_declare(record)
                 if pending is None and not method.exclusive:
                     # an exclusive queue lives and dies with its connection, which the
                     # metadata log cannot name: made here first
@@ -542,6 +542,7 @@ class Channel:
                 raise precondition_failed(f"{where} not empty")
             # RabbitMQ answers delete-ok before it cancels this channel's own consumers
             self._cancels_held = []
+            pending: asyncio.Future[Any] | None
             pending = host.forward_delete(method.if_unused, method.if_empty)
             if pending is None:
                 pending = self.broker.logged_delete(host)
