@@ -124,7 +124,7 @@ class VHost:
         self.exchanges[name] = exchange
         return exchange
 
-    def apply_exchange_policies(self) -> None:
+    def resolve_exchange_policies(self) -> None:
         """The policies changed: each exchange takes what now applies to it."""
         for exchange in self.exchanges.values():
             self._use_policy(exchange)

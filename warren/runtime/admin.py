@@ -5,7 +5,7 @@ Theory of operation:
    connections). They take and return JSON-ready values in RabbitMQ's HTTP shapes;
    `warren.mgmt` only adds HTTP around them, and nothing here knows about HTTP.
 2. Policies live in each `VHost`'s two `PolicyStore`s. After any change to a vhost's
-   policies every queue of that vhost is resolved again (`apply_policies`): its user and
+   policies every queue of that vhost is resolved again (`resolve_policies`): its user and
    operator policy are matched, its effective settings computed, and its host
    reconfigured (`QueueHost.refresh_policies`), so a new limit applies at once.
 3. Queue columns are read from the queue host's machine at the moment of the call: unlike
@@ -135,7 +135,7 @@ def _policy_made(broker: Broker, target: VHost, policy: Policy, operator: bool) 
     if broker.durability is not None:
         broker.durability.policy_set(policy, operator=operator)
     _store(target, operator).put(policy)
-    apply_policies(broker, target)
+    resolve_policies(broker, target)
 
 
 async def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool) -> None:
@@ -148,12 +148,12 @@ async def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool)
     _store(target, operator).remove(name)
     if broker.durability is not None:
         broker.durability.policy_cleared(vhost, name, operator=operator)
-    apply_policies(broker, target)
+    resolve_policies(broker, target)
 
 
-def apply_policies(broker: Broker, vhost: VHost) -> None:
+def resolve_policies(broker: Broker, vhost: VHost) -> None:
     """Resolve every exchange and queue of the vhost again and reconfigure its host."""
-    vhost.apply_exchange_policies()
+    vhost.resolve_exchange_policies()
     for record in list(vhost.queues.values()):
         host = broker.queue(vhost.name, record.name)
         if host is not None:

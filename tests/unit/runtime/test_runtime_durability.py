@@ -133,7 +133,7 @@ def test_first_deliveries_are_one_record_per_queue_per_batch(tmp_path: Path) -> 
             publish(host, b"m%d" % index)
         await node.synced()
         before = node.records
-        got = [host.apply(Get(no_ack=False)) for _ in range(3)]
+        got = [host.execute(Get(no_ack=False)) for _ in range(3)]
         assert all(isinstance(reply, Got) for reply in got)
         await node.synced()
         assert node.records == before + 1
@@ -148,10 +148,10 @@ def test_a_restart_restores_messages_with_ids_and_delivery_marks(tmp_path: Path)
         host = node.declare("q")
         ids = [publish(host, b"m%d" % index) for index in range(3)]
         publish(host, b"not logged", TRANSIENT)
-        reply = host.apply(Get(no_ack=False))
+        reply = host.execute(Get(no_ack=False))
         assert isinstance(reply, Got) and reply.entry.msg_id == ids[0]
-        host.apply(Settle([ids[0]]))
-        reply = host.apply(Get(no_ack=False))  # delivered, never acked
+        host.execute(Settle([ids[0]]))
+        reply = host.execute(Get(no_ack=False))  # delivered, never acked
         assert isinstance(reply, Got)
         await node.durability.close()
 
@@ -159,7 +159,7 @@ def test_a_restart_restores_messages_with_ids_and_delivery_marks(tmp_path: Path)
         node = Node(tmp_path)
         host = node.host("q")
         found = []
-        while isinstance(reply := host.apply(Get(no_ack=True)), Got):
+        while isinstance(reply := host.execute(Get(no_ack=True)), Got):
             found.append((reply.entry.msg_id, reply.entry.message.body, reply.entry.redelivered))
         assert found == [(2, b"m1", True), (3, b"m2", False)]
         assert publish(host, b"new") == 4  # after the highest id recovered
@@ -219,15 +219,15 @@ def test_a_long_queue_keeps_its_tail_in_the_log_and_hands_out_every_body(
         assert paged_out(host) == 20
         got = []
         for _ in range(15):  # the head, then bodies read back from the log
-            reply = host.apply(Get(no_ack=True))
+            reply = host.execute(Get(no_ack=True))
             assert isinstance(reply, Got)
             got.append(reply.entry.message.body)
         for body in bodies[30:]:  # the queue is still long: these go to the log too
             publish(host, body)
         await node.synced()
-        while isinstance(reply := host.apply(Get(no_ack=False)), Got):
+        while isinstance(reply := host.execute(Get(no_ack=False)), Got):
             got.append(reply.entry.message.body)
-            host.apply(Settle([reply.entry.msg_id]))
+            host.execute(Settle([reply.entry.msg_id]))
         assert got == [*bodies[:30], b"transient stays in memory", *bodies[30:]]
         await node.durability.close()
 
@@ -248,7 +248,7 @@ def test_recovered_messages_come_back_without_bodies_and_read_them_when_handed_o
         node = Node(tmp_path)
         host = node.host("q")
         assert paged_out(host) == 5
-        reply = host.apply(Get(no_ack=True))
+        reply = host.execute(Get(no_ack=True))
         assert isinstance(reply, Got) and reply.entry.message.body == b"m0"
         assert paged_out(host) == 4
         await node.durability.close()
@@ -272,16 +272,16 @@ def test_under_memory_pressure_any_queue_pages_out_and_frees_every_page(tmp_path
             publish(host, body, TRANSIENT)
         assert scratch_paged(host) == pages.live_pages == 100
         got = []
-        while isinstance(reply := host.apply(Get(no_ack=True)), Got):
+        while isinstance(reply := host.execute(Get(no_ack=True)), Got):
             got.append(reply.entry.message.body)
         assert got == bodies and pages.live_pages == 0
         for body in bodies:  # purged, dropped over a new length limit, deleted with the queue
             publish(host, body, TRANSIENT)
-        host.apply(Purge())
+        host.execute(Purge())
         assert pages.live_pages == 0
         for body in bodies:
             publish(host, body, TRANSIENT)
-        host.apply(Configure(replace(host.machine.settings, max_length=10)))
+        host.execute(Configure(replace(host.machine.settings, max_length=10)))
         assert pages.live_pages == scratch_paged(host) == 10  # the newest ten stay, paged
         for body in bodies:
             publish(host, body, TRANSIENT)

@@ -50,7 +50,7 @@ class Recorder:
     def retained(self) -> int:
         return 0  # compacted by count alone, so the tests see snapshots early
 
-    def held(self) -> list[int]:
+    def kept_indexes(self) -> list[int]:
         return []  # reads no entry back
 
     def snapshot(self) -> bytes:
@@ -71,7 +71,7 @@ class Recorder:
 class Holder(Recorder):
     """Reads back the entries whose data starts with "keep", as a queue its messages'."""
 
-    def held(self) -> list[int]:
+    def kept_indexes(self) -> list[int]:
         return [index for index, data in self.applied if data.startswith(b"keep")]
 
 
@@ -362,7 +362,7 @@ def test_held_entries_are_read_back_on_every_node_after_snapshots_and_a_restart(
 
         def read_back(node: Node) -> list[bytes]:
             group = node.group("g")
-            held = node.machines["g"].held()
+            held = node.machines["g"].kept_indexes()
             assert group.status()["snapshot_index"] > held[0]  # type: ignore[operator]
             return [group.entry_data(index) for index in held]
 

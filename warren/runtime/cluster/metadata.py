@@ -73,7 +73,7 @@ from warren.model.binding import Binding
 from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime import recovery
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
-from warren.runtime.admin import apply_policies
+from warren.runtime.admin import resolve_policies
 from warren.runtime.admin_access import delete_vhost
 from warren.runtime.broker import Broker
 from warren.runtime.cluster.quorum import QuorumHost
@@ -446,7 +446,7 @@ class MetadataMachine:
     def retained(self) -> int:
         return 0  # definitions: small next to the log of their changes
 
-    def held(self) -> list[int]:
+    def kept_indexes(self) -> list[int]:
         return []  # reads no entry back
 
     def snapshot(self) -> bytes:
@@ -551,7 +551,7 @@ class MetadataMachine:
         store = self.cluster.definitions.store
         (store.put_operator_policy if operator else store.put_policy)(policy)
         recovery.restore_policy(self.broker, policy, operator)
-        apply_policies(self.broker, recovery.vhost_of(self.broker, policy.vhost))
+        resolve_policies(self.broker, recovery.vhost_of(self.broker, policy.vhost))
 
     def _delete_policy(self, vhost: str, name: str, operator: bool) -> None:
         store = self.cluster.definitions.store
@@ -559,7 +559,7 @@ class MetadataMachine:
         target = self.broker.vhosts.get(vhost)
         if target is not None:
             (target.operator_policies if operator else target.policies).remove(name)
-            apply_policies(self.broker, target)
+            resolve_policies(self.broker, target)
 
     def _put_exchange(self, exchange: Any) -> None:
         durability = self.broker.durability

@@ -53,7 +53,7 @@ Theory of operation:
    hand, so that a consumer that keeps up never waits for a read. What is handed out is a
    copy of the entry with the message in it: the machine's entry keeps its index.
 6. Snapshots are the machine with its entries as columns (`warren.queue.snapshot`,
-   `MACHINE_VERSION` 2: small records only). The indexes it holds are `held`: the Raft
+   `MACHINE_VERSION` 2: small records only). The indexes it holds are `kept_indexes`: the Raft
    host keeps the WAL from the lowest of them on, and sends a follower that needs the
    snapshot the entries with it, so every replica can read every body it holds after a
    crash or a restart. A snapshot of version 1 (whole messages in the machine) is still
@@ -480,7 +480,7 @@ class QuorumHost(HostFields):
         assert type(command) is Enqueue and type(command.message) is Message
         return command.message
 
-    def held(self) -> list[int]:
+    def kept_indexes(self) -> list[int]:
         return [e.message for e in self.machine.held_entries() if type(e.message) is int]
 
     def snapshot(self) -> bytes:
@@ -660,8 +660,8 @@ class Replica:
         machine = self.host.machine
         return machine.ready_count + machine.unacked_count
 
-    def held(self) -> list[int]:
-        return self.host.held()
+    def kept_indexes(self) -> list[int]:
+        return self.host.kept_indexes()
 
     def snapshot(self) -> bytes:
         return self.host.snapshot()

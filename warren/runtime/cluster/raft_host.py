@@ -28,7 +28,7 @@ Theory of operation:
    then retires the segments it made dead. A snapshot costs as much as the state it
    holds, so the quarter keeps the work linear (every entry of a growing queue is in
    about five snapshots) and the log in memory at a quarter entry per queued message.
-6. Entries a machine still reads after a snapshot covers them (`GroupMachine.held`: a
+6. Entries a machine still reads after a snapshot covers them (`GroupMachine.kept_indexes`: a
    quorum queue reads a message's body from the entry that enqueued it) stay on disk: the
    snapshot record names the lowest of them (``keep_from``), and `RaftGroup.entry_data`
    reads an entry from memory while the log holds it, else from the WAL. A follower that
@@ -144,7 +144,7 @@ class GroupMachine(Protocol):
     def retained(self) -> int:
         """About how many entries' worth of data a snapshot would hold now."""
 
-    def held(self) -> list[int]:
+    def kept_indexes(self) -> list[int]:
         """The indexes, up to the last applied, of the entries the machine still reads
         (`RaftGroup.entry_data`) after a snapshot covers them; any order."""
 
@@ -178,7 +178,7 @@ class RaftGroup:
         group_id: str,
         machine: GroupMachine,
         node: RaftNode,
-        held: list[int],
+        kept: list[int],
     ) -> None:
         self.group_id = group_id
         self.machine = machine
@@ -193,11 +193,11 @@ class RaftGroup:
         self._proposals: dict[int, tuple[int, asyncio.Future[object]]] = {}  # index: term, future
         self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
         self.removed = False
-        self._snapshot_held = held  # `machine.held()` as of the snapshot
+        self._snapshot_kept = kept  # `machine.kept_indexes()` as of the snapshot
 
     def entry_data(self, index: int) -> bytes:
         """The application's data of the applied entry at `index` that the machine holds
-        (`held`), from the log in memory or else from the WAL."""
+        (`kept`), from the log in memory or else from the WAL."""
         return unstamp(self._stored(index))[1]
 
     def _stored(self, index: int) -> bytes:
@@ -213,8 +213,8 @@ class RaftGroup:
     def install_data(self, snapshot: Snapshot) -> bytes:
         """What a follower gets for `snapshot`: its data and the entries it holds (built
         for every send, rare enough: a long queue's copy is as large as its bodies)."""
-        held = sorted(index for index in self._snapshot_held if index <= snapshot.index)
-        return encode_install(snapshot.data, [(index, self._stored(index)) for index in held])
+        kept = sorted(index for index in self._snapshot_kept if index <= snapshot.index)
+        return encode_install(snapshot.data, [(index, self._stored(index)) for index in kept])
 
     # --- the application's side ------------------------------------------------------------
 
@@ -393,9 +393,9 @@ class RaftGroup:
         """After the round's `apply` advanced the node: take queued inputs, compact."""
         installed, self._installed = self._installed, None
         if installed is not None:  # keep only the machine's part in memory
-            index, data, held = installed
+            index, data, kept = installed
             self.node.compact(index, data)
-            self._snapshot_held = held
+            self._snapshot_kept = kept
         self._in_flight = False
         inbox = self._inbox
         for _ in range(len(inbox)):
@@ -414,9 +414,9 @@ class RaftGroup:
             return  # not yet: compaction needs the entry on disk
         machine = self.machine
         snapshot = self.node.compact(applied, machine.snapshot())
-        self._snapshot_held = held = machine.held()
-        # from the entry before the oldest held one: a follower's append needs its term
-        self._host.save_snapshot(self.group_id, snapshot, min(held, default=applied + 2) - 1)
+        self._snapshot_kept = kept = machine.kept_indexes()
+        # from the entry before the oldest kept one: a follower's append needs its term
+        self._host.save_snapshot(self.group_id, snapshot, min(kept, default=applied + 2) - 1)
 
     def _check_role(self) -> None:
         role = (self.node.role is Role.LEADER, self.node.leader_id)
@@ -533,13 +533,13 @@ class RaftHost:
             raise RuntimeError("RaftHost.start has not run")
         config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
         state = self._recovered.pop(group_id, None)
-        held: list[int] = []
+        kept: list[int] = []
         source = _WalEntries(self.wal, group_id)
         if state is not None:
             node = _recovered_node(config, self._rng, state)
             if node.snapshot is not None and node.snapshot.index > 0:
                 machine.restore(node.snapshot.data)
-                held = machine.held()
+                kept = machine.kept_indexes()
         elif members is not None:
             voters = frozenset(self.names.add(name) for name in members)
             snapshot = Snapshot(0, 0, Membership(voters))
@@ -548,7 +548,7 @@ class RaftHost:
         else:
             node = RaftNode(config, self._rng)
         node.log.source = source
-        group = RaftGroup(self, group_id, machine, node, held)
+        group = RaftGroup(self, group_id, machine, node, kept)
         self._groups[group_id] = group
         self.touch(group)
         return group

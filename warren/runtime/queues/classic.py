@@ -105,7 +105,7 @@ class ClassicHost(HostFields):
     # --- the interface (`QueueHost`) ----------------------------------------------------------
 
     def publish(self, command: Enqueue) -> Published:
-        """`apply` for the commonest command, on a path of its own: the calls and type
+        """`execute` for the commonest command, on a path of its own: the calls and type
         tests it saves per message are a measurable share of a publish (issue #18)."""
         meta = self.meta()
         durable = self.journal_key is not None
@@ -121,11 +121,11 @@ class ClassicHost(HostFields):
         return REJECTED_PUBLISH if reply is REJECTED_REPLY else ACCEPTED
 
     def get(self, no_ack: bool) -> Accepted[Got | None]:
-        reply = self.apply(Get(no_ack))
+        reply = self.execute(Get(no_ack))
         return Accepted(reply if type(reply) is Got else None)
 
     def purge(self) -> Accepted[int]:
-        count = self.apply(Purge())
+        count = self.execute(Purge())
         assert type(count) is int
         return Accepted(count)
 
@@ -133,17 +133,17 @@ class ClassicHost(HostFields):
         return Accepted((self.machine.ready_count, self.machine.consumer_count))
 
     def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
-        self.apply(command)
+        self.execute(command)
 
     def touch(self) -> None:
-        self.apply(Touch())
+        self.execute(Touch())
 
     def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
         return None
 
-    def apply(self, command: Command) -> object:
-        """Apply `command` (any but an `Enqueue`: `publish`) and carry out its effects;
-        the machine's reply."""
+    def execute(self, command: Command) -> object:
+        """Run `command` (any but an `Enqueue`: `publish`) through the machine's `apply`
+        and carry out its effects; the machine's reply."""
         meta = self.meta()
         durable = self.journal_key is not None
         if type(command) is Purge and self.scratch_paged:
@@ -191,7 +191,7 @@ class ClassicHost(HostFields):
 
     def _on_timer(self) -> None:
         if self.broker.queue(self.record.vhost, self.record.name) is self:
-            self.apply(Tick())
+            self.execute(Tick())
 
     def refresh_policies(self) -> None:
         """Match the vhost's policies again and apply the effective settings at once
@@ -199,7 +199,7 @@ class ClassicHost(HostFields):
         self.policy, self.operator_policy = self.broker.policies_of(self.record)
         settings = self.broker.settings_of(self.record, self.policy, self.operator_policy)
         if settings != self.machine.settings:
-            self.apply(Configure(settings))
+            self.execute(Configure(settings))
 
     def stop(self) -> None:
         self.effects.stop()
@@ -235,7 +235,7 @@ class ClassicHost(HostFields):
         if ref is None:
             return
         self._starting.pop(key, None)
-        self.apply(Cancel(key, requeue))
+        self.execute(Cancel(key, requeue))
         self._forget_channel_if_idle(ref.channel)
 
     def _forget_channel_if_idle(self, channel: Subscriber) -> None:
@@ -248,7 +248,7 @@ class ClassicHost(HostFields):
 
     def dispatch(self) -> None:
         if self._consumers and self.machine.ready_count:
-            self.apply(Dispatch())
+            self.execute(Dispatch())
 
     def cancel_all(self) -> None:
         for ref in list(self._consumers.values()):
