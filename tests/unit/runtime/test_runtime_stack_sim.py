@@ -1,8 +1,8 @@
 """The whole quorum stack under the simulator, in CI: a few seeds, the seeds that found
 runtime bugs, exact replay, and one seed per planted bug showing it is caught.
 
-The long run is ``python -m warren.testing.sim --stack quorum --seeds 1000 --workers 2``
-(docs/internals/simulation.md)."""
+The long run is ``python -m warren.testing.sim --stack quorum --seeds 1000``, one process
+per core (docs/internals/simulation.md)."""
 
 from __future__ import annotations
 

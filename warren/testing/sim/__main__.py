@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import functools
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -40,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="only failures and the summary")
     parser.add_argument("--stack", choices=("raft", "quorum"), default="raft")
     parser.add_argument("--plant", choices=sorted(PLANTS), help="quorum stack: plant a bug")
-    parser.add_argument("--workers", type=int, default=1, help="quorum stack: processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="quorum stack: processes (default: one per core)",
+    )
     return parser
 
 
