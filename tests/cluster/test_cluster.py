@@ -91,26 +91,13 @@ def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everyw
     other client gets 406 PRECONDITION_FAILED (inequivalent type), whichever node it used."""
     for round_ in range(10):
         exchange, durable = f"{name}-{round_}.x", round_ % 2 == 0
-        answers: dict[str, int] = {}
-        ready = threading.Barrier(2)
-        writers = [
-            threading.Thread(
-                target=_declare_at_once,
-                args=(
-                    cluster,
-                    node,
-                    methodcaller("exchange_declare", exchange, kind, durable=durable),
-                    kind,
-                    ready,
-                    answers,
-                ),
-            )
-            for node, kind in (("warren-a", "direct"), ("warren-b", "fanout"))
-        ]
-        for writer in writers:
-            writer.start()
-        for writer in writers:
-            writer.join()
+        answers = _declare_at_once(
+            cluster,
+            [
+                (node, methodcaller("exchange_declare", exchange, kind, durable=durable), kind)
+                for node, kind in (("warren-a", "direct"), ("warren-b", "fanout"))
+            ],
+        )
         assert sorted(answers.values()) == [200, 406], answers
         winner = "direct" if answers["direct"] == 200 else "fanout"
         path = f"/api/exchanges/%2F/{exchange}"
@@ -120,25 +107,32 @@ def test_one_exchange_declared_two_ways_on_two_nodes_at_once_is_the_first_everyw
 
 def _declare_at_once(
     cluster: LocalCluster,
-    node: str,
-    declare: Callable[[BlockingChannel], object],
-    key: str,
-    ready: threading.Barrier,
-    answers: dict[str, int],
-) -> None:
-    """Declare once the other thread is ready too; record 200 for -ok under `key`, else
-    the close code."""
-    connection = connect(cluster, node)
-    try:
-        channel = connection.channel()
-        ready.wait()
-        declare(channel)
-        answers[key] = 200
-    except pika.exceptions.ChannelClosedByBroker as closed:
-        answers[key] = closed.reply_code
-    finally:
-        with contextlib.suppress(pika.exceptions.AMQPError):
-            connection.close()
+    declares: list[tuple[str, Callable[[BlockingChannel], object], str]],
+) -> dict[str, int]:
+    """Each ``(node, declare, key)`` on a connection of its own, in a thread of its own,
+    all let go at once: 200 for a -ok under `key`, else the close code."""
+    answers: dict[str, int] = {}
+    ready = threading.Barrier(len(declares))
+
+    def declare_on(node: str, declare: Callable[[BlockingChannel], object], key: str) -> None:
+        connection = connect(cluster, node)
+        try:
+            channel = connection.channel()
+            ready.wait()
+            declare(channel)
+            answers[key] = 200
+        except pika.exceptions.ChannelClosedByBroker as closed:
+            answers[key] = closed.reply_code
+        finally:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                connection.close()
+
+    writers = [threading.Thread(target=declare_on, args=args) for args in declares]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    return answers
 
 
 def test_one_classic_queue_declared_on_two_nodes_at_once_is_the_first_everywhere(
@@ -149,26 +143,13 @@ def test_one_classic_queue_declared_on_two_nodes_at_once_is_the_first_everywhere
     that same queue if its declare is equivalent, else 406 PRECONDITION_FAILED."""
     for round_ in range(10):
         queue, equivalent = f"{name}-{round_}", round_ % 2 == 0
-        answers: dict[str, int] = {}
-        ready = threading.Barrier(2)
-        writers = [
-            threading.Thread(
-                target=_declare_at_once,
-                args=(
-                    cluster,
-                    node,
-                    methodcaller("queue_declare", queue, durable=durable),
-                    node,
-                    ready,
-                    answers,
-                ),
-            )
-            for node, durable in (("warren-a", True), ("warren-b", equivalent))
-        ]
-        for writer in writers:
-            writer.start()
-        for writer in writers:
-            writer.join()
+        answers = _declare_at_once(
+            cluster,
+            [
+                (node, methodcaller("queue_declare", queue, durable=durable), node)
+                for node, durable in (("warren-a", True), ("warren-b", equivalent))
+            ],
+        )
         if equivalent:
             assert answers == {"warren-a": 200, "warren-b": 200}, answers
         else:
