@@ -26,8 +26,11 @@ Theory of operation:
    (a pickled `Sequenced`, or before stamps a pickled ``(time, command)``): `decode`
    hands them to `warren.legacy`, once, when such a log is applied after an upgrade.
 4. Records are decoded into today's objects (`from_record`): the machine applies
-   dataclasses, and a replica's consumers are handed `Message`s. A proposer that still
-   holds the command it encoded skips that step (`QuorumHost.apply_entry`).
+   dataclasses. A publish's message stays the decoded `MessageRecord` until something
+   hands it out (`message`): a replica keeps the bodies of recent publishes at hand,
+   and most of them (all, on a node without consumers) are never read from there. A
+   proposer that still holds the command it encoded skips decoding altogether
+   (`QuorumHost.apply_entry`).
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ FORMAT: Final = 0x01  # point 2
 Key: TypeAlias = tuple[str, str, int]  # a sender or consumer key: node, incarnation, number
 
 
-class _Message(msgspec.Struct, array_like=True):
+class MessageRecord(msgspec.Struct, array_like=True):
+    """A publish's message as its entry holds it, made a `Message` when read (point 4)."""
+
     exchange: str
     routing_key: str
     properties: bytes
@@ -69,7 +74,7 @@ class _Message(msgspec.Struct, array_like=True):
 
 
 class _Enqueue(msgspec.Struct, array_like=True, tag=1):
-    message: _Message
+    message: MessageRecord
     size_bytes: int
     ttl_ms: int | None
     priority: int
@@ -188,7 +193,9 @@ def to_record(command: Command) -> _Record:
         message = command.message
         assert type(message) is Message, "a quorum queue is sent whole messages"
         return _Enqueue(
-            _Message(message.exchange, message.routing_key, message.properties_raw, message.body),
+            MessageRecord(
+                message.exchange, message.routing_key, message.properties_raw, message.body
+            ),
             command.size_bytes,
             command.ttl_ms,
             command.priority,
@@ -218,9 +225,16 @@ def decode(
 
 
 def from_record(record: _Record) -> Command:
-    """The queue command a record holds (point 4)."""
+    """The queue command a record holds (point 4); a publish's message stays a
+    `MessageRecord` (the queue machine does not look at it)."""
     if type(record) is _Enqueue:
-        fields_ = record.message
-        message = Message(fields_.exchange, fields_.routing_key, fields_.properties, fields_.body)
-        return Enqueue(message, record.size_bytes, record.ttl_ms, record.priority)
+        return Enqueue(record.message, record.size_bytes, record.ttl_ms, record.priority)
     return _COMMANDS[type(record)](*(getattr(record, name) for name in record.__struct_fields__))
+
+
+def message(held: object) -> Message:
+    """The `Message` of an Enqueue this module decoded (or an earlier release pickled)."""
+    if type(held) is MessageRecord:
+        return Message(held.exchange, held.routing_key, held.properties, held.body)
+    assert type(held) is Message, "a quorum queue is sent whole messages"
+    return held

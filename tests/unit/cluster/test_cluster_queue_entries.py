@@ -67,8 +67,7 @@ def test_a_publish_comes_back_with_its_message_and_is_small() -> None:
     data = queue_entries.encode(Sequenced(KEY, 1, publish))
     decoded = queue_entries.decode(data)
     assert isinstance(decoded, Sequenced) and isinstance(decoded.command, Enqueue)
-    copy = decoded.command.message
-    assert isinstance(copy, Message)
+    copy = queue_entries.message(decoded.command.message)
     original = publish.message
     assert isinstance(original, Message)
     assert (copy.exchange, copy.routing_key, copy.properties_raw, copy.body, copy.route) == (

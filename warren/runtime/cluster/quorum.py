@@ -207,7 +207,8 @@ class QuorumHost(HostFields):
         self._applying = 0  # likewise: the entry's Raft index
         self.replica = Replica(self)
         self._replicas: tuple[int, ...] = ()  # the Raft configuration the leader last saw
-        self._recent: OrderedDict[int, Message] = OrderedDict()  # Raft index: body
+        # Raft index: body (a `Message`, or as the entry holds it: `queue_entries.message`)
+        self._recent: OrderedDict[int, object] = OrderedDict()
         self.refresh_policies()
 
     @property
@@ -401,7 +402,7 @@ class QuorumHost(HostFields):
         command = numbered.command if type(numbered) is Sequenced else numbered
         if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
             recent = self._recent
-            recent[index] = cast("Message", command.message)
+            recent[index] = command.message
             if len(recent) > RECENT_BODIES_MAX:
                 recent.popitem(last=False)
         reply, effects = self.machine.apply(Meta(time_ms, index=index), cast("Command", numbered))
@@ -464,26 +465,25 @@ class QuorumHost(HostFields):
         held = entry.message
         if type(held) is not int:
             return entry  # restored from a snapshot of MACHINE_VERSION 1
-        message = self._recent.pop(held, None)
-        if message is None:
-            message = self.read_body(held)
+        recent = self._recent.pop(held, None)
+        message = self.read_body(held) if recent is None else queue_entries.message(recent)
         copy = Entry(entry.msg_id, message, entry.size_bytes, entry.expires_at_ms, entry.level)
         copy.delivery_count = entry.delivery_count
         return copy
 
     def read_body(self, index: int) -> Message:
         """The message enqueued by the entry at Raft `index`."""
-        message = self._recent.get(index)
-        if message is not None:
-            return message
-        assert self.group is not None, "a replica without its Raft group holds no message"
-        command = queue_entries.decode(self.group.entry_data(index))
-        if type(command) is tuple:  # written before stamps: (proposer's time, command)
-            command = command[1]
-        if type(command) is Sequenced:
-            command = command.command
-        assert type(command) is Enqueue and type(command.message) is Message
-        return command.message
+        held = self._recent.get(index)
+        if held is None:
+            assert self.group is not None, "a replica without its Raft group holds no message"
+            command = queue_entries.decode(self.group.entry_data(index))
+            if type(command) is tuple:  # written before stamps: (proposer's time, command)
+                command = command[1]
+            if type(command) is Sequenced:
+                command = command.command
+            assert type(command) is Enqueue
+            held = command.message
+        return queue_entries.message(held)
 
     def kept_indexes(self) -> list[int]:
         return [e.message for e in self.machine.held_entries() if type(e.message) is int]
