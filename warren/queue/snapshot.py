@@ -233,20 +233,13 @@ def loads(data: bytes) -> QueueMachine:
     except msgspec.DecodeError as error:
         raise SnapshotError(f"malformed queue snapshot: {error}") from error
     machine = QueueMachine(**{name: getattr(record, name) for name in _PLAIN})
-    machine._levels = []
-    for ready, returned in record.levels:
-        level = _Level()
-        level.ready = deque(_entries(ready))
-        level.returned = _entries(returned)
-        machine._levels.append(level)
-    machine._unacked = {
-        entry.msg_id: (entry, consumer)
-        for entry, consumer in zip(_entries(record.unacked), record.unacked_by, strict=True)
-    }
-    machine._dead_letters_waiting = deque(_dead_letters(record.waiting))
-    machine._dead_letters_out = {dead.entry.msg_id: dead for dead in _dead_letters(record.out)}
-    machine._deadlines = _deadlines(
-        machine, _unpacked("q", record.deadline_at_ms), _unpacked("q", record.deadline_msg_ids)
+    _place(
+        machine,
+        [(_entries(ready), _entries(returned)) for ready, returned in record.levels],
+        zip(_entries(record.unacked), record.unacked_by, strict=True),
+        _dead_letters(_entries(record.waiting.entries), record.waiting.reasons),
+        _dead_letters(_entries(record.out.entries), record.out.reasons),
+        (_unpacked("q", record.deadline_at_ms), _unpacked("q", record.deadline_msg_ids)),
     )
     for c in record.consumers:
         consumer = _Consumer.__new__(_Consumer)
@@ -345,11 +338,32 @@ def _dead_letter_record(dead_letters: Collection[DeadLetter]) -> _DeadLetters:
     )
 
 
-def _dead_letters(record: _DeadLetters) -> list[DeadLetter]:
+def _dead_letters(entries: list[Entry], reasons: list[tuple[str, bool]]) -> list[DeadLetter]:
     return [
         DeadLetter(entry, reason, held)
-        for entry, (reason, held) in zip(_entries(record.entries), record.reasons, strict=True)
+        for entry, (reason, held) in zip(entries, reasons, strict=True)
     ]
+
+
+def _place(
+    machine: QueueMachine,
+    levels: list[tuple[list[Entry], list[Entry]]],
+    unacked: Iterable[tuple[Entry, Hashable | None]],
+    waiting: list[DeadLetter],
+    out: list[DeadLetter],
+    deadlines: tuple[Sequence[int], Sequence[int]],
+) -> None:
+    """The machine's structures of entries, from the entries each holds (points 1, 3)."""
+    machine._levels = []
+    for ready, returned in levels:
+        level = _Level()
+        level.ready = deque(ready)
+        level.returned = returned
+        machine._levels.append(level)
+    machine._unacked = {entry.msg_id: (entry, consumer) for entry, consumer in unacked}
+    machine._dead_letters_waiting = deque(waiting)
+    machine._dead_letters_out = {dead.entry.msg_id: dead for dead in out}
+    machine._deadlines = _deadlines(machine, *deadlines)
 
 
 def _deadlines(
@@ -422,19 +436,14 @@ def _legacy(loaded: object) -> QueueMachine:
     _version, state = cast("tuple[int, tuple[Any, ...]]", loaded)
     plain, levels, unacked, waiting, out, deadlines = state
     machine = QueueMachine(**plain)
-    machine._levels = []
-    for ready, returned in levels:
-        level = _Level()
-        level.ready = deque(_legacy_entries(ready))
-        level.returned = _legacy_entries(returned)
-        machine._levels.append(level)
-    machine._unacked = {
-        entry.msg_id: (entry, consumer)
-        for entry, consumer in zip(_legacy_entries(unacked[0]), unacked[1], strict=True)
-    }
-    machine._dead_letters_waiting = deque(_legacy_dead_letters(waiting))
-    machine._dead_letters_out = {dead.entry.msg_id: dead for dead in _legacy_dead_letters(out)}
-    machine._deadlines = _deadlines(machine, *deadlines)  # two arrays
+    _place(
+        machine,
+        [(_legacy_entries(ready), _legacy_entries(returned)) for ready, returned in levels],
+        zip(_legacy_entries(unacked[0]), unacked[1], strict=True),
+        _dead_letters(_legacy_entries(waiting[0]), waiting[1]),
+        _dead_letters(_legacy_entries(out[0]), out[1]),
+        deadlines,  # two arrays
+    )
     return machine
 
 
@@ -447,11 +456,3 @@ def _legacy_entries(columns: list[object]) -> list[Entry]:
             for typecode, column in zip(_COLUMNS.values(), columns, strict=True)
         ]
     )
-
-
-def _legacy_dead_letters(written: tuple[list[object], list[tuple[str, bool]]]) -> list[DeadLetter]:
-    columns, reasons = written
-    return [
-        DeadLetter(entry, reason, held)
-        for entry, (reason, held) in zip(_legacy_entries(columns), reasons, strict=True)
-    ]
