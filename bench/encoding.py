@@ -1,18 +1,19 @@
 """Candidate encodings of a quorum queue's publish entry (`python -m bench.encoding`), issue #20.
 
-The entry a 128-byte persistent publish puts in the Raft log today is what
-`warren.runtime.cluster.quorum.QuorumHost.submit` writes: ``pickle.dumps(Sequenced(sender,
-seq, Enqueue(Message(...), size, ttl, priority)))``, unpickled by every replica's
-`apply_entry`. Measured here, nothing wired into the runtime:
+The entry a 128-byte persistent publish put in the Raft log up to Warren 0.3 was
+``pickle.dumps(Sequenced(sender, seq, Enqueue(Message(...), size, ttl, priority)))``,
+unpickled by every replica's `apply_entry`. Measured here, side by side:
 
-- ``pickle``: exactly that, decoded back into the same objects;
+- ``pickle``: exactly that, decoded back into the same objects (since the quorum path
+  stopped pickling, the classes lost their ``__reduce__`` shortcuts: this pickle is now
+  361 bytes, where the previous release wrote 305);
 - ``msgspec``: msgspec Structs (array-like, tagged for a version and a kind) with
-  MessagePack, decoded into the Structs (which would be the commands if adopted); skipped
-  when msgspec is not installed (it is not a dependency of Warren); ``msgspec+objects``
-  decodes on into today's objects;
-- ``queue_entries``: what Warren writes now (`warren.cluster.queue_entries`, format 1: the
-  msgspec candidate with a format byte), decoded into today's objects as a follower does
-  (the proposer itself skips the decoding into objects);
+  MessagePack, decoded into the Structs only; ``msgspec+objects`` decodes on into
+  `Message`, `Enqueue` and `Sequenced`;
+- ``queue_entries``: what Warren writes now (`warren.cluster.queue_entries`, format 1:
+  the msgspec candidate behind a format byte), decoded as a follower does: into
+  `Enqueue` and `Sequenced`, the message left as its record until handed out (the
+  proposer itself applies the command it kept);
 - ``struct``: a hand-written layout (version, kind, fixed-width numbers, length-prefixed
   strings and bytes), decoded back into today's objects; the route of a `Message` is left
   out of the entry (it is rebuilt from exchange and routing key).
