@@ -1,15 +1,19 @@
 """Candidate encodings of a quorum queue's publish entry (`python -m bench.encoding`), issue #20.
 
-The entry a 128-byte persistent publish puts in the Raft log today is what
-`warren.runtime.cluster.quorum.QuorumHost.submit` writes: ``pickle.dumps(Sequenced(sender,
-seq, Enqueue(Message(...), size, ttl, priority)))``, unpickled by every replica's
-`apply_entry`. Measured here, nothing wired into the runtime:
+The entry a 128-byte persistent publish put in the Raft log up to Warren 0.3 was
+``pickle.dumps(Sequenced(sender, seq, Enqueue(Message(...), size, ttl, priority)))``,
+unpickled by every replica's `apply_entry`. Measured here, side by side:
 
-- ``pickle``: exactly that, decoded back into the same objects;
+- ``pickle``: exactly that, decoded back into the same objects (since the quorum path
+  stopped pickling, the classes lost their ``__reduce__`` shortcuts: this pickle is now
+  361 bytes, where the previous release wrote 305);
 - ``msgspec``: msgspec Structs (array-like, tagged for a version and a kind) with
-  MessagePack, decoded into the Structs (which would be the commands if adopted); skipped
-  when msgspec is not installed (it is not a dependency of Warren); ``msgspec+objects``
-  decodes on into today's objects;
+  MessagePack, decoded into the Structs only; ``msgspec+objects`` decodes on into
+  `Message`, `Enqueue` and `Sequenced`;
+- ``queue_entries``: what Warren writes now (`warren.cluster.queue_entries`, format 1:
+  the msgspec candidate behind a format byte), decoded as a follower does: into
+  `Enqueue` and `Sequenced`, the message left as its record until handed out (the
+  proposer itself applies the command it kept);
 - ``struct``: a hand-written layout (version, kind, fixed-width numbers, length-prefixed
   strings and bytes), decoded back into today's objects; the route of a `Message` is left
   out of the entry (it is rebuilt from exchange and routing key).
@@ -30,10 +34,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
+from warren.cluster import queue_entries
 from warren.queue.machine import Enqueue, Sequenced
 
 BODY_BYTES = 128
-SENDER = ("warren-a", 1_732_660_000_123, 7)  # (node, incarnation, host number) as quorum.py
+SENDER = ("warren-a", "5e1f09c2", 7)  # (node, incarnation, host number) as quorum.py
 PROPERTIES = encode_properties(BasicProperties(delivery_mode=2))
 VERSION: Final = 1
 KIND_ENQUEUE: Final = 1
@@ -56,9 +61,10 @@ def pickle_decode(data: bytes) -> Any:
 
 
 # --- hand-written struct layout ---------------------------------------------------------------
-# version B, kind B, incarnation Q, host number I, seq Q, size I, ttl q (-1: none), priority B,
-# then node, exchange and routing key (length B + UTF-8), properties (length I), body (rest)
-_HEAD = struct.Struct("<BBQIQIqB")
+# version B, kind B, incarnation I (its 8 hex digits), host number I, seq Q, size I,
+# ttl q (-1: none), priority B, then node, exchange and routing key (length B + UTF-8),
+# properties (length I), body (rest)
+_HEAD = struct.Struct("<BBIIQIqB")
 
 
 def struct_encode(entry: Sequenced) -> bytes:
@@ -74,7 +80,7 @@ def struct_encode(entry: Sequenced) -> bytes:
             _HEAD.pack(
                 VERSION,
                 KIND_ENQUEUE,
-                incarnation,
+                int(incarnation, 16),
                 host,
                 entry.seq,
                 enqueue.size_bytes,
@@ -110,7 +116,7 @@ def struct_decode(data: bytes) -> Sequenced:
     body = data[position + properties_length :]
     message = Message(texts[1], texts[2], properties, body)
     enqueue = Enqueue(message, size, None if ttl < 0 else ttl, priority)
-    return Sequenced((texts[0], incarnation, host), seq, enqueue)
+    return Sequenced((texts[0], f"{incarnation:08x}", host), seq, enqueue)
 
 
 # --- msgspec Structs with MessagePack (when installed) ----------------------------------------
@@ -130,7 +136,7 @@ if msgspec is not None:
         body: bytes
 
     class EnqueueStruct(msgspec.Struct, array_like=True, tag=KIND_ENQUEUE):
-        sender: tuple[str, int, int]
+        sender: tuple[str, str, int]
         seq: int
         message: MessageStruct
         size_bytes: int
@@ -230,6 +236,7 @@ def main() -> None:
     assert pickle_encode(roundtrip) == pickle_encode(today_entry(1)), "struct loses a field"
     candidates: list[Candidate] = [
         ("pickle", pickle_encode, pickle_decode),
+        ("queue_entries", queue_entries.encode, queue_entries.decode),
         ("struct", struct_encode, struct_decode),
     ]
     for name, make in (("msgspec+objects", msgspec_objects_codec), ("msgspec", msgspec_codec)):

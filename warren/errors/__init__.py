@@ -8,6 +8,9 @@ Theory of operation:
 2. The text starts with the reply code's name; constructors below build the texts that
    RabbitMQ uses so that every layer writes them the same way.
 3. A bug is not an AMQP error. One boundary in the runtime logs it and closes with 541.
+4. An error crosses nodes and survives in a quorum queue's snapshot (a refused consumer's
+   reply) as its fields (`error_fields`, `error_from_fields`): kind, code, full text,
+   class and method ids.
 
 This package imports nothing but the standard library.
 """
@@ -101,6 +104,25 @@ class HardError(AmqpError):
 class SilentHardError(HardError):
     """Drops the connection without a `connection.close`, as RabbitMQ does for an unknown
     method id (its reader process exits; the client sees the socket close)."""
+
+
+# an error as plain values, for the records a cluster stores and sends (point 4)
+ErrorFields = tuple[str, int, str, int, int]  # kind, reply code, text, class id, method id
+_KINDS: dict[str, type[AmqpError]] = {
+    kind.__name__: kind for kind in (AmqpError, SoftError, HardError, SilentHardError)
+}
+
+
+def error_fields(error: AmqpError) -> ErrorFields:
+    return (type(error).__name__, int(error.code), error.text, error.class_id, error.method_id)
+
+
+def error_from_fields(fields: ErrorFields) -> AmqpError:
+    """The error `error_fields` gave (ValueError for a kind or code this release lacks)."""
+    kind, code, text, class_id, method_id = fields
+    if kind not in _KINDS:
+        raise ValueError(f"unknown error kind {kind!r}")
+    return _rebuilt(_KINDS[kind], ReplyCode(code), text, class_id, method_id)
 
 
 def describe_queue(name: str, vhost: str) -> str:

@@ -207,11 +207,6 @@ class Enqueue(Command):
     ttl_ms: int | None = None  # the message's own expiration property
     priority: int = 0
 
-    def __reduce__(self) -> tuple[type[Enqueue], tuple[object, int, int | None, int]]:
-        # pickled for every message a replicated queue is sent: a tuple, not the
-        # dataclass default that looks the fields up each time
-        return Enqueue, (self.message, self.size_bytes, self.ttl_ms, self.priority)
-
 
 @dataclass(frozen=True, slots=True)
 class Checkout(Command):
@@ -336,9 +331,6 @@ class Sequenced(Command):
     sender: Hashable
     seq: int
     command: Command
-
-    def __reduce__(self) -> tuple[type[Sequenced], tuple[Hashable, int, Command]]:
-        return Sequenced, (self.sender, self.seq, self.command)  # as `Enqueue.__reduce__`
 
 
 # --- replies and effects -------------------------------------------------------------------
@@ -501,12 +493,9 @@ class QueueMachine:
     def __post_init__(self) -> None:
         self._levels = [_Level() for _ in range((self.settings.max_priority or 0) + 1)]
 
-    def __getstate__(self) -> list[object]:
-        # the fields' values in order, as frozen dataclasses pickle by default: what
-        # `set_fields` completes when a later version added fields
-        return [getattr(self, f.name) for f in fields(self)]
-
     def __setstate__(self, state: list[object]) -> None:
+        # a machine pickled by machine version 1 (`warren.legacy` reads it): the fields'
+        # values in order, without those added since
         set_fields(self, state)
         self.version = MACHINE_VERSION
 

@@ -185,7 +185,7 @@ class QueueAgainstModel(RuleBasedStateMachine):
         self.sizes[msg_id] = size
         self.delivery_counts[msg_id] = 0
         self.ready.append(msg_id)
-        return Enqueue(f"m{msg_id}", size, ttl_ms=ttl_ms)
+        return Enqueue(msg_id, size, ttl_ms=ttl_ms)  # a Raft index, as a quorum queue holds
 
     @rule(
         channel=st.sampled_from(CHANNELS),
@@ -413,7 +413,7 @@ class RestoredQueueAgainstModel(QueueWithTtlAgainstModel):
         for gap, size, deadline, redelivered in items:
             msg_id += gap
             at_ms = None if deadline is None else self.now_ms + deadline
-            restored.append(Restored(msg_id, f"m{msg_id}", size, at_ms, 0, redelivered))
+            restored.append(Restored(msg_id, msg_id, size, at_ms, 0, redelivered))
             self.sizes[msg_id] = size
             self.delivery_counts[msg_id] = int(redelivered)
             self.deadlines[msg_id] = at_ms

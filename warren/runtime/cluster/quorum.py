@@ -71,13 +71,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import pickle
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from warren.amqp.content import Message
+from warren.cluster import queue_entries
 from warren.model import QueueRecord
 from warren.queue import (
     Cancel,
@@ -189,6 +190,9 @@ class QuorumHost(HostFields):
         # numbers this host's commands (`Sequenced`): a copy sent again is applied once
         self._sender = (cluster.name, cluster.incarnation, next(_HOST_NUMBERS))
         self._seq = itertools.count(1)
+        # what this host proposed and has not seen applied, by number: applied as it is
+        # rather than decoded again (`queue_entries.decode`)
+        self._sent: dict[int, Command] = {}
         self._delivered_through = 0  # the last index whose deliveries this node made,
         self._delivered_by: str | None = None  # from its replica (its name) or a leader's
         # holds what this node process takes with basic.get (consumers count from 1)
@@ -203,7 +207,8 @@ class QuorumHost(HostFields):
         self._applying = 0  # likewise: the entry's Raft index
         self.replica = Replica(self)
         self._replicas: tuple[int, ...] = ()  # the Raft configuration the leader last saw
-        self._recent: OrderedDict[int, Message] = OrderedDict()  # Raft index: body
+        # Raft index: body (a `Message`, or as the entry holds it: `queue_entries.message`)
+        self._recent: OrderedDict[int, object] = OrderedDict()
         self.refresh_policies()
 
     @property
@@ -256,14 +261,16 @@ class QuorumHost(HostFields):
         return cast("asyncio.Future[int]", deleted)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
-        numbered = Sequenced(self._sender, next(self._seq), command)
-        data = pickle.dumps(numbered, pickle.HIGHEST_PROTOCOL)
+        seq = next(self._seq)
+        data = queue_entries.encode(Sequenced(self._sender, seq, command))
+        self._sent[seq] = command
         future = self.cluster.submit(self.group_id, data)
         self._outstanding.add(future)
-        future.add_done_callback(self._settled)
+        future.add_done_callback(partial(self._settled, seq))
         return future
 
-    def _settled(self, future: asyncio.Future[object]) -> None:
+    def _settled(self, seq: int, future: asyncio.Future[object]) -> None:
+        self._sent.pop(seq, None)  # failed, or applied elsewhere: a later copy is decoded
         self._outstanding.discard(future)
         _observe(future)
 
@@ -389,17 +396,16 @@ class QuorumHost(HostFields):
         bool, basic.get's `Got` or None, purge's count)."""
         index = meta.index
         time_ms = meta.time_ms
+        numbered = queue_entries.decode(data, self._sender, self._sent)
         if time_ms is None:  # written before the leader stamped entries: (proposer's time, command)
-            time_ms, numbered = pickle.loads(data)
-        else:
-            numbered = pickle.loads(data)
+            time_ms, numbered = cast("tuple[int, Command]", numbered)
         command = numbered.command if type(numbered) is Sequenced else numbered
         if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
             recent = self._recent
-            recent[index] = cast("Message", command.message)
+            recent[index] = command.message
             if len(recent) > RECENT_BODIES_MAX:
                 recent.popitem(last=False)
-        reply, effects = self.machine.apply(Meta(time_ms, index=index), numbered)
+        reply, effects = self.machine.apply(Meta(time_ms, index=index), cast("Command", numbered))
         leader = self.leader
         if leader:
             self._check_replicas()
@@ -459,26 +465,25 @@ class QuorumHost(HostFields):
         held = entry.message
         if type(held) is not int:
             return entry  # restored from a snapshot of MACHINE_VERSION 1
-        message = self._recent.pop(held, None)
-        if message is None:
-            message = self.read_body(held)
+        recent = self._recent.pop(held, None)
+        message = self.read_body(held) if recent is None else queue_entries.message(recent)
         copy = Entry(entry.msg_id, message, entry.size_bytes, entry.expires_at_ms, entry.level)
         copy.delivery_count = entry.delivery_count
         return copy
 
     def read_body(self, index: int) -> Message:
         """The message enqueued by the entry at Raft `index`."""
-        message = self._recent.get(index)
-        if message is not None:
-            return message
-        assert self.group is not None, "a replica without its Raft group holds no message"
-        command = pickle.loads(self.group.entry_data(index))
-        if type(command) is tuple:  # written before stamps: (proposer's time, command)
-            command = command[1]
-        if type(command) is Sequenced:
-            command = command.command
-        assert type(command) is Enqueue and type(command.message) is Message
-        return command.message
+        held = self._recent.get(index)
+        if held is None:
+            assert self.group is not None, "a replica without its Raft group holds no message"
+            command = queue_entries.decode(self.group.entry_data(index))
+            if type(command) is tuple:  # written before stamps: (proposer's time, command)
+                command = command[1]
+            if type(command) is Sequenced:
+                command = command.command
+            assert type(command) is Enqueue
+            held = command.message
+        return queue_entries.message(held)
 
     def kept_indexes(self) -> list[int]:
         return [e.message for e in self.machine.held_entries() if type(e.message) is int]
