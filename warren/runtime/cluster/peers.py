@@ -62,7 +62,9 @@ from warren.errors import AmqpError, ReplyCode
 CLOSE_TIMEOUT_S: Final = 2.0
 log = logging.getLogger("warren.peers")
 
-MAGIC: Final = b"WARREN-PEERS/3\n"  # 3: the messages of `warren.runtime.cluster.calls`
+# 3: the messages of `warren.runtime.cluster.calls`; 4: Raft entries of quorum queues in the
+# versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply
+MAGIC: Final = b"WARREN-PEERS/4\n"
 _NONCE_BYTES: Final = 16
 _INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32
