@@ -199,6 +199,7 @@ def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander
     # 1. `warren-pipeline land` in its own process (local[2]: two consumers, two tasks per
     # batch), killed with SIGKILL (JVM and workers too) once it has written two batches.
     wait_for(lambda: lander.batches_written() >= 2, "two batches in the process")
+    assert consumers(amqp, queue) == 2  # N > 1: two consumers, each acknowledging its own
     lander.kill()
     wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
     assert amqp.ready(queue) > 0  # what it had not acknowledged came back
