@@ -133,14 +133,16 @@ def test_stream_reads_several_queues_in_parallel_partitions(spark: SparkSession,
     assert (amqp.ready(first), amqp.ready(second)) == (0, 0)
 
 
-def test_batch_read_peeks_at_several_queues(spark: SparkSession, amqp):
+def test_batch_read_peeks_at_several_queues_in_parallel_partitions(spark: SparkSession, amqp):
     first, second = amqp.queue("a"), amqp.queue("b")
-    amqp.publish(first, 30, id_prefix="a")
-    amqp.publish(second, 20, id_prefix="b")
-    read = Source(amqp.url, f"{first},{second}").peek(spark)
+    ids = amqp.publish(first, 300, id_prefix="a") + amqp.publish(second, 200, id_prefix="b")
+    read = Source(amqp.url, f"{first},{second}", partitions=3).peek(spark).cache()
     by_queue = {row.queue: row["count"] for row in read.groupBy("queue").count().collect()}
-    assert by_queue == {first: 30, second: 20}
-    assert (amqp.ready(first), amqp.ready(second)) == (30, 20)
+    assert by_queue == {first: 300, second: 200}
+    assert sorted(row.message_id for row in read.select("message_id").collect()) == sorted(ids)
+    sizes = read.rdd.glom().map(len).collect()  # three tasks carry the read, each a third
+    assert sorted(sizes) == [166, 167, 167]
+    assert (amqp.ready(first), amqp.ready(second)) == (300, 200)
 
 
 def test_a_queue_pattern_reads_every_queue_whose_name_matches(

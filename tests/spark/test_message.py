@@ -33,6 +33,16 @@ def test_option_names_are_case_insensitive_and_values_checked():
         WriteOptions.parse({"uri": URI, "mandatory": "yes"})
 
 
+def test_the_prefetch_fits_in_basic_qos():
+    """prefetch-count is a short: twice a large batch's share is capped, not sent to fail
+    the consumer's basic.qos with a struct error."""
+    one = {"uri": URI, "queue": "q", "numPartitions": "1"}
+    assert ReadOptions.parse({**one, "maxMessagesPerTrigger": "50000"}).prefetch == 65_535
+    assert ReadOptions.parse({**one, "maxMessagesPerTrigger": "300"}).prefetch == 600
+    with pytest.raises(OptionError, match="option 'prefetch' must be at most 65535, got 65536"):
+        ReadOptions.parse({**one, "prefetch": "65536"})
+
+
 def test_a_queue_pattern_needs_the_management_api_and_no_queue_list():
     mgmt = "http://guest:guest@127.0.0.1:15672"
     options = ReadOptions.parse({"uri": URI, "queuePattern": r"orders\..*", "managementUrl": mgmt})

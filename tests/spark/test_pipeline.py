@@ -6,8 +6,10 @@ Like the data-source tests these speak AMQP only and pass against a real RabbitM
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from pyspark.sql import SparkSession
@@ -169,6 +171,26 @@ def test_cli_reports_a_bad_since(amqp, tmp_path: Path, capsys):
     assert "--since must be an ISO 8601 time" in capsys.readouterr().err
 
 
+def test_land_takes_a_queue_pattern(
+    spark: SparkSession, amqp, management: tuple[str, str, str], tmp_path: Path
+):
+    first, second, other = amqp.queue("p.a"), amqp.queue("p.b"), amqp.queue("p.b.not")
+    ids = amqp.publish(first, 30, id_prefix="a") + amqp.publish(second, 20, id_prefix="b")
+    amqp.publish(other, 10, id_prefix="other")
+    base, user, password = management
+    parts = urlsplit(base)
+    management_url = f"{parts.scheme}://{user}:{password}@{parts.netloc}{parts.path}"
+    pattern = re.escape(f"{amqp.prefix}.p.") + "[ab]"
+    out = tmp_path / "out"
+    command = ["--uri", amqp.url, "--management-url", management_url, "land"]
+    command += ["--queue-pattern", pattern, "--out", str(out), "--available-now"]
+    assert cli.main(command) == 0
+    landed = spark.read.parquet(str(out)).select("message_id", "queue").collect()
+    assert sorted(row.message_id for row in landed) == sorted(ids)
+    assert {row.queue for row in landed} == {first, second}
+    assert (amqp.ready(first), amqp.ready(second), amqp.ready(other)) == (0, 0, 10)
+
+
 def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander):
     """Last in the module: by now the process `killable_lander` started is up (conftest)."""
     lander, amqp, queue = killable_lander, killable_lander.amqp, killable_lander.queue
@@ -177,6 +199,7 @@ def test_land_survives_a_sigkill_and_a_stop(spark: SparkSession, killable_lander
     # 1. `warren-pipeline land` in its own process (local[2]: two consumers, two tasks per
     # batch), killed with SIGKILL (JVM and workers too) once it has written two batches.
     wait_for(lambda: lander.batches_written() >= 2, "two batches in the process")
+    assert consumers(amqp, queue) == 2  # N > 1: two consumers, each acknowledging its own
     lander.kill()
     wait_for(lambda: consumers(amqp, queue) == 0, "the killed consumer's connection to close")
     assert amqp.ready(queue) > 0  # what it had not acknowledged came back

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port
+from warren.spark import cli
 
 COMMAND = [sys.executable, "-m", "warren.spark.cli"]
 WAIT_S = 300.0  # a Spark process starting on a loaded 2-core machine takes minutes
@@ -29,6 +30,19 @@ def test_help_lists_the_commands() -> None:
     assert (done.returncode, done.stderr) == (0, "")
     assert "{dlq-report,dlq-replay,land}" in done.stdout
     assert "default amqp://guest:guest@127.0.0.1:5672/%2F" in " ".join(done.stdout.split())
+
+
+def test_a_queue_pattern_lists_queues_beside_the_broker_by_default() -> None:
+    assert cli.default_management_url("amqp://ops%40x:s%2Fcret@mq.example:5673/prod") == (
+        "http://ops%40x:s%2Fcret@mq.example:15672"
+    )
+    assert cli.default_management_url("amqp://127.0.0.1") == "http://guest:guest@127.0.0.1:15672"
+
+
+def test_a_queue_and_a_queue_pattern_exclude_each_other(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["land", "--queue", "a", "--queue-pattern", "a.*", "--out", "o"])
+    assert "not allowed with argument --queue" in capsys.readouterr().err
 
 
 def test_a_broker_that_is_down_is_one_line_before_spark_starts(tmp_path: Path) -> None:

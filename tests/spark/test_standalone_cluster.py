@@ -190,6 +190,8 @@ def test_land_on_a_cluster_survives_an_executor_killed(
         assert job.poll() is None, log.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, "no two batches landed"
         time.sleep(0.2)
+    consumers = amqp.channel.queue_declare(queue, passive=True).method.consumer_count
+    assert consumers == 2  # N > 1: the cluster's two cores, two consumers and tasks
     executors = cluster.executors()
     assert executors, "no executor running"
     os.kill(executors[0], signal.SIGKILL)  # its tasks fail; Spark runs them again elsewhere

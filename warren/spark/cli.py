@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import signal
 import socket
 import sys
@@ -20,7 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -40,9 +41,13 @@ from warren.spark.jobs import (
 )
 from warren.spark.report import print_table, totals_by_reason, write_report
 from warren.spark.session import JavaMissingError, build_session
+from warren.spark.wire import Address
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 URI_ENV = "WARREN_AMQP_URI"
+MANAGEMENT_URL_ENV = "WARREN_MANAGEMENT_URL"
+MANAGEMENT_PORT = 15672
+UNSAFE_IN_PATH = re.compile(r"[^\w.-]")
 POLL_S = 1  # StreamingQuery.awaitTermination takes whole seconds
 CONNECT_TIMEOUT_S = 5.0
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
@@ -99,22 +104,38 @@ def watch(query: StreamingQuery, console: Console, what: str) -> int:
     return sum(rows_by_batch.values())
 
 
+def default_management_url(uri: str) -> str:
+    """The management API beside the broker of `uri`: its host, port 15672, its credentials."""
+    address = Address.parse(uri)
+    credentials = f"{quote(address.user, safe='')}:{quote(address.password, safe='')}"
+    return f"http://{credentials}@{address.host}:{MANAGEMENT_PORT}"
+
+
 def _source(args: argparse.Namespace) -> Source:
-    return Source(uri=args.uri, queue=args.queue, batch_size=args.batch_size)
+    if args.queue_pattern is None:
+        return Source(uri=args.uri, queue=args.queue, batch_size=args.batch_size)
+    management_url = args.management_url or default_management_url(args.uri)
+    return Source(
+        uri=args.uri,
+        batch_size=args.batch_size,
+        queue_pattern=args.queue_pattern,
+        management_url=management_url,
+    )
 
 
 def command_land(spark: SparkSession, args: argparse.Namespace, console: Console) -> int:
+    source = _source(args)
     query = land(
         spark,
-        _source(args),
+        source,
         Path(args.out),
         file_format=args.format,
         checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         available_now=args.available_now,
         deduplication_window=args.dedup_window,
     )
-    rows = watch(query, console, f"landing {args.queue} into {args.out}")
-    console.print(f"landed {rows} messages from {args.queue!r} into {args.out}")
+    rows = watch(query, console, f"landing {source.name} into {args.out}")
+    console.print(f"landed {rows} messages from {source.name!r} into {args.out}")
     return 0
 
 
@@ -126,16 +147,16 @@ def command_dlq_report(spark: SparkSession, args: argparse.Namespace, console: C
     since = parse_since(args.since, datetime.datetime.now(datetime.UTC)) if args.since else None
     if args.drain:
         query = land(spark, source, messages_path, available_now=True, deduplication_window=None)
-        watch(query, console, f"draining {args.queue}")
+        watch(query, console, f"draining {source.name}")
     else:
-        with console.status(f"peeking at {args.queue}"):
+        with console.status(f"peeking at {source.name}"):
             source.peek(spark).write.mode("overwrite").parquet(str(messages_path))
     with console.status("summarising"):
         dead_letters = spark.read.parquet(str(messages_path))
         summarised = summary(dead_letters, args.window, since)
         summarised.write.mode("overwrite").parquet(str(out / "summary"))
         rows = [row.asDict() for row in summarised.collect()]
-    title = f"Dead letters in {args.queue}"
+    title = f"Dead letters in {source.name}"
     print_table(Console(), rows, title)
     page = write_report(out, rows, title)
     totals = ", ".join(f"{reason} {count}" for reason, count in totals_by_reason(rows).items())
@@ -164,21 +185,32 @@ def command_dlq_replay(spark: SparkSession, args: argparse.Namespace, console: C
     source = _source(args)
     target = ReplayTarget(args.to_exchange, args.to_routing_key)
     if args.dry_run:
-        with console.status(f"planning a replay of {args.queue}"):
+        with console.status(f"planning a replay of {source.name}"):
             plan = replay_plan(source.peek(spark), target, args.filter)
             counts = _count_targets(plan)
-        _print_targets(Console(), counts, f"dry run: what a replay of {args.queue} would do")
+        _print_targets(Console(), counts, f"dry run: what a replay of {source.name} would do")
         return 0
-    checkpoint = Path(args.checkpoint or Path(".warren-pipeline") / f"replay-{args.queue}")
+    named = args.queue or "pattern-" + UNSAFE_IN_PATH.sub("_", args.queue_pattern)
+    checkpoint = Path(args.checkpoint or Path(".warren-pipeline") / f"replay-{named}")
     totals: Counter[tuple[bool, str, str]] = Counter()
 
     def on_batch(_batch_id: int, batch: DataFrame) -> None:
         totals.update(_count_targets(batch))
 
     query = replay(spark, source, target, args.filter, checkpoint, on_batch)
-    watch(query, console, f"replaying {args.queue}")
-    _print_targets(Console(), totals, f"replayed from {args.queue}")
+    watch(query, console, f"replaying {source.name}")
+    _print_targets(Console(), totals, f"replayed from {source.name}")
     return 0
+
+
+def _queue_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    queues = command.add_mutually_exclusive_group(required=True)
+    queues.add_argument("--queue", help=f"{what} (several: separated by commas)")
+    queues.add_argument(
+        "--queue-pattern",
+        help="instead of --queue: every queue of the vhost whose whole name matches this "
+        "regular expression (listed through --management-url when the job starts)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -189,6 +221,13 @@ def parser() -> argparse.ArgumentParser:
         # argparse expands % in help texts, and the default vhost is %2F
         help=f"AMQP URI of the broker (env {URI_ENV}; default {DEFAULT_URI})".replace("%", "%%"),
     )
+    root.add_argument(
+        "--management-url",
+        default=os.environ.get(MANAGEMENT_URL_ENV),
+        help=f"management HTTP API that lists the queues of a --queue-pattern (env "
+        f"{MANAGEMENT_URL_ENV}; default: the --uri's host and credentials, port "
+        f"{MANAGEMENT_PORT})",
+    )
     root.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     root.add_argument(
         "--batch-size", type=int, default=10_000, help="messages per micro-batch at most"
@@ -196,7 +235,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser("dlq-report", help="summarise a dead-letter queue")
-    report.add_argument("--queue", required=True, help="the dead-letter queue")
+    _queue_arguments(report, "the dead-letter queue")
     report.add_argument("--out", required=True, help="directory for Parquet, PNG and HTML")
     report.add_argument("--since", help="only dead letters since: ISO 8601 time or 30m, 2h, 7d")
     report.add_argument("--window", default="1 hour", help="time window (default '1 hour')")
@@ -208,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
     report.set_defaults(run=command_dlq_report)
 
     replayer = commands.add_parser("dlq-replay", help="republish dead letters")
-    replayer.add_argument("--queue", required=True, help="the dead-letter queue")
+    _queue_arguments(replayer, "the dead-letter queue")
     replayer.add_argument("--filter", help="Spark SQL condition; others go back to the queue")
     replayer.add_argument("--to-exchange", help="publish here instead of the x-death origin")
     replayer.add_argument("--to-routing-key", help="with this routing key")
@@ -217,7 +256,7 @@ def parser() -> argparse.ArgumentParser:
     replayer.set_defaults(run=command_dlq_replay)
 
     lander = commands.add_parser("land", help="stream a queue into files")
-    lander.add_argument("--queue", required=True)
+    _queue_arguments(lander, "the queue to land")
     lander.add_argument("--out", required=True, help="output directory")
     lander.add_argument("--format", choices=("parquet", "json"), default="parquet")
     lander.add_argument("--checkpoint", help="default: OUT/_checkpoint")

@@ -49,20 +49,35 @@ LANDED_AT, NO_ID_KEY = "_warren_landed_at", "_warren_no_id_key"  # dropped befor
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where messages come from: a broker and a queue (or several, separated by commas),
-    read by `partitions` consumers and tasks (None: as many as Spark runs tasks at once)."""
+    """Where messages come from: a broker and a queue (or several, separated by commas), or
+    every queue whose name matches `queue_pattern` (listed through the management API at
+    `management_url`), read by `partitions` consumers and tasks (None: as many as Spark runs
+    tasks at once)."""
 
     uri: str
-    queue: str
+    queue: str = ""
     batch_size: int = 10_000
     max_wait_ms: int = 500
     partitions: int | None = None
+    queue_pattern: str | None = None
+    management_url: str | None = None
+
+    @property
+    def name(self) -> str:
+        """What the source reads, for messages: the queues, or the pattern between slashes."""
+        return self.queue if self.queue_pattern is None else f"/{self.queue_pattern}/"
 
     def options(self, spark: SparkSession) -> dict[str, str]:
         partitions = self.partitions or spark.sparkContext.defaultParallelism
+        queues = {"queue": self.queue}
+        if self.queue_pattern is not None:
+            queues = {
+                "queuePattern": self.queue_pattern,
+                "managementUrl": self.management_url or "",
+            }
         return {
             "uri": self.uri,
-            "queue": self.queue,
+            **queues,
             "maxMessagesPerTrigger": str(self.batch_size),
             "maxWaitMs": str(self.max_wait_ms),
             "numPartitions": str(partitions),

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from warren.spark.message import PERSISTENT, TRANSIENT
 
 SPARK_OWN_OPTIONS = frozenset({"path", "checkpointlocation"})
+PREFETCH_MAX = 65_535  # basic.qos prefetch-count is a short
 
 
 class OptionError(ValueError):
@@ -61,7 +62,9 @@ def _uri(options: Mapping[str, str]) -> str:
     return uri
 
 
-def _integer(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def _integer(
+    options: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None
+) -> int:
     text = options.get(name.lower())
     if text is None:
         return default
@@ -71,6 +74,8 @@ def _integer(options: Mapping[str, str], name: str, default: int, minimum: int) 
         raise OptionError(f"option '{name}' must be an integer, got {text!r}") from None
     if value < minimum:
         raise OptionError(f"option '{name}' must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise OptionError(f"option '{name}' must be at most {maximum}, got {value}")
     return value
 
 
@@ -90,7 +95,8 @@ class ReadOptions:
     A micro-batch closes when it holds `batch_size` messages or `max_wait_ms` has passed since
     the read began. `prefetch` bounds the unacknowledged messages on each consumer's channel
     (basic.qos); messages stay unacknowledged until Spark commits their batch, so it defaults
-    to twice a consumer's share of a batch; a smaller one makes batches smaller, never wrong.
+    to twice a consumer's share of a batch (at most 65,535, the largest prefetch AMQP can
+    say); a smaller one makes batches smaller, never wrong.
     """
 
     uri: str
@@ -132,7 +138,13 @@ class ReadOptions:
             batch_size=batch_size,
             max_wait_ms=_integer(lowered, "maxWaitMs", 500, 1),
             # room for one batch waiting for its commit while the next fills
-            prefetch=_integer(lowered, "prefetch", 2 * -(-batch_size // partitions), 1),
+            prefetch=_integer(
+                lowered,
+                "prefetch",
+                min(2 * -(-batch_size // partitions), PREFETCH_MAX),
+                1,
+                PREFETCH_MAX,
+            ),
             heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
             partitions=partitions,
             queue_pattern=pattern,

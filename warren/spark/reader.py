@@ -37,12 +37,16 @@ Theory of operation (streaming, `QueueStreamReader`):
    was handed out (or the queues stayed quiet), `latestOffset` acknowledges the last batch
    (rule 4) and reports no new data, so the query stops.
 
-Batch reads (`QueuePeekReader`) run one Spark task per queue: each consumes what its queue
-holds without acknowledging, yields it as one record batch and closes its connection, so the
-broker requeues every message (RabbitMQ sets `redelivered` on them). A batch read never
-removes messages; draining is a streaming query with `Trigger.AvailableNow`. One queue is not
-split among several peeking consumers: the first to close would hand its messages back to
-the others, read twice.
+Batch reads (`QueuePeekReader`) peek, as a streaming read consumes, on the driver: when
+Spark plans the read, `partitions` consumes every queue of the read on one connection without
+acknowledging (prefetch unlimited) until it holds the messages the queues held when it asked
+(or they stayed quiet for `maxWaitMs`), closes the connection, so the broker requeues every
+message (RabbitMQ sets `redelivered` on them), and hands them out as `numPartitions` record
+batches of about equal size, one per partition: N tasks carry the read, as they carry a
+micro-batch. A batch read never removes messages, so it has nothing to acknowledge; draining
+is a streaming query with `Trigger.AvailableNow`. The peek is not done by several consumers
+in the tasks: the first to close its connection would hand its messages back to the others,
+read twice.
 """
 
 from __future__ import annotations
@@ -137,6 +141,15 @@ class Inbox:
         return [popleft() for _ in range(min(count_max, len(self._taken)))]
 
 
+def record_batches(taken: list[Taken], partitions: int, schema: pa.Schema) -> list[pa.RecordBatch]:
+    """`taken` as up to `partitions` record batches of about equal size, in arrival order."""
+    share = max(1, -(-len(taken) // partitions))
+    return [
+        record_batch([message for _i, _t, message in taken[at : at + share]], schema)
+        for at in range(0, len(taken), share)
+    ]
+
+
 class Consumer:
     """One connection consuming every queue of the read on its own thread (rules 1 and 2)."""
 
@@ -192,14 +205,23 @@ class HandedOut:
 
 
 class Messages(InputPartition):
-    """Micro-batches' messages, carried to the task that hands them to Spark (rule 3)."""
+    """Messages carried to the task that hands them to Spark: a part of micro-batches (rule 3)
+    or of a peek."""
 
     def __init__(self, batches: list[pa.RecordBatch]) -> None:
         super().__init__(None)
         self.batches = batches
 
 
-class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class ReadsMessages:
+    """A reader whose tasks hand Spark the record batches their `Messages` partition carries."""
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Messages)
+        return iter(partition.batches)
+
+
+class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The `amqp` streaming reader; see the module's theory of operation."""
 
     def __init__(self, options: ReadOptions, schema: pa.Schema) -> None:
@@ -264,11 +286,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last_tags: dict[int, int] = {}
         for index, tag, _message in taken:
             last_tags[index] = tag  # tags grow on each channel
-        share = -(-len(taken) // self._options.partitions)
-        batches = [
-            record_batch([message for _i, _t, message in taken[at : at + share]], self._schema)
-            for at in range(0, len(taken), share)
-        ]
+        batches = record_batches(taken, self._options.partitions, self._schema)
         self._handed_out.append(HandedOut(self._seq, last_tags, batches))
         return self._offset()
 
@@ -278,10 +296,6 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = start["seq"] if start.get("session") == self._session else 0
         handed_out = [entry for entry in self._handed_out if first < entry.seq <= end["seq"]]
         return [Messages([batch]) for entry in handed_out for batch in entry.messages]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, Messages)
-        return iter(partition.batches)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._acknowledge_through(end)  # rule 4: mostly done by latestOffset already
@@ -305,15 +319,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             consumer.stop()
 
 
-class Queue(InputPartition):
-    """One queue of a batch read: the task that peeks at it."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-class QueuePeekReader(DataSourceReader):
+class QueuePeekReader(ReadsMessages, DataSourceReader):
     """The `amqp` batch reader: every message in the queues, none removed."""
 
     def __init__(self, options: ReadOptions, schema: pa.Schema) -> None:
@@ -321,21 +327,18 @@ class QueuePeekReader(DataSourceReader):
         self._schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        return [Queue(name) for name in self._options.queues]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, Queue)
         inbox = Inbox()
         client = Client(self._options.uri, self._options.heartbeat_s)
         try:
             client.on_message = lambda queue, tag, redelivered, exchange, key, raw, body: inbox.put(
                 (0, tag, (queue, redelivered, exchange, key, raw, body))
             )
-            expected = _subscribe(client, (partition.name,), prefetch=0)  # all, unacknowledged
+            expected = _subscribe(client, self._options.queues, prefetch=0)  # all, unacked
             quiet_s = self._options.max_wait_ms / 1000
             while len(inbox) < expected and client.receive(quiet_s):
                 pass  # quiet for maxWaitMs: what was there has arrived
         finally:
             client.close()  # without acknowledging: the broker requeues every message
-        taken = inbox.take(expected, 0)
-        yield record_batch([message for _index, _tag, message in taken], self._schema)
+        taken = inbox.take(len(inbox), 0)
+        batches = record_batches(taken, self._options.partitions, self._schema)
+        return [Messages([batch]) for batch in batches] or [Messages([])]
