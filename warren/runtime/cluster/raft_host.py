@@ -27,7 +27,10 @@ Theory of operation:
    retains, follow its snapshot; the snapshot rides on the next round's sync and the WAL
    then retires the segments it made dead. A snapshot costs as much as the state it
    holds, so the quarter keeps the work linear (every entry of a growing queue is in
-   about five snapshots) and the log in memory at a quarter entry per queued message.
+   about five snapshots). Between snapshots the log keeps in memory only the last
+   `snapshot_entries` applied entries (and those not yet applied, stable or committed):
+   older ones are released (`RaftLog.release`) and read from the WAL when needed, so a
+   queue that only grows holds no whole entries in memory for its messages.
 6. Entries a machine still reads after a snapshot covers them (`GroupMachine.kept_indexes`: a
    quorum queue reads a message's body from the entry that enqueued it) stay on disk: the
    snapshot record names the lowest of them (``keep_from``), and `RaftGroup.entry_data`
@@ -203,7 +206,7 @@ class RaftGroup:
     def _stored(self, index: int) -> bytes:
         """The entry at `index` as the log has it (stamped, point 8)."""
         raft_log = self.node.log
-        if raft_log.snapshot_index < index <= raft_log.last_index:
+        if raft_log.in_memory(index):
             return raft_log.entry_at(index).data
         data = self._host.wal.read_entry(self.group_id, index)
         if data is None:
@@ -401,6 +404,7 @@ class RaftGroup:
         for _ in range(len(inbox)):
             self._do(inbox.popleft())
         self._maybe_compact()
+        self._maybe_release()
         self._after_input()
 
     def _maybe_compact(self) -> None:
@@ -417,6 +421,14 @@ class RaftGroup:
         self._snapshot_kept = kept = machine.kept_indexes()
         # from the entry before the oldest kept one: a follower's append needs its term
         self._host.save_snapshot(self.group_id, snapshot, min(kept, default=applied + 2) - 1)
+
+    def _maybe_release(self) -> None:
+        """Keep `snapshot_entries` applied entries in memory, at most twice that (point 5)."""
+        raft_log = self.node.log
+        tail = self._host.snapshot_entries
+        floor = min(raft_log.applied, raft_log.stable_index) - tail
+        if floor - raft_log.released_index >= tail:
+            raft_log.release(floor)
 
     def _check_role(self) -> None:
         role = (self.node.role is Role.LEADER, self.node.leader_id)
