@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -212,6 +213,8 @@ def notes(records: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # a SIGTERM unwinds like an exception, so the brokers this run started are stopped
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     targets = prepare_brokers(args)
     if not targets:
         err.print("[red]no broker to benchmark[/]")

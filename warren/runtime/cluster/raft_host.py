@@ -30,7 +30,9 @@ Theory of operation:
    about five snapshots). Between snapshots the log keeps in memory only the last
    `snapshot_entries` applied entries (and those not yet applied, stable or committed):
    older ones are released (`RaftLog.release`) and read from the WAL when needed, so a
-   queue that only grows holds no whole entries in memory for its messages.
+   queue that only grows holds no whole entries in memory for its messages. Nor is the
+   snapshot's data kept once its record is durable: sending it to a follower reads it
+   back from the WAL.
 6. Entries a machine still reads after a snapshot covers them (`GroupMachine.kept_indexes`: a
    quorum queue reads a message's body from the entry that enqueued it) stay on disk: the
    snapshot record names the lowest of them (``keep_from``), and `RaftGroup.entry_data`
@@ -217,7 +219,8 @@ class RaftGroup:
         """What a follower gets for `snapshot`: its data and the entries it holds (built
         for every send, rare enough: a long queue's copy is as large as its bodies)."""
         kept = sorted(index for index in self._snapshot_kept if index <= snapshot.index)
-        return encode_install(snapshot.data, [(index, self._stored(index)) for index in kept])
+        data = snapshot.data or self._host.wal.read_snapshot_data(self.group_id)
+        return encode_install(data, [(index, self._stored(index)) for index in kept])
 
     # --- the application's side ------------------------------------------------------------
 
@@ -423,12 +426,20 @@ class RaftGroup:
         self._host.save_snapshot(self.group_id, snapshot, min(kept, default=applied + 2) - 1)
 
     def _maybe_release(self) -> None:
-        """Keep `snapshot_entries` applied entries in memory, at most twice that (point 5)."""
+        """Keep `snapshot_entries` applied entries in memory, at most twice that, and no
+        snapshot data that the WAL has (point 5)."""
         raft_log = self.node.log
         tail = self._host.snapshot_entries
         floor = min(raft_log.applied, raft_log.stable_index) - tail
         if floor - raft_log.released_index >= tail:
             raft_log.release(floor)
+        snapshot = self.node.snapshot
+        if (
+            snapshot is not None
+            and snapshot.data
+            and self._host.wal.durable_snapshot_index(self.group_id) == snapshot.index
+        ):
+            self.node.snapshot = replace(snapshot, data=b"")
 
     def _check_role(self) -> None:
         role = (self.node.role is Role.LEADER, self.node.leader_id)
