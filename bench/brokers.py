@@ -38,6 +38,7 @@ from warren.testing.cluster import LocalCluster
 LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 START_TIMEOUT_S = 30.0
+RABBITMQ_START_TIMEOUT_S = 120.0  # three Erlang VMs booting on a busy 2-core machine
 WARREN_TICK_MS = 100  # warren.runtime.config's default
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")  # Debian's scripts, without its su wrapper
 
@@ -260,7 +261,7 @@ def start_rabbitmq_cluster(size: int) -> tuple[Broker | None, str]:
                     start_new_session=True,
                 )
         for node in nodes:
-            _rabbitmqctl(node, home, "await_startup", "--timeout", str(int(START_TIMEOUT_S)))
+            _await_rabbitmq(node, home)
         for node in nodes[1:]:
             for step in (["stop_app"], ["join_cluster", nodes[0].name], ["start_app"]):
                 _rabbitmqctl(node, home, *step)
@@ -280,6 +281,20 @@ def _rabbitmqctl(node: RabbitNode, home: Path, *args: str) -> None:
     done = subprocess.run(command, env=node.env(home), capture_output=True, text=True, timeout=90)
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(command)}` failed: {(done.stderr or done.stdout)[-800:]}")
+
+
+def _await_rabbitmq(node: RabbitNode, home: Path) -> None:
+    """Until the node runs RabbitMQ (`await_startup` fails at once while the Erlang node
+    has not registered with epmd yet)."""
+    deadline = time.monotonic() + RABBITMQ_START_TIMEOUT_S
+    while True:
+        try:
+            _rabbitmqctl(node, home, "await_startup", "--timeout", "10")
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline or (node.process and node.process.poll() is not None):
+                raise
+            time.sleep(1.0)
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:
