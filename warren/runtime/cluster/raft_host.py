@@ -66,6 +66,7 @@ import logging
 import random
 import struct
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -198,7 +199,8 @@ class RaftGroup:
         self._proposals: dict[int, tuple[int, asyncio.Future[object]]] = {}  # index: term, future
         self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
         self.removed = False
-        self._snapshot_kept = kept  # `machine.kept_indexes()` as of the snapshot
+        # `machine.kept_indexes()` as of the snapshot; as an array: a long queue's are many
+        self._snapshot_kept = array("q", kept)
 
     def entry_data(self, index: int) -> bytes:
         """The application's data of the applied entry at `index` that the machine holds
@@ -401,7 +403,7 @@ class RaftGroup:
         if installed is not None:  # keep only the machine's part in memory
             index, data, kept = installed
             self.node.compact(index, data)
-            self._snapshot_kept = kept
+            self._snapshot_kept = array("q", kept)
         self._in_flight = False
         inbox = self._inbox
         for _ in range(len(inbox)):
@@ -421,7 +423,7 @@ class RaftGroup:
             return  # not yet: compaction needs the entry on disk
         machine = self.machine
         snapshot = self.node.compact(applied, machine.snapshot())
-        self._snapshot_kept = kept = machine.kept_indexes()
+        self._snapshot_kept = kept = array("q", machine.kept_indexes())
         # from the entry before the oldest kept one: a follower's append needs its term
         self._host.save_snapshot(self.group_id, snapshot, min(kept, default=applied + 2) - 1)
 
