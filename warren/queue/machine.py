@@ -554,7 +554,7 @@ class _Level:
 
     def pop(self) -> Entry | None:
         """The oldest live message, or None; dead ones met on the way are dropped."""
-        returned, ready = self.returned, self.ready
+        returned, ready = self.returned, self._ready
         while returned:
             entry = heapq.heappop(returned)
             if entry.live:
@@ -771,7 +771,7 @@ class QueueMachine:
             self._dead_letter(entry, MAXLEN, effects)
 
     def _push_ready(self, entry: Entry) -> None:
-        self._levels[entry.level].ready.append(entry)
+        self._levels[entry.level]._ready.append(entry)  # not the property: every message
         self.ready_count += 1
         self.ready_bytes += entry.size_bytes
 
