@@ -74,6 +74,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overflow", default="drop-head", help="x-overflow with --max-length")
     p.add_argument("--batch", type=int, default=500, help="messages per socket write")
     p.add_argument("--broker-pid", type=int, default=0, help="for CPU and RSS accounting")
+    p.add_argument(
+        "--peer-pid",
+        type=int,
+        action="append",
+        default=[],
+        help="another node of the broker's cluster, for CPU accounting (repeatable)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="limit for --count runs")
     p.add_argument(
         "--memory-api",
@@ -239,10 +246,11 @@ class Snapshot:
     worker_cpu: dict[int, float]
     own_cpu: float
     broker_cpu: float
+    peer_cpu: list[float]
     machine_cpu: float
 
     @classmethod
-    def take(cls, fleet: Fleet, broker_pid: int) -> Snapshot:
+    def take(cls, fleet: Fleet, broker_pid: int, peer_pids: list[int]) -> Snapshot:
         fields = {"published": PUBLISHED, "confirmed": CONFIRMED, "nacked": NACKED}
         fields["consumed"] = CONSUMED
         return cls(
@@ -251,6 +259,7 @@ class Snapshot:
             worker_cpu={w.process.pid: stats.cpu_seconds(w.process.pid) for w in fleet.workers},
             own_cpu=stats.cpu_seconds(os.getpid()),
             broker_cpu=stats.tree_cpu_seconds(broker_pid) if broker_pid else 0.0,
+            peer_cpu=[stats.tree_cpu_seconds(pid) for pid in peer_pids],
             machine_cpu=stats.machine_busy_seconds(),
         )
 
@@ -270,7 +279,15 @@ def window_results(a: Snapshot, b: Snapshot, broker_pid: int) -> dict[str, Any]:
     if broker_pid:
         out["broker_cpu_s"] = round(broker_cpu, 2)
         out["broker_cpu_pct"] = round(100 * broker_cpu / elapsed, 1)
-    other = b.machine_cpu - a.machine_cpu - loadgen_cpu - broker_cpu
+    peer_cpu = [end - start for start, end in zip(a.peer_cpu, b.peer_cpu, strict=True)]
+    if peer_cpu:
+        # every node, the measured one first: % of a core and CPU per published message
+        nodes = [broker_cpu, *peer_cpu]
+        out["node_cpu_pct"] = [round(100 * cpu / elapsed, 1) for cpu in nodes]
+        messages = max(out["published"], 1)
+        out["node_cpu_us_per_msg"] = [round(1e6 * cpu / messages, 1) for cpu in nodes]
+        out["cluster_cpu_us_per_msg"] = round(1e6 * sum(nodes) / messages, 1)
+    other = b.machine_cpu - a.machine_cpu - loadgen_cpu - broker_cpu - sum(peer_cpu)
     out["other_cpu_pct"] = round(max(0.0, 100 * other / elapsed), 1)
     return out
 
@@ -289,18 +306,18 @@ def latency_results(results: list[dict[str, Any]]) -> dict[str, Any]:
 def measure_duration(fleet: Fleet, args: argparse.Namespace) -> tuple[Snapshot, Snapshot]:
     fleet.phase.value = RUN
     _sleep_checking(fleet, args.warmup)
-    first = Snapshot.take(fleet, args.broker_pid)
+    first = Snapshot.take(fleet, args.broker_pid, args.peer_pid)
     fleet.phase.value = MEASURE
     _sleep_checking(fleet, args.duration)
-    return first, Snapshot.take(fleet, args.broker_pid)
+    return first, Snapshot.take(fleet, args.broker_pid, args.peer_pid)
 
 
 def measure_count(fleet: Fleet, args: argparse.Namespace) -> tuple[Snapshot, Snapshot]:
-    first = Snapshot.take(fleet, args.broker_pid)
+    first = Snapshot.take(fleet, args.broker_pid, args.peer_pid)
     fleet.phase.value = MEASURE
     if not fleet.wait_status(fleet.role("producer"), DONE, args.timeout):
         raise RunFailed(f"--count not reached within {args.timeout} s")
-    return first, Snapshot.take(fleet, args.broker_pid)
+    return first, Snapshot.take(fleet, args.broker_pid, args.peer_pid)
 
 
 def _sleep_checking(fleet: Fleet, seconds: float) -> None:

@@ -91,6 +91,28 @@ def cpu_table(records: list[dict[str, Any]], workloads: list[Workload]) -> Table
     return table
 
 
+def node_cpu_table(records: list[dict[str, Any]], workloads: list[Workload]) -> Table:
+    """CPU per published message of every node of a cluster (median per node, driven first)."""
+    table = Table(title="CPU per message by node (median us; the load generator's node first)")
+    for column in ("Workload", "Broker", "per node", "all nodes"):
+        table.add_column(column, justify="left" if column in ("Workload", "Broker") else "right")
+    for workload in workloads:
+        for broker in BROKERS:
+            runs = [
+                r["node_cpu_us_per_msg"]
+                for r in records
+                if r.get("workload") == workload.name
+                and r.get("broker") == broker
+                and "node_cpu_us_per_msg" in r
+            ]
+            if runs:
+                nodes = [statistics.median(values) for values in zip(*runs, strict=True)]
+                total = median(records, workload.name, broker, "cluster_cpu_us_per_msg")
+                per_node = " / ".join(f"{us:.0f}" for us in nodes)
+                table.add_row(workload.name, LABELS[broker], per_node, f"{total or 0:.0f}")
+    return table
+
+
 def _panels(workloads: list[Workload]) -> list[tuple[str, list[tuple[str, str]]]]:
     """Chart panels by unit: (unit, [(workload, metric key), ...])."""
     panels: dict[str, list[tuple[str, str]]] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rabbitmq-pid", type=int, default=0, help="default: pgrep beam.smp")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     p.add_argument(
+        "--cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="start N-node clusters of both brokers (RabbitMQ from Debian's package) and "
+        "drive the first node of each",
+    )
+    p.add_argument(
         "--idle-wait",
         type=float,
         default=30.0,
@@ -64,6 +73,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def prepare_brokers(args: argparse.Namespace) -> list[Broker]:
     wanted = {b.strip().lower() for b in args.brokers.split(",")}
     found: list[Broker] = []
+    if args.cluster > 1:
+        starters = {
+            "warren": brokers.start_warren_cluster,
+            "rabbitmq": brokers.start_rabbitmq_cluster,
+        }
+        for name in (b for b in report.BROKERS if b in wanted):
+            err.print(f"[bold]{report.LABELS[name]}:[/] starting {args.cluster} nodes")
+            broker, why = starters[name](args.cluster)
+            _add(found, broker, f"[yellow]{report.LABELS[name]} skipped:[/] {why}")
+        return found
     if "warren" in wanted:
         err.print(f"[bold]Warren:[/] {args.warren_url or 'starting python -m warren'}")
         if args.warren_url:
@@ -82,7 +101,8 @@ def _add(found: list[Broker], broker: Broker | None, why: str) -> None:
         err.print(why, markup=True, highlight=False)
         return
     api = f", management API {broker.memory_api}" if broker.memory_api else ""
-    err.print(f"  {broker.name} at {broker.url} (pid {broker.pid or 'unknown'}{api})")
+    peers = f", other nodes {list(broker.peer_pids)}" if broker.peer_pids else ""
+    err.print(f"  {broker.name} at {broker.url} (pid {broker.pid or 'unknown'}{api}{peers})")
     found.append(broker)
 
 
@@ -94,6 +114,8 @@ def loadgen_command(workload: Workload, broker: Broker, args: argparse.Namespace
     command += workload.loadgen_args(args.duration, args.quick)
     if broker.memory_api:
         command += ["--memory-api", broker.memory_api]
+    for pid in broker.peer_pids:
+        command += ["--peer-pid", str(pid)]
     return command + (["--broker-pid", str(broker.pid)] if broker.pid else [])
 
 
@@ -122,6 +144,9 @@ def summary_line(record: dict[str, Any], workload: Workload) -> str:
         parts.append(f"{metric.label} {report.fmt(value, metric)} {metric.unit}")
     shares = ("loadgen", "broker", "other")
     cpu = " / ".join(f"{who} {record.get(f'{who}_cpu_pct', 0):.0f} %" for who in shares)
+    if "node_cpu_us_per_msg" in record:
+        per_node = " / ".join(f"{us:.0f}" for us in record["node_cpu_us_per_msg"])
+        cpu += f"; per node {per_node} us/msg"
     return f"{head} " + ", ".join(parts) + f" (CPU: {cpu})"
 
 
@@ -137,7 +162,7 @@ def session(args: argparse.Namespace, targets: list[Broker], out: Path) -> list[
             label = f"{workload.name} {broker.name} rep {rep}"
             if not _skip(workload, broker, skipped, progress.console):
                 progress.update(task, description=f"{label}: waiting for an idle machine")
-                waited = wait_for_idle(args.idle_wait, broker.pid)
+                waited = wait_for_idle(args.idle_wait, [broker.pid, *broker.peer_pids])
                 progress.update(task, description=label)
                 record = dict(run_one(workload, broker, rep, args), idle_wait_s=waited)
                 records.append(record)
@@ -166,12 +191,12 @@ def _skip(
     return False
 
 
-def wait_for_idle(max_wait: float, broker_pid: int) -> float:
+def wait_for_idle(max_wait: float, broker_pids: list[int]) -> float:
     """Wait (up to `max_wait` s) until other processes use < IDLE_CORES; seconds waited."""
     started = time.monotonic()
     time.sleep(SETTLE_S)  # let the broker finish the previous run's cleanup
     while time.monotonic() - started < max_wait:
-        if stats.foreign_cpu_share(broker_pid) < IDLE_CORES:
+        if stats.foreign_cpu_share(broker_pids) < IDLE_CORES:
             break
     return round(time.monotonic() - started, 1)
 
@@ -188,6 +213,8 @@ def notes(records: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # a SIGTERM unwinds like an exception, so the brokers this run started are stopped
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     targets = prepare_brokers(args)
     if not targets:
         err.print("[red]no broker to benchmark[/]")
@@ -203,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(report.comparison_table(records, args.workloads))
     console.print(report.cpu_table(records, args.workloads))
+    if args.cluster > 1:
+        console.print(report.node_cpu_table(records, args.workloads))
     for note in notes(records):
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     report.chart(records, args.workloads, png)

@@ -158,12 +158,15 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
 
 
-def foreign_cpu_share(exclude_pid: int, window_s: float = 1.0) -> float:
-    """Cores kept busy over `window_s` by anything but `exclude_pid`'s tree (0 = ignore)."""
-    machine, excluded = machine_busy_seconds(), tree_cpu_seconds(exclude_pid) if exclude_pid else 0
+def foreign_cpu_share(exclude_pids: list[int], window_s: float = 1.0) -> float:
+    """Cores kept busy over `window_s` by anything but the trees of `exclude_pids` (0s ignored)."""
+
+    def excluded_cpu() -> float:
+        return sum(tree_cpu_seconds(pid) for pid in exclude_pids if pid)
+
+    machine, excluded = machine_busy_seconds(), excluded_cpu()
     time.sleep(window_s)
-    excluded = (tree_cpu_seconds(exclude_pid) if exclude_pid else 0) - excluded
-    return (machine_busy_seconds() - machine - excluded) / window_s
+    return (machine_busy_seconds() - machine - (excluded_cpu() - excluded)) / window_s
 
 
 def settled_tree_rss(pid: int, max_wait_s: float, tolerance: int = 1 << 20) -> int:

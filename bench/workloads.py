@@ -11,6 +11,7 @@ from dataclasses import dataclass
 THROUGHPUT = ("published_per_s", "consumed_per_s")
 CONFIRMED = ("published_per_s", "confirmed_per_s", "consumed_per_s")
 LATENCY = ("latency_p50_ms", "latency_p99_ms", "latency_p999_ms")
+W6_ARGS = ("--consumers", "0", "--confirm", "1000", "--settle", "30")
 RELIABLE = ("--durable", "--persistent", "--confirm", "1000", "--ack", "manual")
 
 
@@ -76,8 +77,15 @@ STANDARD = (
     Workload(
         "W6",
         "broker RSS per queued message (no consumer, confirms 1000)",
-        ("--consumers", "0", "--confirm", "1000", "--settle", "30"),
+        W6_ARGS,
         ("rss_bytes_per_msg", "vm_mem_bytes_per_msg", "published_per_s"),
+        counted=True,
+    ),
+    Workload(
+        "W6Q",
+        "W6 for a quorum queue: leader RSS per queued persistent message",
+        ("--queue-type", "quorum", "--persistent", *W6_ARGS),
+        ("rss_bytes_per_msg", "published_per_s"),
         counted=True,
     ),
     Workload(

@@ -1,11 +1,13 @@
 """One node's view of the replicated log: a snapshot offset, entries after it, and cursors.
 
 Theory of operation:
-1. The log holds every entry after the latest snapshot in memory: `entries[i].index ==
-   snapshot_index + 1 + i`. The snapshot stands in for everything up to `snapshot_index`,
+1. The log holds the entries after `released_index` in memory: `entries[i].index ==
+   released_index + 1 + i`. The snapshot stands in for everything up to `snapshot_index`,
    whose term is `snapshot_term` (the paper's lastIncludedIndex/lastIncludedTerm).
-2. Four cursors, always ordered ``applied <= commit_index <= last_index`` and
-   ``snapshot_index <= stable_index <= last_index``:
+   Entries between the two are in the log but only on stable storage (point 5).
+2. Five cursors, always ordered ``applied <= commit_index <= last_index``,
+   ``snapshot_index <= stable_index <= last_index`` and ``snapshot_index <= released_index
+   <= min(applied, commit_index, stable_index)``:
    - `stable_index`: entries up to here are on the node's stable storage; later ones are
      handed out in the next `Ready` to be persisted;
    - `commit_index`: known to be committed (figure 2's commitIndex);
@@ -19,6 +21,11 @@ Theory of operation:
    dropped from memory that storage still keeps (a queue reads its bodies from them), so
    a leader can send them to a follower that is only a little behind instead of a whole
    snapshot. Those entries are committed, hence the same on every node.
+5. `release(index)` drops entries up to `index` from memory without a snapshot: they are
+   committed, applied and stable, so the `source` answers for them (their term, their
+   data) as for compacted ones. A snapshot costs as much as the state it holds, so it is
+   taken rarely; releasing costs nothing, so a log whose entries a machine keeps reading
+   (a quorum queue's bodies) need not hold them in memory until the next snapshot.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ class RaftLog:
         "applied",
         "commit_index",
         "entries",
+        "released_index",
+        "released_term",
         "snapshot_index",
         "snapshot_term",
         "source",
@@ -52,6 +61,8 @@ class RaftLog:
     def __init__(self, snapshot: Snapshot | None, entries: Sequence[Entry], commit_index: int):
         self.snapshot_index = snapshot.index if snapshot is not None else 0
         self.snapshot_term = snapshot.term if snapshot is not None else 0
+        self.released_index = self.snapshot_index
+        self.released_term = self.snapshot_term
         self.entries: list[Entry] = [e for e in entries if e.index > self.snapshot_index]
         for offset, entry in enumerate(self.entries):
             if entry.index != self.snapshot_index + 1 + offset:
@@ -69,17 +80,19 @@ class RaftLog:
 
     @property
     def last_index(self) -> int:
-        return self.snapshot_index + len(self.entries)
+        return self.released_index + len(self.entries)
 
     @property
     def last_term(self) -> int:
-        return self.entries[-1].term if self.entries else self.snapshot_term
+        return self.entries[-1].term if self.entries else self.released_term
 
     def term_at(self, index: int) -> int | None:
         """The term of the entry at `index`; None if compacted away or not yet written."""
+        if index == self.released_index:
+            return self.released_term
         if index == self.snapshot_index:
             return self.snapshot_term
-        if index < self.snapshot_index:
+        if index < self.released_index:
             if self.source is None:
                 return None
             if index == 0:
@@ -88,7 +101,7 @@ class RaftLog:
             return found.term if found is not None else None
         if index > self.last_index:
             return None
-        return self.entries[index - self.snapshot_index - 1].term
+        return self.entries[index - self.released_index - 1].term
 
     def matches(self, index: int, term: int) -> bool:
         return self.term_at(index) == term
@@ -101,9 +114,10 @@ class RaftLog:
 
     def slice(self, low: int, high: int) -> list[Entry]:
         """Entries with low <= index < high; low must be after the snapshot, or the
-        compacted entries from low on must be in the `source` (else none are returned)."""
-        offset = self.snapshot_index + 1
-        if low > self.snapshot_index:
+        compacted entries from low on must be in the `source` (else none are returned).
+        Released ones come from the `source` too."""
+        offset = self.released_index + 1
+        if low > self.released_index:
             return self.entries[low - offset : high - offset]
         if self.source is None:
             raise SafetyError(
@@ -117,8 +131,12 @@ class RaftLog:
             stored.append(found)
         return stored + self.entries[: max(0, high - offset)]
 
+    def in_memory(self, index: int) -> bool:
+        return self.released_index < index <= self.last_index
+
     def entry_at(self, index: int) -> Entry:
-        return self.entries[index - self.snapshot_index - 1]
+        """The entry at `index`, which must be `in_memory`."""
+        return self.entries[index - self.released_index - 1]
 
     def append(self, entries: Sequence[Entry]) -> None:
         """Add entries after the last one, or replace a conflicting suffix with them."""
@@ -129,7 +147,7 @@ class RaftLog:
             raise SafetyError(f"truncating committed entry {first} (commit {self.commit_index})")
         if first > self.last_index + 1 or first <= self.snapshot_index:
             raise SafetyError(f"append at {first} leaves a gap after {self.last_index}")
-        del self.entries[first - self.snapshot_index - 1 :]
+        del self.entries[first - self.released_index - 1 :]
         self.entries.extend(entries)
         self.stable_index = min(self.stable_index, first - 1)
 
@@ -149,8 +167,8 @@ class RaftLog:
     def find_conflict(self, entries: Sequence[Entry]) -> int:
         """The index of the first entry that is new or differs in term; 0 if none."""
         for entry in entries:
-            if entry.index <= self.snapshot_index:
-                continue  # covered by our snapshot, therefore committed and equal
+            if entry.index <= self.released_index:
+                continue  # snapshotted or released, therefore committed and equal
             if not self.matches(entry.index, entry.term):
                 return entry.index
         return 0
@@ -175,17 +193,17 @@ class RaftLog:
         return True
 
     def unstable(self) -> list[Entry]:
-        return self.entries[self.stable_index - self.snapshot_index :]
+        return self.entries[self.stable_index - self.released_index :]
 
     def committed_unapplied(self) -> list[Entry]:
-        start = max(self.applied, self.snapshot_index) + 1
+        start = max(self.applied, self.released_index) + 1
         return self.slice(start, self.commit_index + 1) if start <= self.commit_index else []
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the whole log by a snapshot from the leader (InstallSnapshot rule 7)."""
         self.entries = []
-        self.snapshot_index = snapshot.index
-        self.snapshot_term = snapshot.term
+        self.snapshot_index = self.released_index = snapshot.index
+        self.snapshot_term = self.released_term = snapshot.term
         self.commit_index = snapshot.index
         self.stable_index = snapshot.index
         # `applied` moves when the driver has applied the snapshot (advance).
@@ -197,7 +215,23 @@ class RaftLog:
         term = self.term_at(index)
         if term is None:
             raise SafetyError(f"compacting {index}: not in the log")
-        del self.entries[: index - self.snapshot_index]
+        if index > self.released_index:
+            self._drop_to(index, term)
         self.snapshot_index = index
         self.snapshot_term = term
         return term
+
+    def release(self, index: int) -> None:
+        """Drop the entries up to `index` from memory, keeping them in the log (point 5)."""
+        if index <= self.released_index:
+            return
+        if self.source is None:
+            raise SafetyError(f"releasing {index}: no source to read released entries from")
+        if index > min(self.applied, self.commit_index, self.stable_index):
+            raise SafetyError(f"releasing {index} beyond applied, committed and stable")
+        self._drop_to(index, self.entry_at(index).term)
+
+    def _drop_to(self, index: int, term: int) -> None:
+        del self.entries[: index - self.released_index]
+        self.released_index = index
+        self.released_term = term

@@ -36,7 +36,8 @@ Theory of operation:
    with the entries the application still reads; they are written as one BODIES record
    just before it, and every older readable record of the group dies with it (the log it
    came from may have diverged). Replay tracks where every readable record lies, so reads
-   work after a restart too.
+   work after a restart too. The latest snapshot's data can be read back too
+   (`read_snapshot_data`, once durable), so a Raft host need not keep it in memory.
 5. The WAL knows nothing about Raft: it takes primitive values and never imports
    `warren.raft`. Threads: as `Log` (only `sync_batch` may run on another thread).
 """
@@ -161,6 +162,8 @@ class _Ledger:
     entry_records: deque[list[int]] = field(default_factory=deque)
     hard_state_segment: int = 0  # 0: none stored
     snapshot_segment: int = 0
+    snapshot_offset: int = 0  # where the latest SNAPSHOT record lies in its segment
+    snapshot_sequence: int = 0
     snapshot_index: int = 0
     snapshot_term: int = 0
     readable: _Readable = field(default_factory=_Readable)
@@ -250,8 +253,25 @@ class RaftWal:
         sequence, segment_id = self._append(
             b"".join((_head(_Kind.SNAPSHOT, group), head, membership, data))
         )
-        self._track_snapshot(ledger, index, term, keeps, sequence, segment_id)
+        location = (sequence, segment_id, self.log.last_record_offset)
+        self._track_snapshot(ledger, index, term, keeps, *location)
         self._track_keep_from(ledger, index, keeps, keep_from, sequence)
+
+    def durable_snapshot_index(self, group: str) -> int | None:
+        """The index of the group's latest snapshot once its record is durable, else None."""
+        ledger = self._ledgers.get(group)
+        if ledger is None or not ledger.snapshot_segment:
+            return None
+        if ledger.snapshot_sequence > self.log.durable_sequence:
+            return None
+        return ledger.snapshot_index
+
+    def read_snapshot_data(self, group: str) -> bytes:
+        """The application's data of the group's latest snapshot (`durable_snapshot_index`)."""
+        ledger = self._ledgers[group]
+        sequence = ledger.snapshot_sequence
+        payload = self.log.read_record(ledger.snapshot_segment, ledger.snapshot_offset, sequence)
+        return _decode_snapshot(payload, _decode_head(payload)[2])[0].data
 
     def read_entry(self, group: str, index: int) -> bytes | None:
         """The data of the entry at `index` if it is readable (module docstring, 6)."""
@@ -422,11 +442,20 @@ class RaftWal:
         self._add_live(segment_id)
 
     def _track_snapshot(
-        self, ledger: _Ledger, index: int, term: int, keeps: bool, sequence: int, segment_id: int
+        self,
+        ledger: _Ledger,
+        index: int,
+        term: int,
+        keeps: bool,
+        sequence: int,
+        segment_id: int,
+        offset: int,
     ) -> None:
         if ledger.snapshot_segment:
             self._kill(sequence, ledger.snapshot_segment)
         ledger.snapshot_segment = segment_id
+        ledger.snapshot_offset = offset
+        ledger.snapshot_sequence = sequence
         ledger.snapshot_index = index
         ledger.snapshot_term = term
         self._add_live(segment_id)
@@ -483,7 +512,7 @@ class RaftWal:
                 if pending is not None and pending[0] == group:
                     self._track_installed_bodies(ledger, snapshot.index, *pending[1:])
                 self._track_snapshot(
-                    ledger, snapshot.index, snapshot.term, keeps, sequence, segment_id
+                    ledger, snapshot.index, snapshot.term, keeps, sequence, segment_id, offset
                 )
                 self._track_keep_from(ledger, snapshot.index, keeps, keep_from, sequence)
             else:

@@ -10,6 +10,8 @@ Theory of operation:
    address of its proxy to a peer in place of the peer's listener. `isolate(name)` cuts
    every proxy that touches the node (open connections are dropped, new ones refused)
    and `heal()` lets traffic through again: a network partition without root.
+   `faults=False` leaves the proxies out (the nodes dial each other's listeners), for
+   benchmarks that should not pay for a forwarding hop in the harness's process.
 3. `add_node(name, seeds)` starts one more node that joins the running cluster knowing
    only `seeds`, at their own listeners: the others learn its address when it joins, so
    no proxy is between it and them (`isolate` does not cut it off). Every node keeps the
@@ -148,6 +150,7 @@ class LocalCluster:
         *,
         raft_tick_ms: int = 50,
         extra: list[str] | None = None,
+        faults: bool = True,
     ) -> None:
         self.directory = directory
         self.raft_tick_ms = raft_tick_ms
@@ -156,7 +159,7 @@ class LocalCluster:
         self.seeds = {name: [other for other in names if other != name] for name in names}
         # (dialer, peer): the proxy that forwards the dialer's connections to the peer
         self.proxies: dict[tuple[str, str], FaultProxy] = {}
-        for a in names:
+        for a in names if faults else ():
             for b in names:
                 if a != b:
                     self.proxies[a, b] = FaultProxy(self.nodes[b].cluster_port)

@@ -171,8 +171,12 @@ async def catch_up_after_a_cut(
     behind = next(n for n in every if n is not leader)
     for node in every:
         node.peers.partition({behind.name} if node is not behind else {*nodes} - {behind.name})
-    await propose_all(leader, "g", payloads)
+    await propose_all(leader, "g", payloads[:-1])
+    await propose_all(leader, "g", payloads[-1:])  # a round after the snapshot's sync
     assert leader.group("g").status()["snapshot_index"] > 40  # type: ignore[operator]
+    # the snapshot's data left memory once durable: the follower gets it from the WAL
+    snapshot = leader.group("g").node.snapshot
+    assert snapshot is not None and snapshot.data == b""
     for node in every:
         node.peers.partition(set())
     await eventually(lambda: behind.machines["g"].payloads == payloads)
@@ -386,6 +390,41 @@ def test_a_follower_behind_the_compaction_gets_the_entries_the_wal_keeps(
         payloads = [b"keep %d" % i for i in range(200)]  # all held: the WAL keeps them all
         nodes, _leader, behind = await catch_up_after_a_cut(tmp_path, payloads, Holder)
         assert behind.machines["g"].restores == 0  # appends read from the leader's WAL
+        await stop_all(nodes)
+
+    run(body)
+
+
+class Growing(Holder):
+    """Holds everything it applied and claims to hold so much that it is never snapshotted."""
+
+    def retained(self) -> int:
+        return 1 << 40
+
+
+def test_applied_entries_leave_memory_between_snapshots_and_are_read_from_the_wal(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        names = ["a", "b", "c"]
+        nodes = await cluster(tmp_path, names, [], snapshot_entries=20)
+        every = list(nodes.values())
+        for node in every:
+            node.add_group("g", names, Growing())
+        leader = await leader_of(every, "g")
+        payloads = [b"keep %d" % i for i in range(300)]
+        for start in range(0, len(payloads), 30):  # many rounds
+            await propose_all(leader, "g", payloads[start : start + 30])
+        await propose_all(leader, "g", [b"keep last"])  # one more round after those
+        payloads.append(b"keep last")
+        for node in every:
+            await eventually(lambda node=node: node.machines["g"].payloads == payloads)
+        for node in every:
+            raft_log = node.group("g").node.log
+            assert raft_log.snapshot_index == 0 and raft_log.released_index > 250
+            assert len(raft_log.entries) <= 2 * 20 + 1
+            held = node.machines["g"].kept_indexes()
+            assert [node.group("g").entry_data(index) for index in held] == payloads
         await stop_all(nodes)
 
     run(body)

@@ -77,6 +77,23 @@ def test_a_local_snapshot_keeps_later_entries_and_a_diverged_one_drops_all(
     wal.close()
 
 
+def test_the_latest_snapshot_is_read_back_once_durable_also_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    wal = RaftWal.open(tmp_path)
+    assert wal.durable_snapshot_index("g") is None
+    wal.append_entries("g", entries(1, 6, term=1))
+    wal.save_snapshot("g", 3, 1, b"m", b"first")
+    wal.sync()
+    wal.save_snapshot("g", 5, 1, b"m", b"second")
+    assert wal.durable_snapshot_index("g") is None  # not synced yet
+    wal.sync()
+    assert (wal.durable_snapshot_index("g"), wal.read_snapshot_data("g")) == (5, b"second")
+    wal = reopen(wal, tmp_path)
+    assert (wal.durable_snapshot_index("g"), wal.read_snapshot_data("g")) == (5, b"second")
+    wal.close()
+
+
 def test_a_dropped_group_is_forgotten_and_can_start_again(tmp_path: Path) -> None:
     wal = RaftWal.open(tmp_path)
     wal.append_entries("g", entries(1, 3, term=1))

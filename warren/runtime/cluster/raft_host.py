@@ -27,7 +27,12 @@ Theory of operation:
    retains, follow its snapshot; the snapshot rides on the next round's sync and the WAL
    then retires the segments it made dead. A snapshot costs as much as the state it
    holds, so the quarter keeps the work linear (every entry of a growing queue is in
-   about five snapshots) and the log in memory at a quarter entry per queued message.
+   about five snapshots). Between snapshots the log keeps in memory only the last
+   `snapshot_entries` applied entries (and those not yet applied, stable or committed):
+   older ones are released (`RaftLog.release`) and read from the WAL when needed, so a
+   queue that only grows holds no whole entries in memory for its messages. Nor is the
+   snapshot's data kept once its record is durable: sending it to a follower reads it
+   back from the WAL.
 6. Entries a machine still reads after a snapshot covers them (`GroupMachine.kept_indexes`: a
    quorum queue reads a message's body from the entry that enqueued it) stay on disk: the
    snapshot record names the lowest of them (``keep_from``), and `RaftGroup.entry_data`
@@ -61,6 +66,7 @@ import logging
 import random
 import struct
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -193,7 +199,8 @@ class RaftGroup:
         self._proposals: dict[int, tuple[int, asyncio.Future[object]]] = {}  # index: term, future
         self._role = (False, NO_NODE)  # (leader, leader id) as the machine last heard
         self.removed = False
-        self._snapshot_kept = kept  # `machine.kept_indexes()` as of the snapshot
+        # `machine.kept_indexes()` as of the snapshot; as an array: a long queue's are many
+        self._snapshot_kept = array("q", kept)
 
     def entry_data(self, index: int) -> bytes:
         """The application's data of the applied entry at `index` that the machine holds
@@ -203,7 +210,7 @@ class RaftGroup:
     def _stored(self, index: int) -> bytes:
         """The entry at `index` as the log has it (stamped, point 8)."""
         raft_log = self.node.log
-        if raft_log.snapshot_index < index <= raft_log.last_index:
+        if raft_log.in_memory(index):
             return raft_log.entry_at(index).data
         data = self._host.wal.read_entry(self.group_id, index)
         if data is None:
@@ -214,7 +221,8 @@ class RaftGroup:
         """What a follower gets for `snapshot`: its data and the entries it holds (built
         for every send, rare enough: a long queue's copy is as large as its bodies)."""
         kept = sorted(index for index in self._snapshot_kept if index <= snapshot.index)
-        return encode_install(snapshot.data, [(index, self._stored(index)) for index in kept])
+        data = snapshot.data or self._host.wal.read_snapshot_data(self.group_id)
+        return encode_install(data, [(index, self._stored(index)) for index in kept])
 
     # --- the application's side ------------------------------------------------------------
 
@@ -395,12 +403,13 @@ class RaftGroup:
         if installed is not None:  # keep only the machine's part in memory
             index, data, kept = installed
             self.node.compact(index, data)
-            self._snapshot_kept = kept
+            self._snapshot_kept = array("q", kept)
         self._in_flight = False
         inbox = self._inbox
         for _ in range(len(inbox)):
             self._do(inbox.popleft())
         self._maybe_compact()
+        self._maybe_release()
         self._after_input()
 
     def _maybe_compact(self) -> None:
@@ -414,9 +423,25 @@ class RaftGroup:
             return  # not yet: compaction needs the entry on disk
         machine = self.machine
         snapshot = self.node.compact(applied, machine.snapshot())
-        self._snapshot_kept = kept = machine.kept_indexes()
+        self._snapshot_kept = kept = array("q", machine.kept_indexes())
         # from the entry before the oldest kept one: a follower's append needs its term
         self._host.save_snapshot(self.group_id, snapshot, min(kept, default=applied + 2) - 1)
+
+    def _maybe_release(self) -> None:
+        """Keep `snapshot_entries` applied entries in memory, at most twice that, and no
+        snapshot data that the WAL has (point 5)."""
+        raft_log = self.node.log
+        tail = self._host.snapshot_entries
+        floor = min(raft_log.applied, raft_log.stable_index) - tail
+        if floor - raft_log.released_index >= tail:
+            raft_log.release(floor)
+        snapshot = self.node.snapshot
+        if (
+            snapshot is not None
+            and snapshot.data
+            and self._host.wal.durable_snapshot_index(self.group_id) == snapshot.index
+        ):
+            self.node.snapshot = replace(snapshot, data=b"")
 
     def _check_role(self) -> None:
         role = (self.node.role is Role.LEADER, self.node.leader_id)
