@@ -273,7 +273,10 @@ def _unpacked(typecode: str, data: bytes) -> array[int]:
     return column
 
 
-def _columns(entries: Collection[Entry]) -> _Columns:
+def _columns(held: Iterable[Entry]) -> _Columns:
+    # one pass over the structure: a ready queue makes its plain messages' entries as it
+    # goes, so the seven columns read a list rather than the queue seven times
+    entries = list(held)
     messages = [entry.message for entry in entries]
     return _Columns(
         _packed("q", [entry.msg_id for entry in entries]),
