@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren import __version__
 from warren.amqp.table import Typed
+from warren.cluster.metadata import DeleteOperatorPolicy, DeletePolicy, PutOperatorPolicy, PutPolicy
 from warren.errors import AmqpError
 from warren.model import Binding, DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.arguments import QueueType
@@ -125,8 +126,9 @@ async def set_policy(
         operator=operator,
     )
     created = _store(target, operator).get(name) is None
-    change = "put_operator_policy" if operator else "put_policy"
-    if not await through_log(broker, change, policy_definition(policy)):
+    definition = policy_definition(policy)
+    change = PutOperatorPolicy(definition) if operator else PutPolicy(definition)
+    if not await through_log(broker, change):
         _policy_made(broker, target, policy, operator)
     return created
 
@@ -142,8 +144,8 @@ async def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool)
     target = vhost_of(broker, vhost)
     if _store(target, operator).get(name) is None:
         raise NotFound()
-    change = "delete_operator_policy" if operator else "delete_policy"
-    if await through_log(broker, change, vhost, name):
+    change = DeleteOperatorPolicy(vhost, name) if operator else DeletePolicy(vhost, name)
+    if await through_log(broker, change):
         return
     _store(target, operator).remove(name)
     if broker.durability is not None:

@@ -35,6 +35,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
+from warren.cluster.metadata import (
+    NodeAddress,
+    Operation,
+    PutQueue,
+    QueueDeclare,
+    QueueDelete,
+    QueueMembers,
+    operation_of,
+)
 from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord, QueueType
@@ -62,7 +71,6 @@ from warren.runtime.cluster.calls import (
 from warren.runtime.cluster.metadata import (
     Applied,
     MetadataMachine,
-    Operation,
     ReplicatedDefinitions,
     TransientDefinitions,
     logged,
@@ -260,7 +268,7 @@ class ClusterNode:
         size = _initial_size(record, self.config.quorum_cluster_size)
         members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
         group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
-        operation = ("", "put_queue", (queue_definition(record), (group_id, members)))
+        operation = PutQueue(queue_definition(record), (group_id, members))
         leader = self._first_leader(record, members)
         return asyncio.ensure_future(self._declared(operation, group_id, leader))
 
@@ -290,9 +298,9 @@ class ClusterNode:
             return self._rng.choice(members)
         return self.name
 
-    async def _declared(self, operation: Operation, group_id: str, leader: str) -> None:
+    async def _declared(self, operation: PutQueue, group_id: str, leader: str) -> None:
         await self.replicate(operation)
-        stored = operation[2][0]
+        stored = operation.queue
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
         host = self.broker.queues.get((stored.vhost, stored.name))
@@ -350,9 +358,7 @@ class ClusterNode:
     async def set_members(self, host: QuorumHost, members: list[str]) -> None:
         """Record a queue's new member list in the metadata group; back once applied here."""
         record = host.record
-        await self.replicate_cluster(
-            "queue_members", record.vhost, record.name, host.group_id, members
-        )
+        await self.replicate(QueueMembers(record.vhost, record.name, host.group_id, members))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
         while sorted(host.members) != sorted(members) and loop.time() < deadline:
@@ -462,9 +468,9 @@ class ClusterNode:
             self.peers.forget(node)
 
     def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]:
-        """A change to the cluster itself, applied by every node once committed (origin
-        ``""``); the future has the metadata leader's result."""
-        return self.replicate(("", method, arguments))
+        """A change to the cluster itself named as `warren.runtime.cluster.quorum` names its
+        queue's delete (the operation's tag and fields); `replicate` it."""
+        return self.replicate(operation_of(method, arguments))
 
     def forget_queue(self, host: QuorumHost) -> None:
         self._forwarders.pop(host.group_id, None)
@@ -539,22 +545,19 @@ class ClusterNode:
 
     # --- getting commands to leaders -------------------------------------------------------------
 
-    def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
-        return self.replicate((self.name, change, arguments))
+    def logged_change(self, change: Operation) -> asyncio.Future[object]:
+        return self.replicate(change)
 
     def logged_declare(self, record: QueueRecord) -> asyncio.Future[object]:
         self.broker.vhosts[record.vhost].delete_queue(record.name)
-        arguments = (queue_definition(record), self.name, record.durable)
-        return self.logged_change("queue_declare", arguments)
+        return self.replicate(QueueDeclare(queue_definition(record), self.name, record.durable))
 
     def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
         record = host.record
         if host.placement is not Placement.LOCAL or record.exclusive or self.applying:
             return None
-        arguments = (record.vhost, record.name, self.name)
-        return asyncio.ensure_future(
-            _counted(self.logged_change("queue_delete", arguments), host.machine.ready_count)
-        )
+        deleted = self.replicate(QueueDelete(record.vhost, record.name, self.name))
+        return asyncio.ensure_future(_counted(deleted, host.machine.ready_count))
 
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
         """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
@@ -716,10 +719,9 @@ class ClusterNode:
             outcomes = await asyncio.gather(*proposals, return_exceptions=True)
             return [_outcome(outcome) for outcome in outcomes]
         if isinstance(request, AddMember):
-            if request.host is not None:  # a node joining: everyone learns its address
-                await self.replicate_cluster(
-                    "node_address", request.node, request.host, request.port
-                )
+            if request.host is not None and request.port is not None:
+                # a node joining: everyone learns its address
+                await self.replicate(NodeAddress(request.node, request.host, request.port))
             await group.add_member(request.node)
             return sorted(group.members)
         if isinstance(request, RemoveMember):
