@@ -11,8 +11,8 @@ Theory of operation:
 4. In a cluster a user's, permission's, topic permission's and the cluster name's
    changes go to the metadata log first (`through_log`): every node, this one included,
    makes them when it applies the entry, and the call returns once every node has; so do
-   a vhost's (the creator's permission is a second entry). Imported definitions are made
-   here at once (`user_of` and `store_user`, and so on), each needing the one before it.
+   a vhost's (the creator's permission is a second entry). Imported definitions take the
+   same calls (`warren.runtime.admin.import_definitions`), each after the one before.
 """
 
 from __future__ import annotations

@@ -12,38 +12,41 @@ Theory of operation:
    on it), so the making is here, not in the pure core. The last index applied is kept
    in the store, so a restart does not apply anything twice.
 2. Log first: a channel's exchange declare and delete and bind and unbind (the
-   operations ``exchange_declare``, ``exchange_delete``, ``bind``, ``unbind``), its
-   declare and delete of a classic queue that is not exclusive (``queue_declare``: the
-   first for a name makes it, the home the queue, the others a proxy, and the channel
-   declares again against it; ``queue_delete``, proposed by the home, answered with the
-   count the queue had; the management API's queue PUT and DELETE alike), and the
-   management API's changes to exchanges, bindings, policies, vhosts, users,
-   (topic) permissions and the cluster name, are proposed without touching the model
-   (`Broker.logged_change`); the caller answers from what applying gave on its node:
-   the -ok, or the error the model refused it with (406 for an inequivalent declare
-   another node's came before, an `AmqpError` in the leader's answer). On a single node there
-   is no log: the caller makes the change at once, as it always did. Two nodes making
-   such changes at once end with the log's order everywhere.
+   operations `ExchangeDeclare`, `ExchangeDelete`, `Bind`, `Unbind`), its declare and
+   delete of a classic queue that is not exclusive (`QueueDeclare`: the first for a name
+   makes it, the home the queue, the others a proxy, and the channel declares again
+   against it; `QueueDelete`, proposed by the home, answered with the count the queue
+   had; the management API's queue PUT and DELETE alike), what a classic queue's home
+   deletes by itself (auto-delete, x-expires: a `QueueDelete` too, through the home's
+   host, `warren.runtime.cluster.node.HomeHost`), the management API's changes to
+   exchanges, bindings, policies, vhosts, users, (topic) permissions and the cluster
+   name, and imported definitions (`/api/definitions` POST, ``warrenctl
+   import_definitions``: the same operations, one after the other), are proposed
+   without touching the model (`Broker.logged_change`); the caller answers from what
+   applying gave on its node: the -ok, or the error the model refused it with (406 for
+   an inequivalent declare another node's came before, an `AmqpError` in the leader's
+   answer). What goes with a delete (the bindings to a queue, exchanges that
+   auto-delete with their last binding) goes on every node as it applies the delete,
+   with nothing more proposed. On a single node there is no log: the caller makes the
+   change at once, as it always did. Two nodes making such changes at once end with the
+   log's order everywhere.
 3. Quorum queues go to the log first too: their declare and delete take effect on every
-   node when committed (origin ``""``), so two nodes declaring one name at once end with
-   one queue (the first in the log) everywhere; the same holds for a queue's member list
-   and for the address of a node that joins (kept in the store, so every node can reach
-   it after a restart).
-4. Made here first: an exclusive queue's declare and delete (it lives and dies with its
-   connection, which the log cannot name), what a classic queue's home deletes by itself
-   (auto-delete, x-expires; the others have a proxy, `warren.runtime.cluster.remote`),
-   what goes with a delete (bindings to the queue, auto-deleted exchanges) and imported
-   definitions
-   are made on the node at once and proposed after: every durable change through the
-   store, wrapped by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written
-   locally and proposed), and through `TransientDefinitions` (the durability's observer)
-   what the store does not keep or keeps on one node only: every classic queue with its
-   home, non-durable exchanges, and every binding. A node stores a binding between
-   durable ends unless its queue's home is another node. Such a change is applied again
-   on its own node when the log brings it back, as on every other, so the nodes end the
-   same; for that moment its node may show an earlier change of the same definition
-   again. Two nodes making one classic queue name this way at once each keep their own
-   queue (each ignores the other's ``classic_queue``).
+   node when committed, so two nodes declaring one name at once end with one queue (the
+   first in the log) everywhere; the same holds for a queue's member list and for the
+   address of a node that joins (kept in the store, so every node can reach it after a
+   restart).
+4. Made here first: an exclusive queue's declare and delete, and what goes with that
+   delete. The queue lives and dies with its connection, which only its node knows: the
+   log cannot name the owner for the other nodes to check, and a connection that closes
+   must lose its queues at once, even on a node cut off from the log. Such changes are
+   made on the node and proposed after: every durable change through the store, wrapped
+   by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written locally and
+   proposed), and through `TransientDefinitions` (the durability's observer) what the
+   store does not keep or keeps on one node only: the classic queue with its home,
+   non-durable exchanges, and bindings. Such a change is applied again on its own node
+   when the log brings it back, as on every other, so the nodes end the same. When a
+   link comes up each node sends the other its own classic queues, non-durable
+   exchanges and bindings (`TransientDefinitions.operations`), made there if missing.
 5. Operations are numbered by their sender (a node's process, `logged`): a copy that a
    new leader commits again is skipped on every node (the transition's decision), as
    the quorum queues' `Sequenced` commands are. Entries earlier releases pickled are
