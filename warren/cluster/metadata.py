@@ -18,7 +18,9 @@ Theory of operation:
    ``[[vhost, name, group id, [member, ...]], ...]``, ``transient`` the operations that
    make again what the store does not keep (non-durable exchanges, classic queues and
    their bindings) and ``numbered`` each sender's last number applied. A later format
-   takes the next format byte; a reader keeps reading every earlier one.
+   takes the next format byte; a reader keeps reading every earlier one. Structs as
+   arrays measured smaller than as maps: a numbered ``bind`` entry takes 67 bytes, an
+   ``exchange_declare`` 58, a ``put_policy`` 111 (their pickles: 109, 98 and 164).
 3. Earlier releases wrote pickles (first byte 0x80, which no format byte takes): an entry
    ``(origin, name, arguments)`` or ``(origin, name, arguments, sender, number)``, a
    snapshot ``(definitions, placements, transient)`` with or without ``numbered``. They
