@@ -232,3 +232,46 @@ def _put_at_once(
     except urllib.error.HTTPError as refused:
         refused.close()
         answers[node] = refused.code
+
+
+def test_an_import_and_a_queue_put_on_two_nodes_at_once_end_with_one_queue_everywhere(
+    cluster: LocalCluster, name: str
+) -> None:
+    """An import of definitions goes through the metadata log as the API's own changes do:
+    racing a PUT of the same queue through another node, every node ends with the one
+    queue first in the log. The import leaves a queue that exists as it is (as
+    RabbitMQ's does): 204 either way; the PUT is refused (400) if the import's
+    inequivalent queue came first."""
+    for round_ in range(6):
+        queue = f"{name}-{round_}"
+        path = f"/api/queues/%2F/{queue}"
+        document = {"queues": [{"name": queue, "vhost": "/", "durable": True, "arguments": {}}]}
+        answers: dict[str, int] = {}
+        ready = threading.Barrier(2)
+        writers = [
+            threading.Thread(target=_import_at_once, args=(cluster, document, ready, answers)),
+            threading.Thread(
+                target=_put_at_once, args=(cluster, "warren-b", path, False, ready, answers)
+            ),
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        seen = {
+            (cluster.api(node, path)["node"], cluster.api(node, path)["durable"]) for node in NAMES
+        }
+        assert len(seen) == 1, seen
+        ((home, durable),) = seen
+        assert durable == (home == "warren-a")
+        assert answers == {"warren-a": 204, "warren-b": 400 if home == "warren-a" else 201}
+        cluster.api(home, path, "DELETE")
+
+
+def _import_at_once(
+    cluster: LocalCluster, document: object, ready: threading.Barrier, answers: dict[str, int]
+) -> None:
+    """POST /api/definitions to warren-a once the other thread is ready too."""
+    ready.wait()
+    cluster.api("warren-a", "/api/definitions", "POST", document)
+    answers["warren-a"] = 204

@@ -14,7 +14,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.cluster.conftest import AVAILABLE_WITHIN_S, QUORUM, connect, revived
+from tests.cluster.conftest import AVAILABLE_WITHIN_S, NAMES, QUORUM, connect, revived
 from tests.integration.conftest import (
     FRAME_METHOD,
     RawAmqp,
@@ -359,3 +359,37 @@ def test_restarted_nodes_learn_again_what_they_missed(cluster: LocalCluster, nam
     names = lambda: {queue["name"] for queue in cluster.api("warren-b", "/api/queues")}  # noqa: E731
     until(lambda: f"{name}.transient" not in names(), "the non-durable queue stayed")
     assert f"{name}.durable" in names()
+
+
+def test_a_home_deletes_its_own_queues_through_the_log(cluster: LocalCluster, name: str) -> None:
+    """What a classic queue's home deletes by itself (a queue that auto-deletes with its
+    last consumer, one whose x-expires ran out) goes through the metadata log as a
+    client's delete does: cut off from the others, the home keeps both queues (the log
+    cannot take their deletes); healed, every node deletes them."""
+    expiring, auto = f"{name}-expires", f"{name}-auto"
+    home = connect(cluster, "warren-a")
+    with revived(cluster):
+        channel = home.channel()
+        channel.queue_declare(expiring, arguments={"x-expires": 500})
+        channel.queue_declare(auto, auto_delete=True)
+        # neither goes while it has a consumer
+        tags = [channel.basic_consume(queue, lambda *args: None) for queue in (expiring, auto)]
+        known(cluster, NAMES[1:], expiring)
+        known(cluster, NAMES[1:], auto)
+        cluster.isolate("warren-a")
+        for tag in tags:
+            channel.basic_cancel(tag)
+        time.sleep(2.0)  # four times x-expires
+        for queue in (expiring, auto):
+            assert cluster.queue("warren-a", queue)["name"] == queue
+            assert cluster.queue("warren-b", queue)["name"] == queue
+        cluster.heal()
+        for node in NAMES:
+            for queue in (expiring, auto):
+                until(lambda node=node, queue=queue: _gone(cluster, node, queue), f"{queue} gone")
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        home.close()
+
+
+def _gone(cluster: LocalCluster, node: str, queue: str) -> bool:
+    return queue not in {q["name"] for q in cluster.api(node, "/api/queues")}

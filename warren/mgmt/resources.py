@@ -56,7 +56,7 @@ async def post_definitions(request: web.Request, broker: Broker, params: list[st
     except ValueError:
         return replies.bad_request("failed_to_parse_json")
     try:
-        admin.import_definitions(broker, document, vhost)
+        await admin.import_definitions(broker, document, vhost)
     except admin.NotFound:
         return replies.vhost_not_found()
     except admin.PolicyError as refused:

@@ -29,7 +29,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__
-from warren.amqp.table import Typed
+from warren.amqp.table import Typed, encode_table
+from warren.cluster.metadata import (
+    Bind,
+    DeleteOperatorPolicy,
+    DeletePolicy,
+    ExchangeDeclare,
+    PutOperatorPolicy,
+    PutPolicy,
+)
 from warren.errors import AmqpError
 from warren.model import Binding, DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.arguments import QueueType
@@ -125,10 +133,16 @@ async def set_policy(
         operator=operator,
     )
     created = _store(target, operator).get(name) is None
-    change = "put_operator_policy" if operator else "put_policy"
-    if not await through_log(broker, change, policy_definition(policy)):
-        _policy_made(broker, target, policy, operator)
+    await _put_policy(broker, target, policy, operator)
     return created
+
+
+async def _put_policy(broker: Broker, target: VHost, policy: Policy, operator: bool) -> None:
+    """Make a policy: in a cluster through the metadata log (point 6), else here at once."""
+    definition = policy_definition(policy)
+    change = PutOperatorPolicy(definition) if operator else PutPolicy(definition)
+    if not await through_log(broker, change):
+        _policy_made(broker, target, policy, operator)
 
 
 def _policy_made(broker: Broker, target: VHost, policy: Policy, operator: bool) -> None:
@@ -142,8 +156,8 @@ async def clear_policy(broker: Broker, vhost: str, name: str, *, operator: bool)
     target = vhost_of(broker, vhost)
     if _store(target, operator).get(name) is None:
         raise NotFound()
-    change = "delete_operator_policy" if operator else "delete_policy"
-    if await through_log(broker, change, vhost, name):
+    change = DeleteOperatorPolicy(vhost, name) if operator else DeletePolicy(vhost, name)
+    if await through_log(broker, change):
         return
     _store(target, operator).remove(name)
     if broker.durability is not None:
@@ -487,8 +501,11 @@ def binding_definition(vhost: VHost, binding: Binding) -> Json:
     }
 
 
-def import_definitions(broker: Broker, document: object, vhost: str | None = None) -> None:
-    """Declare what a RabbitMQ definitions document holds, as a client's declares would.
+async def import_definitions(broker: Broker, document: object, vhost: str | None = None) -> None:
+    """Declare what a RabbitMQ definitions document holds, as a client's declares would
+    (in a cluster through the metadata log, one object after the other: every node, this
+    one included, makes each when it applies it, and the call returns once every node
+    has them all).
 
     Objects that exist already are left as they are (RabbitMQ's import does the same), so
     importing twice changes nothing; users and permissions are replaced by the
@@ -503,7 +520,7 @@ def import_definitions(broker: Broker, document: object, vhost: str | None = Non
     if vhost is not None:
         vhost_of(broker, vhost)
     try:
-        _import(broker, document, vhost)
+        await _import(broker, document, vhost)
     except AmqpError as refused:
         raise DefinitionsError(refused.text) from None
     except (KeyError, TypeError, ValueError, AttributeError) as malformed:
@@ -531,9 +548,9 @@ def _no_vhost(name: object) -> str:
     return f"no_such_vhost {name!r}"
 
 
-def _import(broker: Broker, document: Json, vhost: str | None) -> None:
+async def _import(broker: Broker, document: Json, vhost: str | None) -> None:
     if vhost is None:
-        _import_access(broker, document)
+        await _import_access(broker, document)
     policies = [(item, False) for item in _items(document, "policies")]
     for item in _items(document, "parameters"):
         if item.get("component") == OPERATOR_POLICY_COMPONENT:
@@ -551,45 +568,42 @@ def _import(broker: Broker, document: Json, vhost: str | None) -> None:
             apply_to=item.get("apply-to", "all"),
             operator=operator,
         )
-        _policy_made(broker, target, policy, operator)
+        await _put_policy(broker, target, policy, operator)
     for item in _items(document, "queues"):
-        _import_queue(broker, _target(broker, item, vhost), item)
+        await _import_queue(broker, _target(broker, item, vhost), item)
     for item in _items(document, "exchanges"):
-        _import_exchange(broker, _target(broker, item, vhost), item)
+        await _import_exchange(broker, _target(broker, item, vhost), item)
     for item in _items(document, "bindings"):
-        _import_binding(broker, _target(broker, item, vhost), item)
+        await _import_binding(broker, _target(broker, item, vhost), item)
 
 
-def _import_access(broker: Broker, document: Json) -> None:
+async def _import_access(broker: Broker, document: Json) -> None:
     """Vhosts, users and permissions of a whole-node document (RabbitMQ's order)."""
     for item in _items(document, "vhosts"):
         name = item["name"]
         if not isinstance(name, str):
             raise DefinitionsError(f"malformed definitions: vhost name {name!r}")
         if name not in broker.vhosts:
-            info = admin_access.vhost_info(broker, name, _vhost_metadata(item))
-            admin_access.store_vhost(broker, info, creator="")
+            await admin_access.put_vhost(broker, name, _vhost_metadata(item), creator="")
     for item in _items(document, "users"):
         user = {
             "password_hash": item.get("password_hash", ""),
             "hashing_algorithm": item.get("hashing_algorithm", SHA256),
             "tags": item.get("tags", ""),
         }
-        admin_access.store_user(broker, admin_access.user_of(broker, str(item["name"]), user))
+        await admin_access.put_user(broker, str(item["name"]), user)
     try:
         for item in _items(document, "permissions"):
             vhost, user_name = str(item["vhost"]), str(item["user"])
-            permission = admin_access.permission_of(broker, vhost, user_name, item)
-            admin_access.store_permission(broker, permission)
+            await admin_access.put_permission(broker, vhost, user_name, item)
         for item in _items(document, "topic_permissions"):
             vhost, user_name = str(item["vhost"]), str(item["user"])
-            topic = admin_access.topic_permission_of(broker, vhost, user_name, item)
-            admin_access.store_topic_permission(broker, topic)
+            await admin_access.put_topic_permission(broker, vhost, user_name, item)
     except admin_access.AccessError as refused:
         raise DefinitionsError(str(refused.reason)) from None
     for item in _items(document, "global_parameters"):
         if item.get("name") == CLUSTER_NAME:
-            admin_access.store_cluster_name(broker, str(item["value"]))
+            await admin_access.set_cluster_name(broker, str(item["value"]))
 
 
 def _vhost_metadata(item: Json) -> Json:
@@ -598,7 +612,7 @@ def _vhost_metadata(item: Json) -> Json:
     return {key: source[key] for key in ("description", "tags") if key in source}
 
 
-def _import_queue(broker: Broker, target: VHost, item: Json) -> None:
+async def _import_queue(broker: Broker, target: VHost, item: Json) -> None:
     name = item["name"]
     if not isinstance(name, str) or name in target.queues:
         if not isinstance(name, str):
@@ -613,36 +627,56 @@ def _import_queue(broker: Broker, target: VHost, item: Json) -> None:
         auto_delete=bool(item.get("auto_delete", False)),
         arguments=typed_arguments(item.get("arguments")),
     )
-    if created:
+    if not created:
+        return
+    if record.queue_type is QueueType.CLASSIC:
+        logged = broker.logged_declare(record)
+    else:
+        logged = broker.replicated_declare(record)
+    if logged is None:
         broker.declare_queue(record)
+    else:  # in a cluster: made by the log (one declared meanwhile on another node stays)
+        await logged
 
 
-def _import_exchange(broker: Broker, target: VHost, item: Json) -> None:
+async def _import_exchange(broker: Broker, target: VHost, item: Json) -> None:
     name = item["name"]
     if not isinstance(name, str):
         raise DefinitionsError(f"malformed definitions: exchange name {name!r}")
     if not name or name.startswith(RESERVED_PREFIX) or name in target.exchanges:
         return  # RabbitMQ skips the predeclared ones too
+    kind, durable = str(item.get("type", "direct")), bool(item.get("durable", True))
+    auto_delete, internal = bool(item.get("auto_delete", False)), bool(item.get("internal", False))
+    arguments = typed_arguments(item.get("arguments"))
+    raw = encode_table(arguments)
+    declare = ExchangeDeclare(target.name, name, kind, durable, auto_delete, internal, raw)
+    if await through_log(broker, declare):
+        return
     exchange = target.declare_exchange(
         name,
-        str(item.get("type", "direct")),
+        kind,
         passive=False,
-        durable=bool(item.get("durable", True)),
-        auto_delete=bool(item.get("auto_delete", False)),
-        internal=bool(item.get("internal", False)),
-        arguments=typed_arguments(item.get("arguments")),
+        durable=durable,
+        auto_delete=auto_delete,
+        internal=internal,
+        arguments=arguments,
     )
     if broker.durability is not None:
         broker.durability.exchange_declared(target, exchange)
 
 
-def _import_binding(broker: Broker, target: VHost, item: Json) -> None:
+async def _import_binding(broker: Broker, target: VHost, item: Json) -> None:
     kind = DestinationKind(item.get("destination_type", "queue"))
     source, destination = str(item["source"]), str(item["destination"])
     routing_key = str(item.get("routing_key", ""))
     arguments = item.get("arguments") or {}
     if not isinstance(arguments, dict):
         raise DefinitionsError("malformed definitions: binding arguments must be an object")
+    typed = typed_arguments(arguments)
+    plain = encode_table({str(key): plain_value(value) for key, value in typed.items()})
+    bind = Bind(target.name, destination, kind.value, source, routing_key, plain)
+    if await through_log(broker, bind):
+        return
     target.bind(destination, kind, source, routing_key, dict(arguments))
     if broker.durability is not None:
         broker.durability.binding_added(target, destination, kind, source, routing_key, arguments)

@@ -11,8 +11,8 @@ Theory of operation:
 4. In a cluster a user's, permission's, topic permission's and the cluster name's
    changes go to the metadata log first (`through_log`): every node, this one included,
    makes them when it applies the entry, and the call returns once every node has; so do
-   a vhost's (the creator's permission is a second entry). Imported definitions are made
-   here at once (`user_of` and `store_user`, and so on), each needing the one before it.
+   a vhost's (the creator's permission is a second entry). Imported definitions take the
+   same calls (`warren.runtime.admin.import_definitions`), each after the one before.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
+from warren.cluster.metadata import (
+    DeletePermission,
+    DeleteTopicPermissions,
+    DeleteUser,
+    DeleteVHost,
+    Operation,
+    PutGlobalParameter,
+    PutPermission,
+    PutTopicPermission,
+    PutUser,
+    PutVHost,
+)
 from warren.errors import AmqpError, HardError, ReplyCode
 from warren.model import VHost
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
@@ -84,7 +96,7 @@ async def put_user(broker: Broker, name: str, body: Json) -> bool:
     """Create or replace a user; True when it is new."""
     user = user_of(broker, name, body)
     created = name not in broker.access.users
-    if not await through_log(broker, "put_user", user.definition()):
+    if not await through_log(broker, PutUser(user.definition())):
         store_user(broker, user)
     return created
 
@@ -118,7 +130,7 @@ def store_user(broker: Broker, user: User) -> None:
 async def delete_user(broker: Broker, name: str) -> None:
     if name not in broker.access.users:
         raise NotFound()
-    if await through_log(broker, "delete_user", name):
+    if await through_log(broker, DeleteUser(name)):
         return
     if broker.durability is not None:
         broker.durability.definitions.delete_user(name)
@@ -151,10 +163,10 @@ async def put_vhost(broker: Broker, name: str, body: Json, creator: str) -> bool
     info = vhost_info(broker, name, body)
     created = name not in broker.vhosts
     definition = VHostDefinition(name, info.description, info.tags, info.default_queue_type)
-    if not await through_log(broker, "put_vhost", definition):
+    if not await through_log(broker, PutVHost(definition)):
         return store_vhost(broker, info, creator)
     if created and creator in broker.access.users:
-        await through_log(broker, "put_permission", Permission(creator, name).definition())
+        await through_log(broker, PutPermission(Permission(creator, name).definition()))
     return created
 
 
@@ -190,7 +202,7 @@ async def remove_vhost(broker: Broker, name: str) -> None:
     """A vhost's DELETE: `delete_vhost` here, or in a cluster on every node from the log."""
     if name not in broker.vhosts:
         raise NotFound()
-    if not await through_log(broker, "delete_vhost", name):
+    if not await through_log(broker, DeleteVHost(name)):
         delete_vhost(broker, name)
 
 
@@ -258,7 +270,7 @@ def get_permission(broker: Broker, vhost: str, user: str) -> Json:
 async def put_permission(broker: Broker, vhost: str, user: str, body: Json) -> bool:
     permission = permission_of(broker, vhost, user, body)
     created = broker.access.permission(user, vhost) is None
-    if not await through_log(broker, "put_permission", permission.definition()):
+    if not await through_log(broker, PutPermission(permission.definition())):
         store_permission(broker, permission)
     return created
 
@@ -283,7 +295,7 @@ def store_permission(broker: Broker, permission: Permission) -> None:
 async def delete_permission(broker: Broker, vhost: str, user: str) -> None:
     if broker.access.permission(user, vhost) is None:
         raise NotFound()
-    if await through_log(broker, "delete_permission", user, vhost):
+    if await through_log(broker, DeletePermission(user, vhost)):
         return
     if broker.durability is not None:
         broker.durability.definitions.delete_permission(user, vhost)
@@ -327,7 +339,7 @@ async def put_topic_permission(broker: Broker, vhost: str, user: str, body: Json
     """Set a user's topic permission on one exchange; True when it is new."""
     permission = topic_permission_of(broker, vhost, user, body)
     created = (user, vhost, permission.exchange) not in broker.access.topic_permissions
-    if not await through_log(broker, "put_topic_permission", permission.definition()):
+    if not await through_log(broker, PutTopicPermission(permission.definition())):
         store_topic_permission(broker, permission)
     return created
 
@@ -362,7 +374,7 @@ async def delete_topic_permissions(
     ]
     if not present:
         raise NotFound()
-    if await through_log(broker, "delete_topic_permissions", user, vhost, exchange):
+    if await through_log(broker, DeleteTopicPermissions(user, vhost, exchange)):
         return
     if broker.durability is not None:
         broker.durability.definitions.delete_topic_permissions(user, vhost, exchange)
@@ -371,7 +383,7 @@ async def delete_topic_permissions(
 
 async def set_cluster_name(broker: Broker, name: str) -> None:
     """RabbitMQ's cluster_name global parameter; in a cluster it reaches every node."""
-    if not await through_log(broker, "put_global_parameter", CLUSTER_NAME, name):
+    if not await through_log(broker, PutGlobalParameter(CLUSTER_NAME, name)):
         store_cluster_name(broker, name)
 
 
@@ -381,11 +393,11 @@ def store_cluster_name(broker: Broker, name: str) -> None:
     broker.cluster_name = name
 
 
-async def through_log(broker: Broker, change: str, *arguments: object) -> bool:
+async def through_log(broker: Broker, change: Operation) -> bool:
     """In a cluster, make a definition change through the metadata log, on every node
     (`warren.runtime.cluster.metadata`, point 2), and raise what the model refused it
     with; False on a single node, where the caller makes it at once."""
-    pending = broker.logged_change(change, *arguments)
+    pending = broker.logged_change(change)
     if pending is None:
         return False
     refused = await pending

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.amqp.table import encode_table
+from warren.cluster.metadata import Bind, ExchangeDeclare, ExchangeDelete, Operation, Unbind
 from warren.errors import AmqpError, ReplyCode
 from warren.model import Binding, DestinationKind, Exchange, QueueType, VHost
 from warren.queue import Discard, Enqueue, Return, Settle
@@ -108,9 +109,9 @@ async def declare_exchange(broker: Broker, vhost: str, name: str, body: Json) ->
     durable, auto_delete = flag(body, "durable", True), flag(body, "auto_delete", False)
     internal = flag(body, "internal", False)
     arguments = typed_arguments(body.get("arguments"))
-    flags = (durable, auto_delete, internal)
     if created and await _logged(
-        broker, "exchange_declare", vhost, name, kind, flags, encode_table(arguments)
+        broker,
+        ExchangeDeclare(vhost, name, kind, durable, auto_delete, internal, encode_table(arguments)),
     ):
         return True
     try:
@@ -138,7 +139,7 @@ async def delete_exchange(
         raise NotFound()
     if not name or name.startswith("amq."):
         raise ObjectError(ReplyCode.ACCESS_REFUSED, "Access refused.")
-    if await _logged(broker, "exchange_delete", vhost, name, if_unused):
+    if await _logged(broker, ExchangeDelete(vhost, name, if_unused)):
         return
     try:
         target.delete_exchange(name, if_unused=if_unused)
@@ -220,10 +221,10 @@ def _header_value(value: object) -> object:
     return value
 
 
-async def _logged(broker: Broker, change: str, *arguments: object) -> bool:
+async def _logged(broker: Broker, change: Operation) -> bool:
     """`through_log`, with the model's refusal as an `ObjectError` (point 3)."""
     try:
-        return await through_log(broker, change, *arguments)
+        return await through_log(broker, change)
     except AmqpError as refused:
         raise ObjectError.of(refused) from None
 
@@ -401,8 +402,8 @@ async def add_binding(
     if not isinstance(arguments, dict):
         raise ObjectError(400, "arguments must be an object")
     plain = {str(key): plain_value(typed_arguments(arguments)[key]) for key in arguments}
-    binding = (destination, kind.value, source, routing_key, encode_table(plain))
-    if not await _logged(broker, "bind", vhost, *binding):
+    binding = Bind(vhost, destination, kind.value, source, routing_key, encode_table(plain))
+    if not await _logged(broker, binding):
         try:
             target.bind(destination, kind, source, routing_key, plain)
         except AmqpError as refused:
@@ -441,8 +442,8 @@ async def delete_binding(
     binding = find_binding(broker, vhost, source, kind, destination, key)
     target = vhost_of(broker, vhost)
     arguments = encode_table(dict(binding.arguments))
-    logged = (destination, kind.value, source, binding.routing_key, arguments)
-    if await _logged(broker, "unbind", vhost, *logged):
+    logged = Unbind(vhost, destination, kind.value, source, binding.routing_key, arguments)
+    if await _logged(broker, logged):
         return
     try:
         target.unbind(destination, kind, source, binding.routing_key, dict(binding.arguments))

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.cluster.metadata import Operation
 from warren.errors import AmqpError
 from warren.model import QueueRecord, VHost
 from warren.model.policy import Policy, effective_settings
@@ -76,7 +77,7 @@ class Cluster(Protocol):
 
     def unreachable(self) -> set[str]: ...
 
-    def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
+    def logged_change(self, change: Operation) -> asyncio.Future[object]:
         """A definition change of this node, made by every node from the metadata log."""
 
     def logged_declare(self, record: QueueRecord) -> asyncio.Future[object]:
@@ -140,12 +141,12 @@ class Broker:
         yet, once they have (None: none, or a single node): a definition's -ok waits."""
         return None if self.cluster is None else self.cluster.definitions.settled()
 
-    def logged_change(self, change: str, *arguments: object) -> asyncio.Future[object] | None:
+    def logged_change(self, change: Operation) -> asyncio.Future[object] | None:
         """In a cluster, a definition change (`warren.runtime.cluster.metadata`, point 2)
         that the metadata log makes on every node, this one too: its outcome (the error the
         model refused it with, or None) once every node applied it. None on a single node,
         where the caller makes the change at once."""
-        return None if self.cluster is None else self.cluster.logged_change(change, arguments)
+        return None if self.cluster is None else self.cluster.logged_change(change)
 
     def logged_declare(self, record: QueueRecord) -> asyncio.Future[object] | None:
         """In a cluster, a classic queue a channel declared is made by the metadata log

@@ -52,6 +52,7 @@ from warren.amqp.content import (
 )
 from warren.amqp.methods import encode_method
 from warren.amqp.table import TableError, Typed, decode_table, decode_table_typed
+from warren.cluster.metadata import Bind, ExchangeDeclare, ExchangeDelete, Operation, Unbind
 from warren.errors import (
     AmqpError,
     HardError,
@@ -249,16 +250,17 @@ class Channel:
     def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
         if not method.passive:
             self._permit(Access.CONFIGURE, DestinationKind.EXCHANGE, method.exchange)
-            flags = (method.durable, method.auto_delete, method.internal)
-            if method.exchange not in self.vhost.exchanges and self._logged(
-                method,
-                m.ExchangeDeclareOk(),
-                "exchange_declare",
+            declare = ExchangeDeclare(
                 self.vhost.name,
                 method.exchange,
                 method.type,
-                flags,
+                method.durable,
+                method.auto_delete,
+                method.internal,
                 method.arguments,
+            )
+            if method.exchange not in self.vhost.exchanges and self._logged(
+                method, m.ExchangeDeclareOk(), declare
             ):
                 return
         exchange = self.vhost.declare_exchange(
@@ -276,13 +278,9 @@ class Channel:
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
         self._permit(Access.CONFIGURE, DestinationKind.EXCHANGE, method.exchange)
+        delete = ExchangeDelete(self.vhost.name, method.exchange, method.if_unused)
         if method.exchange in self.vhost.exchanges and self._logged(
-            method,
-            m.ExchangeDeleteOk(),
-            "exchange_delete",
-            self.vhost.name,
-            method.exchange,
-            method.if_unused,
+            method, m.ExchangeDeleteOk(), delete
         ):
             return
         self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
@@ -320,17 +318,9 @@ class Channel:
         record = vhost.queues.get(destination) if kind is DestinationKind.QUEUE else None
         if record is not None and self.broker.cluster is not None:
             record.check_access(self.connection)  # through the log, the model cannot tell
-        if self._logged(
-            method,
-            reply,
-            "bind" if change == vhost.bind else "unbind",
-            vhost.name,
-            destination,
-            kind.value,
-            source,
-            method.routing_key,
-            method.arguments,
-        ):
+        logged = Bind if change == vhost.bind else Unbind
+        binding = (destination, kind.value, source, method.routing_key, method.arguments)
+        if self._logged(method, reply, logged(vhost.name, *binding)):
             return
         change(destination, kind, source, method.routing_key, arguments, owner=self.connection)
         durability = self.durability
@@ -345,12 +335,12 @@ class Channel:
                 )
         self._reply(method, reply)
 
-    def _logged(self, method: m.Method, reply: m.Method, change: str, *arguments: object) -> bool:
+    def _logged(self, method: m.Method, reply: m.Method, change: Operation) -> bool:
         """In a cluster, make a definition change through the metadata log, on every node
         this one too, and answer from what applying it gave here: `reply`, or the error the
         model refused it with (`warren.runtime.cluster.metadata`, point 2). False on a
         single node: the caller makes it at once."""
-        pending = self.broker.logged_change(change, *arguments)
+        pending = self.broker.logged_change(change)
         if pending is None:
             return False
         self.connection.suspend(self, pending, lambda done: self._applied(method, reply, done))

@@ -1,26 +1,27 @@
 """The metadata group's machine on a real broker and definitions store, without sockets or
-Raft: the log's stored form as the current code writes it (entries and snapshots must stay
-readable by every later version), and what concurrent changes converge to.
+Raft: the log's stored forms (entries and snapshots must stay readable by every later
+version), and what concurrent changes converge to.
 
-The hex bytes below were made by this code (``pickle.dumps`` of an operation, and of a
-snapshot's ``(Definitions, placements, transient operations)``): a change to what the
-metadata log stores must keep applying them."""
+The hex bytes below are what the metadata log stored: pickles of an operation and of a
+snapshot's ``(Definitions, placements, transient operations)`` (written up to Warren 0.3),
+and the versioned MessagePack encoding written since (`warren.cluster.metadata`). A change
+to what the metadata log stores must keep applying them all."""
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from warren.cluster import metadata as metadata_format
+from warren.cluster.metadata import Operation
 from warren.runtime.broker import Broker
 from warren.runtime.cluster import metadata
 from warren.runtime.cluster.metadata import (
     MetadataMachine,
-    Operation,
     ReplicatedDefinitions,
     TransientDefinitions,
 )
@@ -36,6 +37,12 @@ ENTRY = bytes.fromhex(
     "9493942981945d94288c012f948c026861948c045e715c2e948c06717565756573944b037d948c0a6d"
     "61782d6c656e677468944b0a736562859487942e"
 )
+# ("rabbit@a/1", 1, PutPolicy(the policy above)), format 1
+ENTRY_V1 = bytes.fromhex(
+    "0193aa72616262697440612f310192aa7075745f706f6c69637986a576686f7374a12fa46e616d65a26861"
+    "a77061747465726ea45e715c2ea86170706c795f746fa6717565756573a87072696f7269747903aa6465"
+    "66696e6974696f6e81aa6d61782d6c656e6774680a"
+)
 # (Definitions(vhosts=(VHostDefinition("v1", "a vhost"),), users=(UserDefinition("ann",
 # "hash", ("administrator",)),), policies=(the policy above,), global_parameters=
 # {"cluster_name": "warren-test"}), {}, []), pickle protocol 5
@@ -49,6 +56,20 @@ SNAPSHOT = bytes.fromhex(
     "61948c045e715c2e948c06717565756573944b037d948c0a6d61782d6c656e677468944b0a73656285"
     "9429297d948c0c636c75737465725f6e616d65948c0b77617272656e2d74657374947365627d945d94"
     "87942e"
+)
+
+# Snapshot(the definitions above, [], [], {"rabbit@a/1": 1}), format 1
+SNAPSHOT_V1 = bytes.fromhex(
+    "01948aa676686f7374739184a46e616d65a27631ab6465736372697074696f6ea7612076686f7374a474"
+    "61677390b264656661756c745f71756575655f74797065c0a575736572739184a46e616d65a3616e6ead"
+    "70617373776f72645f68617368a468617368a47461677391ad61646d696e6973747261746f72b1686173"
+    "68696e675f616c676f726974686dbe7261626269745f70617373776f72645f68617368696e675f736861"
+    "323536ab7065726d697373696f6e7390a965786368616e67657390a671756575657390a862696e64696e"
+    "677390a8706f6c69636965739186a576686f7374a12fa46e616d65a26861a77061747465726ea45e715c"
+    "2ea86170706c795f746fa6717565756573a87072696f7269747903aa646566696e6974696f6e81aa6d61"
+    "782d6c656e6774680ab16f70657261746f725f706f6c696369657390b1746f7069635f7065726d697373"
+    "696f6e7390b1676c6f62616c5f706172616d657465727381ac636c75737465725f6e616d65ab77617272"
+    "656e2d74657374909081aa72616262697440612f3101"
 )
 
 
@@ -92,8 +113,8 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def logged(operation: Operation) -> bytes:
-    """An operation as the version before numbered operations stored it in the log."""
-    return pickle.dumps(operation, pickle.HIGHEST_PROTOCOL)
+    """An operation in the log with no sender (as entries written before numbering)."""
+    return metadata.logged(operation, "", 0)
 
 
 def logged_as(operation: Operation, sender: str, number: int) -> bytes:
@@ -105,25 +126,40 @@ def node(name: str, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> Node:
     return Node(name, tmp_path / name, loop)
 
 
-def test_an_entry_written_by_this_version_is_applied(
-    tmp_path: Path, loop: asyncio.AbstractEventLoop
+@pytest.mark.parametrize("entry", [ENTRY, ENTRY_V1], ids=["pickle", "format-1"])
+def test_an_entry_of_every_format_is_applied(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop, entry: bytes
 ) -> None:
     b = node("rabbit@b", tmp_path, loop)
-    b.apply(ENTRY)
+    b.apply(entry)
     assert b.policies() == [("ha", {"max-length": 10})]
     assert b.broker.vhosts["/"].policies.get("ha") is not None
     assert b.definitions.store.applied_index() == 1
 
 
-def test_a_snapshot_written_by_this_version_is_restored(
-    tmp_path: Path, loop: asyncio.AbstractEventLoop
+@pytest.mark.parametrize("snapshot", [SNAPSHOT, SNAPSHOT_V1], ids=["pickle", "format-1"])
+def test_a_snapshot_of_every_format_is_restored(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop, snapshot: bytes
 ) -> None:
     b = node("rabbit@b", tmp_path, loop)
-    b.machine.restore(SNAPSHOT)
+    b.machine.restore(snapshot)
     assert "v1" in b.broker.vhosts
     assert "ann" in b.broker.access.users
     assert b.broker.cluster_name == "warren-test"
     assert b.policies() == [("ha", {"max-length": 10})]
+
+
+def test_a_snapshot_is_written_in_the_current_format(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    b = node("rabbit@b", tmp_path, loop)
+    b.machine.restore(SNAPSHOT)
+    written = b.machine.snapshot()
+    assert written[0] == metadata_format.FORMAT
+    c = node("rabbit@c", tmp_path, loop)
+    c.machine.restore(written)
+    assert c.policies() == b.policies()
+    assert c.broker.cluster_name == "warren-test"
 
 
 def policy(value: int) -> PolicyDefinition:

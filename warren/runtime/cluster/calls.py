@@ -31,6 +31,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
+from warren.cluster.metadata import Operation
 from warren.queue import Command, Entry
 
 R = TypeVar("R")
@@ -230,4 +231,4 @@ class ConsumerCancelled:
 class Definitions:
     """A node's own classic queues, non-durable exchanges and bindings, as operations."""
 
-    operations: list[tuple[str, tuple[Any, ...]]]
+    operations: list[Operation]

@@ -1,53 +1,61 @@
 """Cluster metadata: definitions replicated through one Raft group that every node is in.
 
 Theory of operation:
-1. A definition change is an operation ``(origin node, name, arguments)`` in the log of
-   the metadata group. `MetadataMachine.apply` runs on every node in log order and applies
-   every operation, its proposer's own included, to the node's live model *and* its
-   store (with replication switched off while it does, `applying`, so nothing echoes
-   back); its result goes back to the proposer. The last index applied is kept in the
-   store, so a restart does not apply anything twice.
+1. A definition change is a typed operation (`warren.cluster.metadata`: one small class
+   per change, in a versioned MessagePack encoding) in the log of the metadata group.
+   `MetadataMachine.apply` runs on every node in log order: the pure transition
+   (`warren.cluster.metadata.apply`) decides whether the entry is new, and this module
+   carries out its effects, making every operation, its proposer's own included, on the
+   node's live model *and* its store (with replication switched off while it does,
+   `applying`, so nothing echoes back), dispatched by the operation's type; its result
+   goes back to the proposer. The live model stays the machine's state (channels route
+   on it), so the making is here, not in the pure core. The last index applied is kept
+   in the store, so a restart does not apply anything twice.
 2. Log first: a channel's exchange declare and delete and bind and unbind (the
-   operations ``exchange_declare``, ``exchange_delete``, ``bind``, ``unbind``), its
-   declare and delete of a classic queue that is not exclusive (``queue_declare``: the
-   first for a name makes it, the home the queue, the others a proxy, and the channel
-   declares again against it; ``queue_delete``, proposed by the home, answered with the
-   count the queue had; the management API's queue PUT and DELETE alike), and the
-   management API's changes to exchanges, bindings, policies, vhosts, users,
-   (topic) permissions and the cluster name, are proposed without touching the model
-   (`Broker.logged_change`); the caller answers from what applying gave on its node:
-   the -ok, or the error the model refused it with (406 for an inequivalent declare
-   another node's came before, carried as a pickled `AmqpError`). On a single node there
-   is no log: the caller makes the change at once, as it always did. Two nodes making
-   such changes at once end with the log's order everywhere.
+   operations `ExchangeDeclare`, `ExchangeDelete`, `Bind`, `Unbind`), its declare and
+   delete of a classic queue that is not exclusive (`QueueDeclare`: the first for a name
+   makes it, the home the queue, the others a proxy, and the channel declares again
+   against it; `QueueDelete`, proposed by the home, answered with the count the queue
+   had; the management API's queue PUT and DELETE alike), what a classic queue's home
+   deletes by itself (auto-delete, x-expires: a `QueueDelete` too, through the home's
+   host, `warren.runtime.cluster.node.HomeHost`), the management API's changes to
+   exchanges, bindings, policies, vhosts, users, (topic) permissions and the cluster
+   name, and imported definitions (`/api/definitions` POST, ``warrenctl
+   import_definitions``: the same operations, one after the other), are proposed
+   without touching the model (`Broker.logged_change`); the caller answers from what
+   applying gave on its node: the -ok, or the error the model refused it with (406 for
+   an inequivalent declare another node's came before, an `AmqpError` in the leader's
+   answer). What goes with a delete (the bindings to a queue, exchanges that
+   auto-delete with their last binding) goes on every node as it applies the delete,
+   with nothing more proposed. On a single node there is no log: the caller makes the
+   change at once, as it always did. Two nodes making such changes at once end with the
+   log's order everywhere.
 3. Quorum queues go to the log first too: their declare and delete take effect on every
-   node when committed (origin ``""``), so two nodes declaring one name at once end with
-   one queue (the first in the log) everywhere; the same holds for a queue's member list
-   and for the address of a node that joins (kept in the store, so every node can reach
-   it after a restart).
-4. Made here first: an exclusive queue's declare and delete (it lives and dies with its
-   connection, which the log cannot name), what a classic queue's home deletes by itself
-   (auto-delete, x-expires; the others have a proxy, `warren.runtime.cluster.remote`),
-   what goes with a delete (bindings to the queue, auto-deleted exchanges) and imported
-   definitions
-   are made on the node at once and proposed after: every durable change through the
-   store, wrapped by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written
-   locally and proposed), and through `TransientDefinitions` (the durability's observer)
-   what the store does not keep or keeps on one node only: every classic queue with its
-   home, non-durable exchanges, and every binding. A node stores a binding between
-   durable ends unless its queue's home is another node. Such a change is applied again
-   on its own node when the log brings it back, as on every other, so the nodes end the
-   same; for that moment its node may show an earlier change of the same definition
-   again. Two nodes making one classic queue name this way at once each keep their own
-   queue (each ignores the other's ``classic_queue``).
+   node when committed, so two nodes declaring one name at once end with one queue (the
+   first in the log) everywhere; the same holds for a queue's member list and for the
+   address of a node that joins (kept in the store, so every node can reach it after a
+   restart).
+4. Made here first: an exclusive queue's declare and delete, and what goes with that
+   delete. The queue lives and dies with its connection, which only its node knows: the
+   log cannot name the owner for the other nodes to check, and a connection that closes
+   must lose its queues at once, even on a node cut off from the log. Such changes are
+   made on the node and proposed after: every durable change through the store, wrapped
+   by `ReplicatedDefinitions` (each ``put_*``/``delete_*`` is written locally and
+   proposed), and through `TransientDefinitions` (the durability's observer) what the
+   store does not keep or keeps on one node only: the classic queue with its home,
+   non-durable exchanges, and bindings. Such a change is applied again on its own node
+   when the log brings it back, as on every other, so the nodes end the same. When a
+   link comes up each node sends the other its own classic queues, non-durable
+   exchanges and bindings (`TransientDefinitions.operations`), made there if missing.
 5. Operations are numbered by their sender (a node's process, `logged`): a copy that a
-   new leader commits again is skipped on every node, as the quorum queues' `Sequenced`
-   commands are. Entries written before numbering, ``(origin, name, arguments)``, are
-   read as they are (`_read`).
+   new leader commits again is skipped on every node (the transition's decision), as
+   the quorum queues' `Sequenced` commands are. Entries earlier releases pickled are
+   read through `warren.legacy` as typed operations (those written before numbering
+   have no sender).
 6. Snapshots: the machine's snapshot is the node's store contents (`Definitions`), the
    quorum queues' placements, what the store does not keep (point 4) and the last number
-   applied of each sender; a node that restores one puts every definition it holds (one
-   taken before numbering has no senders).
+   applied of each sender; a node that restores one makes every definition it holds
+   (`warren.cluster.metadata.restoring`).
 7. A definition's -ok reaches the client once every node has it, as in RabbitMQ: an
    operation's proposer waits, after the commit, until its own node and every node it has
    a link with applied the entry (`ClusterNode.replicate`, an `AppliedThrough` barrier,
@@ -61,14 +69,58 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import pickle
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
+from warren.cluster.metadata import (
+    Bind,
+    Change,
+    ClassicQueue,
+    DeleteBinding,
+    DeleteClassicQueue,
+    DeleteExchange,
+    DeleteOperatorPolicy,
+    DeletePermission,
+    DeletePolicy,
+    DeleteQueue,
+    DeleteTopicPermissions,
+    DeleteUser,
+    DeleteVHost,
+    Entry,
+    ExchangeDeclare,
+    ExchangeDelete,
+    Meta,
+    NodeAddress,
+    NodeForgotten,
+    Operation,
+    PutBinding,
+    PutExchange,
+    PutGlobalParameter,
+    PutOperatorPolicy,
+    PutPermission,
+    PutPolicy,
+    PutQueue,
+    PutTopicPermission,
+    PutUser,
+    PutVHost,
+    QueueDeclare,
+    QueueDelete,
+    QueueMembers,
+    Recorded,
+    Snapshot,
+    State,
+    TransientExchange,
+    Unbind,
+    decode_entry,
+    decode_snapshot,
+    encode_entry,
+    encode_snapshot,
+    restoring,
+)
+from warren.cluster.metadata import apply as transition
 from warren.errors import AmqpError
-from warren.model import DestinationKind, Exchange, QueueType, VHost
+from warren.model import DestinationKind, Exchange, VHost
 from warren.model.binding import Binding
 from warren.model.vhost import RESERVED_PREFIX
 from warren.runtime import recovery
@@ -83,14 +135,12 @@ from warren.runtime.durability import Durability, binding_definition, queue_defi
 from warren.runtime.queues.host import Placement, QueueHost
 from warren.storage.definitions import (
     BindingDefinition,
-    Definitions,
     DefinitionsStore,
     QueueDefinition,
 )
 
 log = logging.getLogger("warren.cluster.metadata")
 
-Operation = tuple[str, str, tuple[Any, ...]]  # origin node, store method, its arguments
 Placements = dict[tuple[str, str], tuple[str, list[str]]]  # queue -> (group id, members)
 
 
@@ -141,11 +191,11 @@ class ReplicatedDefinitions:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def replicate(self, method: str, *arguments: Any) -> None:
+    def replicate(self, operation: Operation) -> None:
         """Propose a change made here (not one being applied from the log)."""
         if not self.applying:
-            outcome = self.cluster.replicate((self.cluster.name, method, arguments))
-            outcome.add_done_callback(lambda done: _unreplicated(done, method, arguments))
+            outcome = self.cluster.replicate(operation)
+            outcome.add_done_callback(lambda done: _unreplicated(done, operation))
             self._unsettled[outcome] = None
             outcome.add_done_callback(self._settled)
 
@@ -161,47 +211,47 @@ class ReplicatedDefinitions:
 
     def put_vhost(self, vhost: Any) -> None:
         self.store.put_vhost(vhost)
-        self.replicate("put_vhost", vhost)
+        self.replicate(PutVHost(vhost))
 
     def delete_vhost(self, name: str) -> None:
         self.store.delete_vhost(name)
-        self.replicate("delete_vhost", name)
+        self.replicate(DeleteVHost(name))
 
     def put_user(self, user: Any) -> None:
         self.store.put_user(user)
-        self.replicate("put_user", user)
+        self.replicate(PutUser(user))
 
     def delete_user(self, name: str) -> None:
         self.store.delete_user(name)
-        self.replicate("delete_user", name)
+        self.replicate(DeleteUser(name))
 
     def put_permission(self, permission: Any) -> None:
         self.store.put_permission(permission)
-        self.replicate("put_permission", permission)
+        self.replicate(PutPermission(permission))
 
     def delete_permission(self, user: str, vhost: str) -> None:
         self.store.delete_permission(user, vhost)
-        self.replicate("delete_permission", user, vhost)
+        self.replicate(DeletePermission(user, vhost))
 
     def put_topic_permission(self, permission: Any) -> None:
         self.store.put_topic_permission(permission)
-        self.replicate("put_topic_permission", permission)
+        self.replicate(PutTopicPermission(permission))
 
     def delete_topic_permissions(self, user: str, vhost: str, exchange: str | None) -> None:
         self.store.delete_topic_permissions(user, vhost, exchange)
-        self.replicate("delete_topic_permissions", user, vhost, exchange)
+        self.replicate(DeleteTopicPermissions(user, vhost, exchange))
 
     def put_global_parameter(self, name: str, value: Any) -> None:
         self.store.put_global_parameter(name, value)
-        self.replicate("put_global_parameter", name, value)
+        self.replicate(PutGlobalParameter(name, value))
 
     def put_exchange(self, exchange: Any) -> None:
         self.store.put_exchange(exchange)
-        self.replicate("put_exchange", exchange)
+        self.replicate(PutExchange(exchange))
 
     def delete_exchange(self, vhost: str, name: str) -> None:
         self.store.delete_exchange(vhost, name)
-        self.replicate("delete_exchange", vhost, name)
+        self.replicate(DeleteExchange(vhost, name))
 
     def put_binding(self, binding: BindingDefinition) -> None:
         """Stored (replicated by `TransientDefinitions`, as every binding is)."""
@@ -219,19 +269,19 @@ class ReplicatedDefinitions:
 
     def put_policy(self, policy: Any) -> None:
         self.store.put_policy(policy)
-        self.replicate("put_policy", policy)
+        self.replicate(PutPolicy(policy))
 
     def delete_policy(self, vhost: str, name: str) -> None:
         self.store.delete_policy(vhost, name)
-        self.replicate("delete_policy", vhost, name)
+        self.replicate(DeletePolicy(vhost, name))
 
     def put_operator_policy(self, policy: Any) -> None:
         self.store.put_operator_policy(policy)
-        self.replicate("put_operator_policy", policy)
+        self.replicate(PutOperatorPolicy(policy))
 
     def delete_operator_policy(self, vhost: str, name: str) -> None:
         self.store.delete_operator_policy(vhost, name)
-        self.replicate("delete_operator_policy", vhost, name)
+        self.replicate(DeleteOperatorPolicy(vhost, name))
 
 
 class TransientDefinitions:
@@ -242,8 +292,8 @@ class TransientDefinitions:
         self.cluster = cluster
         self._exchanges: dict[str, set[str]] = {}  # non-durable exchanges, by vhost
 
-    def _replicate(self, method: str, *arguments: Any) -> None:
-        self.cluster.definitions.replicate(method, *arguments)
+    def _replicate(self, operation: Operation) -> None:
+        self.cluster.definitions.replicate(operation)
 
     def known(self, vhost: str, exchange: str) -> None:
         """A non-durable exchange another node declared (its delete is replicated too)."""
@@ -255,23 +305,23 @@ class TransientDefinitions:
         if name in known or not name or name.startswith(RESERVED_PREFIX):
             return  # known, or predeclared in every vhost
         known.add(name)
-        self._replicate("transient_exchange", *_exchange_arguments(vhost, exchange))
+        self._replicate(_transient_exchange(vhost, exchange))
 
     def exchanges_changed(self, vhost: VHost) -> None:
         known = self._exchanges.get(vhost.name)
         for name in [name for name in known or () if name not in vhost.exchanges]:
             known.discard(name)  # type: ignore[union-attr]
-            self._replicate("delete_exchange", vhost.name, name)
+            self._replicate(DeleteExchange(vhost.name, name))
 
-    def operations(self, home: str | None) -> list[tuple[str, tuple[Any, ...]]]:
+    def operations(self, home: str | None) -> list[Operation]:
         """What the store does not keep, as operations that make it again elsewhere: the
         non-durable exchanges, the classic queues whose home is `home` (all if None), and
         the bindings to those queues or with a non-durable end (with `home` None: every
         binding). A node that has one already keeps it as it is."""
         broker = self.cluster.broker
-        exchanges: list[tuple[str, tuple[Any, ...]]] = []
-        queues: list[tuple[str, tuple[Any, ...]]] = []
-        bindings: list[tuple[str, tuple[Any, ...]]] = []
+        exchanges: list[Operation] = []
+        queues: list[Operation] = []
+        bindings: list[Operation] = []
         listed: set[tuple[str, str]] = set()
         for host in list(broker.queues.values()):
             if host.placement is Placement.LOCAL:
@@ -282,12 +332,12 @@ class TransientDefinitions:
                 continue
             if home in (None, found):
                 listed.add((record.vhost, record.name))
-                arguments = (queue_definition(record), found, record.durable, record.exclusive)
-                queues.append(("classic_queue", arguments))
+                definition = queue_definition(record)
+                queues.append(ClassicQueue(definition, found, record.durable, record.exclusive))
         for vhost in list(broker.vhosts.values()):
             for exchange in vhost.exchanges.values():
                 if not exchange.durable and not exchange.name.startswith(RESERVED_PREFIX):
-                    exchanges.append(("transient_exchange", _exchange_arguments(vhost, exchange)))
+                    exchanges.append(_transient_exchange(vhost, exchange))
                 for binding in exchange.bindings if exchange.name else ():
                     if home is None or _carried(vhost, exchange, binding, listed):
                         stored = binding_definition(
@@ -298,22 +348,22 @@ class TransientDefinitions:
                             binding.routing_key,
                             binding.arguments,
                         )
-                        bindings.append(("put_binding", (stored,)))
+                        bindings.append(PutBinding(stored))
         return [*exchanges, *queues, *bindings]
 
     def binding_changed(self, binding: BindingDefinition, added: bool) -> None:
-        self._replicate("put_binding" if added else "delete_binding", binding)
+        self._replicate(PutBinding(binding) if added else DeleteBinding(binding))
 
     def queue_declared(self, host: QueueHost) -> None:
         if host.placement is Placement.LOCAL:  # a classic queue whose home is this node
             record = host.record
-            home = self.cluster.name
             definition = queue_definition(record)
-            self._replicate("classic_queue", definition, home, record.durable, record.exclusive)
+            home = self.cluster.name
+            self._replicate(ClassicQueue(definition, home, record.durable, record.exclusive))
 
     def queue_deleted(self, vhost: VHost, host: QueueHost) -> None:
         if host.placement is Placement.LOCAL:
-            self._replicate("delete_classic_queue", vhost.name, host.name, self.cluster.name)
+            self._replicate(DeleteClassicQueue(vhost.name, host.name, self.cluster.name))
 
 
 def _carried(
@@ -327,9 +377,9 @@ def _carried(
     return not source.durable or (target is not None and not target.durable)
 
 
-def _exchange_arguments(vhost: VHost, exchange: Exchange) -> tuple[Any, ...]:
-    """A non-durable exchange as the ``transient_exchange`` operation has it."""
-    return (
+def _transient_exchange(vhost: VHost, exchange: Exchange) -> TransientExchange:
+    """A non-durable exchange as an operation that makes it on another node."""
+    return TransientExchange(
         vhost.name,
         exchange.name,
         exchange.type.value,
@@ -339,27 +389,17 @@ def _exchange_arguments(vhost: VHost, exchange: Exchange) -> tuple[Any, ...]:
     )
 
 
-def _unreplicated(done: asyncio.Future[object], method: str, arguments: tuple[Any, ...]) -> None:
+def _unreplicated(done: asyncio.Future[object], operation: Operation) -> None:
     """A change made here that the metadata group never took: the other nodes miss it."""
     error = None if done.cancelled() else done.exception()
     if error is not None:
-        log.warning("%s%r not replicated to the cluster: %s", method, arguments, error)
+        log.warning("%r not replicated to the cluster: %s", operation, error)
 
 
 def logged(operation: Operation, sender: str, number: int) -> bytes:
     """An operation as the metadata log holds it: numbered by its sender (one node's
     process), from 1, so that a copy a new leader commits again is applied once (point 5)."""
-    return pickle.dumps((*operation, sender, number), pickle.HIGHEST_PROTOCOL)
-
-
-def _read(data: bytes) -> tuple[Operation, tuple[str, int] | None]:
-    """An entry of the log, with its sender and number; one written before operations were
-    numbered is ``(origin, method, arguments)`` and has none."""
-    loaded = pickle.loads(data)
-    if len(loaded) == 3:
-        return loaded, None
-    origin, method, arguments, sender, number = loaded
-    return (origin, method, arguments), (sender, number)
+    return encode_entry(Entry(sender, number, operation))
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,23 +412,36 @@ class Applied:
 
 
 class MetadataMachine:
-    """The metadata group's state machine: every node's definition changes, applied here in
-    log order."""
+    """The metadata group's state machine on this node: the pure transition
+    (`warren.cluster.metadata.apply`) decides, this carries its effects out on the live
+    model and the store."""
 
     def __init__(self, cluster: MetadataNode) -> None:
         self.cluster = cluster
         self.leader = False
         self.applied_index = 0  # in memory: what `reached` waits for
-        self.numbered: dict[str, int] = {}  # sender -> the last number applied (point 5)
+        self._state: State | None = None  # read from the store at the first entry
         self._reached: list[tuple[int, asyncio.Future[bool]]] = []
 
     @property
     def broker(self) -> Broker:
         return self.cluster.broker
 
+    @property
+    def state(self) -> State:
+        if self._state is None:
+            self._state = State(self.cluster.definitions.store.applied_index(), {})
+        return self._state
+
     def apply(self, meta: EntryMeta, data: bytes) -> Applied:
         index = meta.index
-        result = self._apply(index, data)
+        self._state, effects = transition(Meta(index, meta.term), decode_entry(data), self.state)
+        result: object = None
+        for effect in effects:
+            if type(effect) is Change:
+                result = self.replay([effect.operation])  # its proposer's too (module doc, 1)
+            elif type(effect) is Recorded:
+                self.cluster.definitions.store.set_applied_index(effect.index)
         self.applied_index = index
         if self._reached:
             waiting, self._reached = self._reached, []
@@ -411,34 +464,20 @@ class MetadataMachine:
         except TimeoutError:
             return False
 
-    def _apply(self, index: int, data: bytes) -> object:
-        store = self.cluster.definitions.store
-        (_origin, method, arguments), numbered = _read(data)
-        again = False
-        if numbered is not None:
-            sender, number = numbered
-            again = number <= self.numbered.get(sender, 0)
-            self.numbered[sender] = max(number, self.numbered.get(sender, 0))
-        if again or index <= store.applied_index():
-            return None  # a copy committed again, or applied before this node restarted
-        result = self.replay([(method, arguments)])  # its proposer's too (module doc, 1)
-        store.set_applied_index(index)
-        return result
-
-    def replay(self, operations: list[tuple[str, tuple[Any, ...]]]) -> object:
-        """Apply operations from the log or a peer (not replicated again); the last one's
+    def replay(self, operations: list[Operation]) -> object:
+        """Make operations from the log or a peer (not replicated again); the last one's
         result."""
         definitions = self.cluster.definitions
         definitions.applying = True
         result: object = None
         try:
-            for method, arguments in operations:
+            for operation in operations:
                 try:
-                    result = _APPLY[method](self, *arguments)
+                    result = self._make(operation)
                 except Exception:
                     # A definition this node cannot take (the model refuses it here) must
                     # not stop the metadata log: it is logged, as one is at recovery.
-                    log.exception("metadata operation %s%r not applied", method, arguments)
+                    log.exception("metadata operation %r not applied", operation)
         finally:
             definitions.applying = False
         return result
@@ -451,46 +490,92 @@ class MetadataMachine:
 
     def snapshot(self) -> bytes:
         cluster = self.cluster
-        transient = cluster.transient.operations(None)
-        state = (cluster.definitions.store.load(), cluster.placements(), transient, self.numbered)
-        return pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
+        placements = [
+            (vhost, name, group_id, members)
+            for (vhost, name), (group_id, members) in cluster.placements().items()
+        ]
+        return encode_snapshot(
+            Snapshot(
+                cluster.definitions.store.load(),
+                placements,
+                cluster.transient.operations(None),
+                dict(self.state.numbered),
+            )
+        )
 
     def restore(self, data: bytes) -> None:
-        loaded: Definitions
-        state = pickle.loads(data)
-        loaded, placements, transient = state[:3]
-        # a snapshot taken before operations were numbered has no senders
-        self.numbered = dict(state[3]) if len(state) > 3 else {}
-        definitions = self.cluster.definitions
-        definitions.applying = True
-        try:
-            for vhost in loaded.vhosts:
-                self._put_vhost(vhost)
-            for user in loaded.users:
-                self._put_user(user)
-            for permission in loaded.permissions:
-                self._put_permission(permission)
-            for topic_permission in loaded.topic_permissions:
-                self._put_topic_permission(topic_permission)
-            for name, value in loaded.global_parameters.items():
-                self._put_global_parameter(name, value)
-            for policy in loaded.policies:
-                self._put_policy(policy, False)
-            for policy in loaded.operator_policies:
-                self._put_policy(policy, True)
-            for exchange in loaded.exchanges:
-                self._put_exchange(exchange)
-            for queue in loaded.queues:
-                if queue.type == QueueType.QUORUM.value:
-                    self._put_queue(queue, placements.get((queue.vhost, queue.name)))
-            for binding in loaded.bindings:
-                self._put_binding(binding)
-        finally:
-            definitions.applying = False
-        self.replay(transient)
+        snapshot = decode_snapshot(data)
+        self._state = State(self.state.stored, snapshot.numbered)
+        self.replay(restoring(snapshot))
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         self.leader = leader
+
+    def _make(self, operation: Operation) -> object:
+        """Carry one operation out on the model and the store: dispatched by its type."""
+        match operation:
+            case ExchangeDeclare(vhost, name, exchange_type, durable, auto_delete, internal, raw):
+                flags = (durable, auto_delete, internal)
+                return self._exchange_declare(vhost, name, exchange_type, flags, raw)
+            case ExchangeDelete(vhost, name, if_unused):
+                return self._exchange_delete(vhost, name, if_unused)
+            case Bind() | Unbind():
+                return self._bind(operation)
+            case QueueDeclare(queue, home, durable):
+                self._queue_declare(queue, home, durable)
+            case QueueDelete(vhost, name, home):
+                self._queue_delete(vhost, name, home)
+            case PutVHost(vhost):
+                self._put_vhost(vhost)
+            case DeleteVHost(name):
+                self._delete_vhost(name)
+            case PutUser(user):
+                self._put_user(user)
+            case DeleteUser(name):
+                self._delete_user(name)
+            case PutPermission(permission):
+                self._put_permission(permission)
+            case DeletePermission(user, vhost):
+                self._delete_permission(user, vhost)
+            case PutTopicPermission(permission):
+                self._put_topic_permission(permission)
+            case DeleteTopicPermissions(user, vhost, exchange):
+                self._delete_topic_permissions(user, vhost, exchange)
+            case PutGlobalParameter(name, value):
+                self._put_global_parameter(name, value)
+            case PutPolicy(policy):
+                self._put_policy(policy, False)
+            case DeletePolicy(vhost, name):
+                self._delete_policy(vhost, name, False)
+            case PutOperatorPolicy(policy):
+                self._put_policy(policy, True)
+            case DeleteOperatorPolicy(vhost, name):
+                self._delete_policy(vhost, name, True)
+            case PutExchange(exchange):
+                self._put_exchange(exchange)
+            case DeleteExchange(vhost, name):
+                self._delete_exchange(vhost, name)
+            case TransientExchange(vhost, name, exchange_type, auto_delete, internal, raw):
+                self._put_transient_exchange(vhost, name, exchange_type, auto_delete, internal, raw)
+            case PutBinding(binding):
+                self._put_binding(binding)
+            case DeleteBinding(binding):
+                self._delete_binding(binding)
+            case ClassicQueue(queue, home, durable, exclusive):
+                self._put_classic_queue(queue, home, durable, exclusive)
+            case DeleteClassicQueue(vhost, name, home):
+                self._delete_classic_queue(vhost, name, home)
+            case PutQueue(queue, placement):
+                return self._put_queue(queue, placement)
+            case DeleteQueue(vhost, name, group_id):
+                return self._delete_queue(vhost, name, group_id)
+            case QueueMembers(vhost, name, group_id, members):
+                self.cluster.members_changed(vhost, name, group_id, members)
+            case NodeAddress(node, host, port):
+                self._node_address(node, host, port)
+            case NodeForgotten(node):
+                self._node_forgotten(node)
+        return None
 
     # --- one operation each ----------------------------------------------------------------
 
@@ -655,9 +740,6 @@ class MetadataMachine:
         self.cluster.adopt_placement(queue.vhost, queue.name, placement)
         return recovery.declare_stored_queue(self.broker, queue) is not None
 
-    def _queue_members(self, vhost: str, name: str, group_id: str, members: list[str]) -> None:
-        self.cluster.members_changed(vhost, name, group_id, members)
-
     def _node_address(self, node: str, host: str, port: int) -> None:
         self.cluster.definitions.store.put_cluster_node(node, host, port)
         self.cluster.node_known(node, host, port)
@@ -747,16 +829,16 @@ class MetadataMachine:
         self._durability().exchanges_changed(vhost)
         return None
 
-    def _bind(self, added: bool, vhost_name: str, *binding: Any) -> AmqpError | None:
-        """A channel's bind or unbind (point 2): ``binding`` is (destination, kind,
-        source, routing key, arguments as an encoded table); the channel checked that its
-        connection may use an exclusive destination queue."""
-        vhost = self.broker.vhosts.get(vhost_name)
+    def _bind(self, change: Bind | Unbind) -> AmqpError | None:
+        """A channel's bind or unbind (point 2); the channel checked that its connection
+        may use an exclusive destination queue."""
+        vhost = self.broker.vhosts.get(change.vhost)
         if vhost is None:
             return None
-        destination, kind_name, source, routing_key, raw = binding
-        kind = DestinationKind(kind_name)
-        arguments = decode_table(raw) if raw else {}
+        added = type(change) is Bind
+        destination, source, routing_key = change.destination, change.source, change.routing_key
+        kind = DestinationKind(change.kind)
+        arguments = decode_table(change.arguments) if change.arguments else {}
         try:
             (vhost.bind if added else vhost.unbind)(
                 destination, kind, source, routing_key, arguments
@@ -773,40 +855,3 @@ class MetadataMachine:
         durability = self.broker.durability
         assert durability is not None  # a cluster node has its data directory
         return durability
-
-
-_APPLY: dict[str, Callable[..., object]] = {
-    "exchange_declare": MetadataMachine._exchange_declare,
-    "exchange_delete": MetadataMachine._exchange_delete,
-    "bind": lambda machine, *binding: machine._bind(True, *binding),
-    "unbind": lambda machine, *binding: machine._bind(False, *binding),
-    "put_vhost": MetadataMachine._put_vhost,
-    "delete_vhost": MetadataMachine._delete_vhost,
-    "put_user": MetadataMachine._put_user,
-    "delete_user": MetadataMachine._delete_user,
-    "put_permission": MetadataMachine._put_permission,
-    "delete_permission": MetadataMachine._delete_permission,
-    "put_topic_permission": MetadataMachine._put_topic_permission,
-    "delete_topic_permissions": MetadataMachine._delete_topic_permissions,
-    "put_global_parameter": MetadataMachine._put_global_parameter,
-    "put_policy": lambda machine, policy: machine._put_policy(policy, False),
-    "delete_policy": lambda machine, vhost, name: machine._delete_policy(vhost, name, False),
-    "put_operator_policy": lambda machine, policy: machine._put_policy(policy, True),
-    "delete_operator_policy": lambda machine, vhost, name: machine._delete_policy(
-        vhost, name, True
-    ),
-    "put_exchange": MetadataMachine._put_exchange,
-    "delete_exchange": MetadataMachine._delete_exchange,
-    "put_queue": MetadataMachine._put_queue,
-    "delete_queue": MetadataMachine._delete_queue,
-    "queue_members": MetadataMachine._queue_members,
-    "node_address": MetadataMachine._node_address,
-    "node_forgotten": MetadataMachine._node_forgotten,
-    "transient_exchange": MetadataMachine._put_transient_exchange,
-    "queue_declare": MetadataMachine._queue_declare,
-    "queue_delete": MetadataMachine._queue_delete,
-    "classic_queue": MetadataMachine._put_classic_queue,
-    "delete_classic_queue": MetadataMachine._delete_classic_queue,
-    "put_binding": MetadataMachine._put_binding,
-    "delete_binding": MetadataMachine._delete_binding,
-}

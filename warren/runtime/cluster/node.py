@@ -35,6 +35,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
+from warren.cluster.metadata import (
+    NodeAddress,
+    Operation,
+    PutQueue,
+    QueueDeclare,
+    QueueDelete,
+    QueueMembers,
+    operation_of,
+)
 from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
 from warren.model import QueueRecord, QueueType
@@ -62,7 +71,6 @@ from warren.runtime.cluster.calls import (
 from warren.runtime.cluster.metadata import (
     Applied,
     MetadataMachine,
-    Operation,
     ReplicatedDefinitions,
     TransientDefinitions,
     logged,
@@ -84,6 +92,7 @@ log = logging.getLogger("warren.cluster")
 R = TypeVar("R")
 
 RETRY_S: Final = 0.05
+RECHECK_S: Final = 1.0  # for a home to check again whether its queue is to go by itself
 LEADER_WAIT_S: Final = 10.0
 TRANSFER_WAIT_S: Final = 2.0  # for the leader the locator chose, when another won
 JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
@@ -120,13 +129,56 @@ class ClusterHosts:
     def make(self, record: QueueRecord) -> QueueHost:
         if record.queue_type is QueueType.QUORUM:
             return self.cluster.quorum_host(record)
-        return ClassicHost(self.cluster.broker, record)
+        return HomeHost(self.cluster, record)
 
     def replicated_declare(self, record: QueueRecord) -> asyncio.Future[None] | None:
         cluster = self.cluster
         if record.queue_type is not QueueType.QUORUM or cluster.applying:
             return None
         return cluster.propose_declare(record)
+
+
+class HomeHost(ClassicHost):
+    """A classic queue whose home is this node, in a cluster. Its delete goes through the
+    metadata log whoever asks (metadata doc, 2): a client, or the queue itself when it
+    auto-deletes or expires, so every node deletes it, and what goes with it (its
+    bindings, auto-deleted exchanges), in log order. While the delete is on its way the
+    queue's timer does nothing (an expired queue would ask again at once); a delete the
+    log did not take (no leader in time) leaves the queue as it was, and it checks again
+    a little later whether it is still to go by itself."""
+
+    __slots__ = ("_deleting", "cluster")
+
+    def __init__(self, cluster: ClusterNode, record: QueueRecord) -> None:
+        self.cluster = cluster
+        self._deleting: asyncio.Future[object] | None = None
+        super().__init__(cluster.broker, record)
+
+    def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
+        """The log's delete, on its way (None: the log's delete is being applied here, or
+        the queue is exclusive)."""
+        if self._deleting is not None and not self.cluster.applying:
+            return cast("asyncio.Future[int]", self._deleting)  # asked again meanwhile
+        pending = self.cluster.logged_delete(self)
+        if pending is not None:
+            self._deleting = pending
+            pending.add_done_callback(self._logged)
+        return cast("asyncio.Future[int] | None", pending)
+
+    def _logged(self, done: asyncio.Future[object]) -> None:
+        self._deleting = None
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            log.warning("queue %r in vhost %r not deleted: %s", self.name, self.record.vhost, error)
+            asyncio.get_running_loop().call_later(RECHECK_S, self._recheck)
+
+    def _recheck(self) -> None:
+        self.cluster.broker.auto_delete(self)  # gone with its last consumer, if it had one
+        self._on_timer()  # x-expires ran out, if it has one
+
+    def _on_timer(self) -> None:
+        if self._deleting is None:
+            super()._on_timer()
 
 
 class ClusterNode:
@@ -260,7 +312,7 @@ class ClusterNode:
         size = _initial_size(record, self.config.quorum_cluster_size)
         members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
         group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
-        operation = ("", "put_queue", (queue_definition(record), (group_id, members)))
+        operation = PutQueue(queue_definition(record), (group_id, members))
         leader = self._first_leader(record, members)
         return asyncio.ensure_future(self._declared(operation, group_id, leader))
 
@@ -290,9 +342,9 @@ class ClusterNode:
             return self._rng.choice(members)
         return self.name
 
-    async def _declared(self, operation: Operation, group_id: str, leader: str) -> None:
+    async def _declared(self, operation: PutQueue, group_id: str, leader: str) -> None:
         await self.replicate(operation)
-        stored = operation[2][0]
+        stored = operation.queue
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
         host = self.broker.queues.get((stored.vhost, stored.name))
@@ -350,9 +402,7 @@ class ClusterNode:
     async def set_members(self, host: QuorumHost, members: list[str]) -> None:
         """Record a queue's new member list in the metadata group; back once applied here."""
         record = host.record
-        await self.replicate_cluster(
-            "queue_members", record.vhost, record.name, host.group_id, members
-        )
+        await self.replicate(QueueMembers(record.vhost, record.name, host.group_id, members))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
         while sorted(host.members) != sorted(members) and loop.time() < deadline:
@@ -462,9 +512,9 @@ class ClusterNode:
             self.peers.forget(node)
 
     def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]:
-        """A change to the cluster itself, applied by every node once committed (origin
-        ``""``); the future has the metadata leader's result."""
-        return self.replicate(("", method, arguments))
+        """A change to the cluster itself named as `warren.runtime.cluster.quorum` names its
+        queue's delete (the operation's tag and fields); `replicate` it."""
+        return self.replicate(operation_of(method, arguments))
 
     def forget_queue(self, host: QuorumHost) -> None:
         self._forwarders.pop(host.group_id, None)
@@ -539,22 +589,19 @@ class ClusterNode:
 
     # --- getting commands to leaders -------------------------------------------------------------
 
-    def logged_change(self, change: str, arguments: tuple[object, ...]) -> asyncio.Future[object]:
-        return self.replicate((self.name, change, arguments))
+    def logged_change(self, change: Operation) -> asyncio.Future[object]:
+        return self.replicate(change)
 
     def logged_declare(self, record: QueueRecord) -> asyncio.Future[object]:
         self.broker.vhosts[record.vhost].delete_queue(record.name)
-        arguments = (queue_definition(record), self.name, record.durable)
-        return self.logged_change("queue_declare", arguments)
+        return self.replicate(QueueDeclare(queue_definition(record), self.name, record.durable))
 
     def logged_delete(self, host: QueueHost) -> asyncio.Future[object] | None:
         record = host.record
         if host.placement is not Placement.LOCAL or record.exclusive or self.applying:
             return None
-        arguments = (record.vhost, record.name, self.name)
-        return asyncio.ensure_future(
-            _counted(self.logged_change("queue_delete", arguments), host.machine.ready_count)
-        )
+        deleted = self.replicate(QueueDelete(record.vhost, record.name, self.name))
+        return asyncio.ensure_future(_counted(deleted, host.machine.ready_count))
 
     def replicate(self, operation: Operation) -> asyncio.Future[object]:
         """Propose a metadata operation (`warren.runtime.cluster.metadata`); the future has
@@ -716,10 +763,9 @@ class ClusterNode:
             outcomes = await asyncio.gather(*proposals, return_exceptions=True)
             return [_outcome(outcome) for outcome in outcomes]
         if isinstance(request, AddMember):
-            if request.host is not None:  # a node joining: everyone learns its address
-                await self.replicate_cluster(
-                    "node_address", request.node, request.host, request.port
-                )
+            if request.host is not None and request.port is not None:
+                # a node joining: everyone learns its address
+                await self.replicate(NodeAddress(request.node, request.host, request.port))
             await group.add_member(request.node)
             return sorted(group.members)
         if isinstance(request, RemoveMember):

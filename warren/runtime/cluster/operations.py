@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from warren.cluster.metadata import NodeForgotten, Operation
 from warren.cluster.nodes import METADATA_GROUP
 from warren.runtime.cluster.calls import (
     AddMember,
@@ -72,7 +73,7 @@ class OperatedNode(Protocol):
     async def current_members(self, host: QuorumHost) -> list[str]:
         """A queue's members as its leader's Raft configuration has them."""
 
-    def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]: ...
+    def replicate(self, operation: Operation) -> asyncio.Future[object]: ...
 
 
 class MembershipError(Exception):
@@ -231,4 +232,4 @@ async def forget(cluster: OperatedNode, node: str) -> None:
         if node in host.members and len(host.members) > 1:
             await delete_member(cluster, host.record.vhost, host.record.name, node)
     await cluster.leader_call(RemoveMember(METADATA_GROUP, node))
-    await cluster.replicate_cluster("node_forgotten", node)
+    await cluster.replicate(NodeForgotten(node))

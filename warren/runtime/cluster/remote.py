@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from warren.cluster.metadata import ClassicQueue, DeleteClassicQueue, Operation, PutBinding
 from warren.errors import (
     AmqpError,
     ReplyCode,
@@ -106,6 +107,7 @@ from warren.runtime.queues.host import (
     Subscriber,
     now_ms,
 )
+from warren.storage.definitions import BindingDefinition
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -338,16 +340,13 @@ class RemoteHost(HostFields):
         self.machine.apply(Meta(now_ms()), Configure(settings))
 
 
-Operations = list[tuple[str, tuple[Any, ...]]]  # metadata operations (`metadata.Operation`)
-
-
 class LocalDefinitions(Protocol):
-    def operations(self, home: str | None) -> Operations:
+    def operations(self, home: str | None) -> list[Operation]:
         """What this node holds that the store does not keep, as metadata operations."""
 
 
 class Replaying(Protocol):
-    def replay(self, operations: Operations) -> object:
+    def replay(self, operations: list[Operation]) -> object:
         """Apply operations another node made, without replicating them again."""
 
 
@@ -607,19 +606,20 @@ class RemoteQueues:
             operations = self.cluster.transient.operations(self.cluster.name)
             self.peers.send(node, Definitions(operations))
 
-    def _definitions(self, node: str, operations: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _definitions(self, node: str, operations: list[Operation]) -> None:
         """A node's own classic queues, non-durable exchanges and bindings as it has them
         now: made here if missing; a proxy of one of its queues that it no longer has goes."""
-        listed = {(op[1][0].vhost, op[1][0].name) for op in operations if op[0] == "classic_queue"}
+        listed = {(op.queue.vhost, op.queue.name) for op in operations if type(op) is ClassicQueue}
         for (vhost, name), host in list(self.broker.queues.items()):
             if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
-                operations.append(("delete_classic_queue", (vhost, name, node)))
-        bindings = [op for op in operations if op[0] == "put_binding"]
-        self.cluster.metadata.replay([op for op in operations if op[0] != "put_binding"])
+                operations.append(DeleteClassicQueue(vhost, name, node))
+        bindings = [op.binding for op in operations if type(op) is PutBinding]
+        self.cluster.metadata.replay([op for op in operations if type(op) is not PutBinding])
         # a binding whose end this node does not know yet comes with the metadata log
-        self.cluster.metadata.replay([op for op in bindings if self._ends_known(op[1][0])])
+        known: list[Operation] = [PutBinding(b) for b in bindings if self._ends_known(b)]
+        self.cluster.metadata.replay(known)
 
-    def _ends_known(self, binding: Any) -> bool:
+    def _ends_known(self, binding: BindingDefinition) -> bool:
         vhost = self.broker.vhosts.get(binding.vhost)
         if vhost is None or binding.source not in vhost.exchanges:
             return False
