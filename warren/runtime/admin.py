@@ -21,6 +21,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import decimal
@@ -629,10 +630,11 @@ async def _import_queue(broker: Broker, target: VHost, item: Json) -> None:
     )
     if not created:
         return
-    if record.queue_type is QueueType.CLASSIC:
-        logged = broker.logged_declare(record)
-    else:
-        logged = broker.replicated_declare(record)
+    logged: asyncio.Future[object] | asyncio.Future[None] | None = (
+        broker.logged_declare(record)
+        if record.queue_type is QueueType.CLASSIC
+        else broker.replicated_declare(record)
+    )
     if logged is None:
         broker.declare_queue(record)
     else:  # in a cluster: made by the log (one declared meanwhile on another node stays)
