@@ -187,18 +187,24 @@ class ServerConnection:
         assembly = self._assembling.get(channel)
         if assembly is not None:
             return self._on_content_frame(frame_type, channel, payload, assembly)
-        if frame_type != FRAME_METHOD or (channel and self.state is State.AWAITING_OPEN):
-            # before connection.open RabbitMQ reads channel 0 only, and quotes anything else
-            if channel == 0 or frame_type == FRAME_METHOD:
-                raise unexpected_frame(f"type {frame_type}, all octets = {erlang_binary(payload)}")
-            raise unexpected_frame("expected method frame, got non method frame instead")
-        if payload[:4] == _PUBLISH_ID and channel in self.open_channels:
+        # a publish on an open channel first, without the checks below: a channel is open
+        # only once the connection is (and the closing state was handled above)
+        if (
+            frame_type == FRAME_METHOD
+            and payload[:4] == _PUBLISH_ID
+            and channel in self.open_channels
+        ):
             publish, route = _decode_publish(payload)
             content = self._decoder.take_content(channel)
             if content is not None:
                 return Content(channel, publish, content[0][12:], content[1], route)
             self._assembling[channel] = _Assembly(publish, route)
             return None
+        if frame_type != FRAME_METHOD or (channel and self.state is State.AWAITING_OPEN):
+            # before connection.open RabbitMQ reads channel 0 only, and quotes anything else
+            if channel == 0 or frame_type == FRAME_METHOD:
+                raise unexpected_frame(f"type {frame_type}, all octets = {erlang_binary(payload)}")
+            raise unexpected_frame("expected method frame, got non method frame instead")
         method = decode_method(payload)
         if self.state is not State.OPEN:
             return self._on_handshake_method(channel, method)
@@ -355,9 +361,7 @@ def _decode_publish(payload: bytes) -> tuple[BasicPublish, bytes]:
         exchange = payload[7:offset].decode("utf-8", "surrogateescape")
         end = offset + 1 + payload[offset]
         routing_key = payload[offset + 1 : end].decode("utf-8", "surrogateescape")
-        bits = payload[end]
-    except IndexError as error:
+        (bits,) = payload[end:]  # the last octet: a shorter or a longer payload is refused
+    except (IndexError, ValueError) as error:
         raise cannot_decode(BasicPublish, payload) from error
-    if len(payload) != end + 1:
-        raise cannot_decode(BasicPublish, payload)
     return BasicPublish(0, exchange, routing_key, bool(bits & 1), bool(bits & 2)), payload[6:end]

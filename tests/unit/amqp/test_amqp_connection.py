@@ -278,6 +278,16 @@ def test_heartbeat_on_a_channel_is_501() -> None:
     assert error_of(opened(1), build_frame(8, 1, b"")).code == ReplyCode.FRAME_ERROR
 
 
+@pytest.mark.parametrize("cut", [-1, 1], ids=["bits-missing", "trailing-octet"])
+def test_basic_publish_of_the_wrong_length_cannot_be_decoded(cut: int) -> None:
+    payload = encode_method(m.BasicPublish(0, "", "rk"))
+    payload = payload[:cut] if cut < 0 else payload + bytes(cut)
+    error = error_of(opened(1), build_frame(FRAME_METHOD, 1, payload))
+    assert error.code == ReplyCode.FRAME_ERROR
+    assert error.text.startswith("FRAME_ERROR - cannot decode <<")
+    assert (error.class_id, error.method_id) == (60, 40)
+
+
 # --- channels ----------------------------------------------------------------------------
 
 
