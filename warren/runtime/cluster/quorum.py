@@ -336,7 +336,9 @@ class QuorumHost(HostFields):
         found = self._consumers.get(cast("ConsumerKey", key))
         if found is None:
             self._drop_stale(cast("ConsumerKey", key))
-        elif self.handed.fresh(key, entry.msg_id):
+        elif found.no_ack or self.handed.fresh(key, entry.msg_id):
+            # a no-ack delivery is settled as it is applied: never sent again (`hand_again`
+            # sends what is checked out), so `Handed` keeps nothing of it
             found.channel.deliver(found.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
