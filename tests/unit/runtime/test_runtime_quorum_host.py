@@ -86,10 +86,16 @@ class _Channel:
         raise AssertionError("not cancelled")
 
 
+def _host() -> tuple[QuorumHost, _Cluster]:
+    """A replica-less host of a queue whose one replica is on rabbit@a."""
+    cluster = _Cluster()
+    record = QueueRecord("host-q", "/", True, None, False, {})
+    return QuorumHost(cast(QuorumNode, cluster), record, "qq-host", ["rabbit@a"]), cluster
+
+
 def test_no_ack_deliveries_from_the_leader_are_not_remembered() -> None:
     async def scenario() -> tuple[list[int], bool]:
-        record = QueueRecord("handed-q", "/", True, None, False, {})
-        host = QuorumHost(cast(QuorumNode, _Cluster()), record, "qq-host", ["rabbit@a"])
+        host, _cluster = _host()
         channel = _Channel()
         host.subscribe(channel, "ctag", Checkout("ctag", "channel", 10, no_ack=True), limited=False)
         (key,) = host._consumers
@@ -109,9 +115,7 @@ def test_a_settle_that_reached_no_leader_is_sent_again_until_applied(
     monkeypatch.setattr(quorum, "RESEND_DELAY_S", 0.01)
 
     async def scenario() -> list[Command]:
-        record = QueueRecord("settle-q", "/", True, None, False, {})
-        cluster = _Cluster()
-        host = QuorumHost(cast(QuorumNode, cluster), record, "qq-host", ["rabbit@a"])
+        host, cluster = _host()
         cluster.failing = 2  # the ack, and its first copy, find no leader
         host.settle(Settle([7]))
         for _ in range(50):
@@ -126,9 +130,7 @@ def test_a_stopped_host_sends_nothing_again(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(quorum, "RESEND_DELAY_S", 0.01)
 
     async def scenario() -> list[Command]:
-        record = QueueRecord("settle-q", "/", True, None, False, {})
-        cluster = _Cluster()
-        host = QuorumHost(cast(QuorumNode, cluster), record, "qq-host", ["rabbit@a"])
+        host, cluster = _host()
         cluster.failing = 1_000
         host.settle(Settle([7]))
         host.stop()  # the queue deleted, or the node stopping
