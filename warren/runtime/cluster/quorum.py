@@ -12,7 +12,9 @@ Theory of operation:
    queue rejected it).
    Every command is numbered by the host that sends it (`Sequenced`): when a leader
    change makes the node send a command again that had committed after all, the machine
-   applies it once and answers the copy as it answered the first.
+   applies it once and answers the copy as it answered the first. Settles and cancels,
+   which nothing waits for, are sent again until applied when their submit fails (no
+   leader in time, a lost link): dropped, an acked message would be delivered again.
 2. Effects are carried out by the one interpreter every host uses
    (`warren.runtime.queues.effects`), where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
