@@ -12,7 +12,9 @@ Theory of operation:
    queue rejected it).
    Every command is numbered by the host that sends it (`Sequenced`): when a leader
    change makes the node send a command again that had committed after all, the machine
-   applies it once and answers the copy as it answered the first.
+   applies it once and answers the copy as it answered the first. Settles and cancels,
+   which nothing waits for, are sent again until applied when their submit fails (no
+   leader in time, a lost link): dropped, an acked message would be delivered again.
 2. Effects are carried out by the one interpreter every host uses
    (`warren.runtime.queues.effects`), where they belong, by the replica that applies them:
    - `Deliver` by the node of the consumer (a consumer key is ``(node, n)``), so a follower
@@ -131,6 +133,7 @@ R = TypeVar("R")
 _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
 # bodies of the latest enqueues kept in memory, so a consumer that keeps up reads no disk
 RECENT_BODIES_MAX: Final = 4096
+RESEND_DELAY_S: Final = 0.5  # before a command that must not be lost is sent again
 
 
 class QuorumNode(Protocol):
@@ -200,6 +203,7 @@ class QuorumHost(HostFields):
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self.handed = Handed()  # deliveries the leader sent here (no replica here)
         self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
+        self._stopped = False
         # timers, dead-lettering (at-least-once: its worker) on the leader; never journaled
         self.effects = Interpreter(self, self._on_timer, journaled=False)
         self._mine: str | None = None  # while applying an entry: whose deliveries are ours
@@ -243,11 +247,33 @@ class QuorumHost(HostFields):
     def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
         if type(command) is Return:  # it may come back to the same consumer at once
             self.handed.settled(command.msg_ids)
-        outcome = self.submit(command)
-        if (type(command) is Settle or type(command) is Discard) and self.handed:
-            # a leader elected before this commits may send it again: still ours till then
-            msg_ids = command.msg_ids
-            outcome.add_done_callback(lambda _done: self.handed.settled(msg_ids))
+        self._submit_until_applied(command)
+
+    def _submit_until_applied(self, command: Command) -> None:
+        """Fire and forget, but never lost: a command whose submit failed (no leader in
+        time, a lost link) is sent again, with its number, until it is applied or the host
+        stops, as rabbit_fifo_client resends pending settles to a new leader. A settle
+        dropped here would leave the message checked out until its consumer went, then
+        deliver it again although the client had acked it. The number makes the copy
+        harmless if the first one committed after all (`Sequenced`)."""
+        self._send_until_applied(next(self._seq), command)
+
+    def _send_until_applied(self, seq: int, command: Command) -> None:
+        if not self._stopped:
+            future = self._send(seq, command)
+            future.add_done_callback(partial(self._sent_once, seq, command))
+
+    def _sent_once(self, seq: int, command: Command, future: asyncio.Future[object]) -> None:
+        if future.cancelled() or self._stopped:
+            return
+        if future.exception() is None:
+            if type(command) is Settle or type(command) is Discard:
+                # a leader elected before this applied may have sent it again: ours till now
+                self.handed.settled(command.msg_ids)
+            return
+        log.debug("%s: %s sent again", self.group_id, type(command).__name__)
+        loop = asyncio.get_running_loop()  # not at once: it may fail as fast (no leader yet)
+        loop.call_later(RESEND_DELAY_S, self._send_until_applied, seq, command)
 
     def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
         """Through the metadata log (None while the log's delete is being applied)."""
@@ -261,7 +287,9 @@ class QuorumHost(HostFields):
         return cast("asyncio.Future[int]", deleted)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
-        seq = next(self._seq)
+        return self._send(next(self._seq), command)
+
+    def _send(self, seq: int, command: Command) -> asyncio.Future[object]:
         data = queue_entries.encode(Sequenced(self._sender, seq, command))
         self._sent[seq] = command
         future = self.cluster.submit(self.group_id, data)
@@ -318,7 +346,7 @@ class QuorumHost(HostFields):
         if wire is not None:
             self._consumers.pop(wire, None)
             self.handed.forget(wire)
-            self.submit(Cancel(wire))
+            self._submit_until_applied(Cancel(wire))
 
     def delivered(self, key: Hashable, entry: Entry, index: int, sender: str) -> None:
         """A delivery the leader sent (this node holds no replica): to the consumer once;
@@ -336,7 +364,9 @@ class QuorumHost(HostFields):
         found = self._consumers.get(cast("ConsumerKey", key))
         if found is None:
             self._drop_stale(cast("ConsumerKey", key))
-        elif self.handed.fresh(key, entry.msg_id):
+        elif found.no_ack or self.handed.fresh(key, entry.msg_id):
+            # a no-ack delivery is settled as it is applied: never sent again (`hand_again`
+            # sends what is checked out), so `Handed` keeps nothing of it
             found.channel.deliver(found.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
@@ -359,6 +389,7 @@ class QuorumHost(HostFields):
         self._wire_keys.clear()
 
     def stop(self) -> None:
+        self._stopped = True  # nothing is sent again (`_submit_until_applied`)
         self._stop_leading()
         self.cluster.forget_queue(self)
 
@@ -452,7 +483,7 @@ class QuorumHost(HostFields):
             return None
         found = self._consumers.get(consumer)
         if found is None:  # the channel went away after the consumer was added
-            self.submit(Return([effect.entry.msg_id]))
+            self._submit_until_applied(Return([effect.entry.msg_id]))
         elif not found.no_ack and not self.handed.fresh(consumer, effect.entry.msg_id):
             return None  # the leader handed it already (this node was no member then)
         return found
@@ -611,7 +642,7 @@ class QuorumHost(HostFields):
             self._cancel_with_messages(consumer)
 
     def _cancel_with_messages(self, consumer: ConsumerKey) -> None:
-        self.submit(Cancel(consumer, requeue=True))
+        self._submit_until_applied(Cancel(consumer, requeue=True))
 
     def _on_timer(self) -> None:
         if self.leader:

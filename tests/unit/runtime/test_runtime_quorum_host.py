@@ -1,0 +1,141 @@
+"""A quorum queue's host on a node without a replica (`warren.runtime.cluster.quorum`),
+against a fake cluster side: settles that must reach the leader, and `Handed`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import cast
+
+import pytest
+
+from warren.amqp.content import Message
+from warren.cluster import queue_entries
+from warren.model import QueueRecord
+from warren.model.policy import Policy, effective_settings
+from warren.model.settings import QueueSettings
+from warren.queue import Checkout, Command, Entry, Sequenced, Settle
+from warren.runtime.cluster import quorum
+from warren.runtime.cluster.peers import PeerUnavailable
+from warren.runtime.cluster.quorum import QuorumHost, QuorumNode
+from warren.runtime.queues.host import QueueHost
+
+NODE = "rabbit@b"
+
+
+class _Broker:
+    def policies_of(self, record: QueueRecord) -> tuple[Policy | None, Policy | None]:
+        return None, None
+
+    def settings_of(
+        self, record: QueueRecord, user: Policy | None, operator: Policy | None
+    ) -> QueueSettings:
+        return effective_settings(record, user, operator, 100)
+
+
+class _Remote:
+    numbers = itertools.count(1)
+
+    def consumer_key(self) -> tuple[str, str, int]:
+        return NODE, "life-1", next(self.numbers)
+
+
+class _Cluster:
+    """A node that holds no replica: commands go to the leader, and never come back, or
+    (`failing`) fail at once, as they do when no leader answers in time."""
+
+    name = NODE
+    incarnation = "life-1"
+    broker = _Broker()
+    remote = _Remote()
+
+    def __init__(self) -> None:
+        self.failing = 0
+        self.sent: list[Command] = []
+
+    def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
+        numbered = queue_entries.decode(data)
+        assert type(numbered) is Sequenced
+        self.sent.append(numbered.command)
+        future = asyncio.get_running_loop().create_future()
+        if self.failing:
+            self.failing -= 1
+            future.set_exception(PeerUnavailable("rabbit@a", "no answer in time"))
+        else:
+            future.set_result(None)
+        return future
+
+    def forget_queue(self, host: QuorumHost) -> None:
+        pass
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    def credit(self) -> int | None:
+        return None
+
+    def blocked(self) -> bool:
+        return False
+
+    def deliver(self, consumer_tag: str, entry: Entry, host: QueueHost) -> None:
+        self.got.append(entry.msg_id)
+
+    def queue_deleted(self, consumer_tag: str) -> None:
+        raise AssertionError("not cancelled")
+
+
+def _host() -> tuple[QuorumHost, _Cluster]:
+    """A replica-less host of a queue whose one replica is on rabbit@a."""
+    cluster = _Cluster()
+    record = QueueRecord("host-q", "/", True, None, False, {})
+    return QuorumHost(cast(QuorumNode, cluster), record, "qq-host", ["rabbit@a"]), cluster
+
+
+def test_no_ack_deliveries_from_the_leader_are_not_remembered() -> None:
+    async def scenario() -> tuple[list[int], bool]:
+        host, _cluster = _host()
+        channel = _Channel()
+        host.subscribe(channel, "ctag", Checkout("ctag", "channel", 10, no_ack=True), limited=False)
+        (key,) = host._consumers
+        for msg_id in range(1, 1001):
+            entry = Entry(msg_id, Message("", "handed-q", b"", b"body"), 4, None, 0)
+            host.delivered(key, entry, msg_id, "rabbit@a")
+        return channel.got, bool(host.handed)
+
+    got, remembered = asyncio.run(scenario())
+    assert got == list(range(1, 1001))
+    assert not remembered  # nothing settles a no-ack delivery: it would stay for good
+
+
+def test_a_settle_that_reached_no_leader_is_sent_again_until_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(quorum, "RESEND_DELAY_S", 0.01)
+
+    async def scenario() -> list[Command]:
+        host, cluster = _host()
+        cluster.failing = 2  # the ack, and its first copy, find no leader
+        host.settle(Settle([7]))
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        return cluster.sent
+
+    sent = asyncio.run(scenario())
+    assert sent == [Settle([7])] * 3  # applied the third time, then no more
+
+
+def test_a_stopped_host_sends_nothing_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quorum, "RESEND_DELAY_S", 0.01)
+
+    async def scenario() -> list[Command]:
+        host, cluster = _host()
+        cluster.failing = 1_000
+        host.settle(Settle([7]))
+        host.stop()  # the queue deleted, or the node stopping
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        return cluster.sent
+
+    assert asyncio.run(scenario()) == [Settle([7])]
