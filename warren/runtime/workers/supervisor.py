@@ -7,9 +7,10 @@ Theory of operation:
    (`warren.runtime.workers.layout`), so a worker reads the settings the operator gave.
 2. A worker that exits while the node runs is started again, after a delay that doubles
    from `RESTART_DELAY_S` up to `RESTART_DELAY_MAX_S` while it keeps dying young (it ran
-   for less than `STARTUP_S`); the others carry on. A worker that exits within
-   `STARTUP_S` of the node's start (a port in use, a bad setting) stops the node: the
-   failure is the operator's to fix, and the worker said why on stderr.
+   for less than `STARTUP_S`); the others carry on. A worker that exits by itself (not by
+   a signal) within `STARTUP_S` of the node's start (a port in use, a bad setting) stops
+   the node: the failure is the operator's to fix, and the worker said why on stderr. A
+   worker killed by a signal is restarted however young the node is.
 3. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
    them all. Its exit status is 0 when every worker stopped cleanly.
 It never touches a worker's data: recovery is each worker's own start-up.
@@ -68,7 +69,7 @@ class Supervisor:
             status = await self._wait(process)
             if self.stopping.is_set():
                 return status
-            if loop.time() - node_started < STARTUP_S:
+            if 0 < status < 128 and loop.time() - node_started < STARTUP_S:
                 log.critical("worker %d failed to start (status %d): stopping", index, status)
                 self.failed_status = status or 1
                 self.stopping.set()
