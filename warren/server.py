@@ -39,6 +39,8 @@ from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
+from warren.runtime.workers import layout as workers_layout
+from warren.runtime.workers.supervisor import Supervisor
 
 log = logging.getLogger("warren")
 
@@ -63,24 +65,30 @@ class Listener:
     tls: ssl.SSLContext | None
 
 
-def bind_listeners(config: Config, tls: ssl.SSLContext | None) -> list[Listener]:
+def bind_listeners(
+    config: Config, tls: ssl.SSLContext | None, worker: int | None = None
+) -> list[Listener]:
     """Bind every port the node serves on every address of `config.bind`, AMQP first, so a
     port in use fails the start before anything listens (rule 2). An address this host
-    lacks (no IPv6) is skipped when there are others."""
+    lacks (no IPv6) is skipped when there are others. A `worker` of a node shares the AMQP
+    ports with the others (SO_REUSEPORT); only worker 0 serves the management API."""
     ports: list[tuple[str, str, int, ssl.SSLContext | None]] = [("AMQP", "port", config.port, None)]
     if tls is not None:
         ports.append(("AMQPS", "ssl_port", config.ssl_port, tls))
+    amqp_ports = len(ports)
     ports.append(("management API (HTTP)", "management_port", config.management_port, None))
     if tls is not None:
         ports.append(
             ("management API (HTTPS)", "management_ssl_port", config.management_ssl_port, tls)
         )
+    if worker not in (None, 0):
+        del ports[amqp_ports:]
     listeners: list[Listener] = []
     try:
-        for label, setting, port, context in ports:
+        for number, (label, setting, port, context) in enumerate(ports):
             for host in config.bind:
                 try:
-                    for sock in _bind(host, port):
+                    for sock in _bind(host, port, worker is not None and number < amqp_ports):
                         listeners.append(Listener(label, setting, sock, context))
                 except OSError as error:
                     flag = "--" + setting.replace("_", "-")
@@ -104,8 +112,9 @@ def bind_listeners(config: Config, tls: ssl.SSLContext | None) -> list[Listener]
     return listeners
 
 
-def _bind(host: str, port: int) -> list[socket.socket]:
-    """Sockets bound to every address `host` resolves to, as `create_server` would bind."""
+def _bind(host: str, port: int, shared: bool) -> list[socket.socket]:
+    """Sockets bound to every address `host` resolves to, as `create_server` would bind;
+    `shared` ones with SO_REUSEPORT, so that every worker of the node can bind them."""
     bound: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in socket.getaddrinfo(
@@ -114,6 +123,8 @@ def _bind(host: str, port: int) -> list[socket.socket]:
             sock = socket.socket(family, kind, proto)
             bound.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if shared:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -151,9 +162,10 @@ def lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-async def serve(config: Config) -> int:
-    """Run the node until SIGINT/SIGTERM; the exit status (non-zero if the log failed).
-    Raises StartError, with nothing left listening or locked, if it cannot start."""
+async def serve(config: Config, worker: int | None = None) -> int:
+    """Run the node (or one `worker` of it) until SIGINT/SIGTERM; the exit status (non-zero
+    if the log failed). Raises StartError, with nothing left listening or locked, if it
+    cannot start."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         tls = server_context(config)
@@ -161,7 +173,7 @@ async def serve(config: Config) -> int:
         raise StartError(str(error)) from None
     lock = lock_data_dir(config.data_dir)
     try:
-        listeners = bind_listeners(config, tls)
+        listeners = bind_listeners(config, tls, worker)
         try:
             return await _serve(config, listeners)
         finally:
@@ -260,10 +272,31 @@ async def _run(
             await server.wait_closed()
 
 
+async def supervise(config: Config, argv: Sequence[str]) -> int:
+    """Run a node of `config.workers` processes (`warren.runtime.workers`): the data
+    directory's lock and a check that the ports are free here, the workers' own starts in
+    them."""
+    lock = lock_data_dir(config.data_dir)
+    try:
+        try:
+            workers_layout.load_or_create(config)
+            tls = server_context(config)
+        except ValueError as error:  # ConfigError too
+            raise StartError(str(error)) from None
+        for listener in bind_listeners(config, tls, worker=0):
+            listener.sock.close()
+        return await Supervisor(config.workers, argv, os.environ).run()
+    finally:
+        os.close(lock)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run a node; exit status 1 with one line on stderr if it cannot start (rule 1)."""
+    worker = workers_layout.worker_index(os.environ)
     try:
         config = config_module.load(argv)
+        if worker is not None:
+            config = workers_layout.worker_config(config, worker)
     except config_module.ConfigError as error:
         sys.exit(f"warren-server: {error}")
     logging.basicConfig(
@@ -277,7 +310,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         run = uvloop.run
     try:
-        status = run(serve(config))
+        if config.workers > 1 and worker is None:
+            status = run(supervise(config, sys.argv[1:] if argv is None else argv))
+        else:
+            status = run(serve(config, worker))
     except StartError as error:
         sys.exit(f"warren-server: {error}")
     if status:

@@ -64,6 +64,7 @@ class Config:
     raft_wal_max_size_bytes: int = 64 * 1024 * 1024
     raft_tick_ms: int = 100
     raft_snapshot_entries: int = 4096
+    workers: int = 1
 
 
 _HELP = {
@@ -132,6 +133,10 @@ _HELP = {
     "raft_wal_max_size_bytes": "size at which the Raft write-ahead log starts a new segment",
     "raft_tick_ms": "Raft's tick; a leader is suspected after 10 to 20 ticks of silence",
     "raft_snapshot_entries": "applied Raft entries after which a group's log is snapshotted",
+    "workers": (
+        "worker processes of this node, sharing its ports (default 1: one process; more is"
+        " a preview, docs/internals/workers.md)"
+    ),
     "ssl_cert_login_from": (
         "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
     ),
@@ -161,6 +166,11 @@ def _check_fraction(ratio: float) -> None:
         raise ValueError("must be between 0 and 1")
 
 
+def _check_workers(count: int) -> None:
+    if count < 1:
+        raise ValueError("must be 1 or more")
+
+
 def _check_one_of(*choices: str) -> Callable[[str], None]:
     def check(value: str) -> None:
         if value not in choices:
@@ -179,6 +189,7 @@ _CHECKS: dict[str, Callable[[Any], object]] = {
     "vm_memory_high_watermark_paging_ratio": _check_fraction,
     "vm_memory_high_watermark": lambda text: memory_limit_bytes(text, 1),
     "disk_free_limit": parse_size,
+    "workers": _check_workers,
 }
 
 

@@ -1,0 +1,133 @@
+"""The worker layout of a node that runs ``workers > 1`` processes (first slice).
+
+Theory of operation:
+1. The node's processes are a supervisor (it owns ``data_dir`` and its lock, and runs the
+   workers: `warren.runtime.workers.supervisor`) and N workers. Worker ``i`` is a whole
+   Warren node with its own name (``warren-w1@localhost`` for ``warren@localhost``), data
+   directory (``<data_dir>/workers/<i>``) and write-ahead logs; `worker_config` derives
+   these from the node's settings, so a worker reads the same config file, environment
+   and flags as the supervisor and only learns its index (``WARREN_WORKER_INDEX``).
+2. The workers of a node are an internal cluster on loopback: they reach each other's
+   queues through the cluster layer's queue hosts and share one metadata group. Their
+   cluster ports and cookie are chosen on the node's first start and kept in
+   ``<data_dir>/workers.json``, so a restarted worker comes back as the same member.
+3. Every worker listens on the node's AMQP (and AMQPS) port with ``SO_REUSEPORT``, so the
+   kernel spreads connections over them; only worker 0 serves the management API.
+4. A node keeps the number of workers it was first started with: its queues live in the
+   workers' directories (changing the count is not supported yet, and is refused).
+It reads and writes ``workers.json`` only; it starts nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from warren.runtime.config import Config, ConfigError
+
+WORKER_INDEX_VARIABLE = "WARREN_WORKER_INDEX"  # set by the supervisor for each worker
+LAYOUT_FILE = "workers.json"
+LAYOUT_VERSION = 1
+WORKERS_DIR = "workers"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What the workers of one node agree on, kept across restarts."""
+
+    cookie: str
+    cluster_ports: tuple[int, ...]  # worker i's cluster listener on 127.0.0.1
+
+    @property
+    def workers(self) -> int:
+        return len(self.cluster_ports)
+
+
+def worker_index(environ: Mapping[str, str]) -> int | None:
+    """This process's worker index; None for the supervisor or a one-process node."""
+    value = environ.get(WORKER_INDEX_VARIABLE)
+    return None if value is None else int(value)
+
+
+def worker_name(node_name: str, index: int) -> str:
+    name, at, host = node_name.partition("@")
+    return f"{name}-w{index}{at}{host}"
+
+
+def load_or_create(config: Config) -> Layout:
+    """The node's layout; made (free ports, a fresh cookie) on its first start. Raises
+    ConfigError when the data directory was made for another number of workers, or the
+    node is also to be in a cluster (not supported yet)."""
+    if config.cluster_nodes:
+        raise ConfigError(
+            f"bad workers = {config.workers}: a node of several workers cannot be in a"
+            " cluster yet (cluster_nodes is set); use workers = 1"
+        )
+    path = config.data_dir / LAYOUT_FILE
+    if path.exists():
+        layout = read(path)
+        if layout.workers != config.workers:
+            raise ConfigError(
+                f"bad workers = {config.workers}: the data directory {config.data_dir} was"
+                f" made for {layout.workers} workers, and changing the number of workers is"
+                " not supported yet; start it with that number, or use another --data-dir"
+            )
+        return layout
+    layout = Layout(secrets.token_hex(16), tuple(_free_port() for _ in range(config.workers)))
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(
+        json.dumps(
+            {
+                "version": LAYOUT_VERSION,
+                "cookie": layout.cookie,
+                "cluster_ports": list(layout.cluster_ports),
+            }
+        )
+    )
+    os.replace(temporary, path)
+    return layout
+
+
+def read(path: Path) -> Layout:
+    document = json.loads(path.read_text())
+    if document.get("version") != LAYOUT_VERSION:
+        raise ConfigError(
+            f"{path} has version {document.get('version')!r}: expected {LAYOUT_VERSION}"
+        )
+    return Layout(str(document["cookie"]), tuple(int(port) for port in document["cluster_ports"]))
+
+
+def worker_config(config: Config, index: int) -> Config:
+    """Worker `index`'s settings: the node's, as a member of the node's internal cluster.
+    A quorum queue gets one replica (its worker's) unless declared with more."""
+    layout = read(config.data_dir / LAYOUT_FILE)
+    if not 0 <= index < layout.workers:
+        raise ConfigError(
+            f"{WORKER_INDEX_VARIABLE}={index}: this node has {layout.workers} workers"
+        )
+    names = [worker_name(config.node_name, number) for number in range(layout.workers)]
+    return dataclasses.replace(
+        config,
+        node_name=names[index],
+        data_dir=config.data_dir / WORKERS_DIR / str(index),
+        cluster_nodes=[
+            f"{name}=127.0.0.1:{port}"
+            for name, port in zip(names, layout.cluster_ports, strict=True)
+        ],
+        cluster_port=layout.cluster_ports[index],
+        cluster_cookie=layout.cookie,
+        quorum_cluster_size=1,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -1,0 +1,99 @@
+"""The supervisor of a node with ``workers > 1``: it runs the workers and restarts a dead one.
+
+Theory of operation:
+1. The supervisor is the process the operator started (``warren-server --workers N``). It
+   holds the node's data directory lock, and runs each worker as ``python -m warren`` with
+   the same arguments and environment plus ``WARREN_WORKER_INDEX``
+   (`warren.runtime.workers.layout`), so a worker reads the settings the operator gave.
+2. A worker that exits while the node runs is started again, after a delay that doubles
+   from `RESTART_DELAY_S` up to `RESTART_DELAY_MAX_S` while it keeps dying young (it ran
+   for less than `STARTUP_S`); the others carry on. A worker that exits by itself (not by
+   a signal) within `STARTUP_S` of the node's start (a port in use, a bad setting) stops
+   the node: the failure is the operator's to fix, and the worker said why on stderr. A
+   worker killed by a signal is restarted however young the node is.
+3. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
+   them all. Its exit status is 0 when every worker stopped cleanly.
+It never touches a worker's data: recovery is each worker's own start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+
+from warren.runtime.workers.layout import WORKER_INDEX_VARIABLE
+
+log = logging.getLogger("warren.workers")
+
+STARTUP_S = 5.0  # a worker that exits sooner than this after it started died young
+RESTART_DELAY_S = 0.5
+RESTART_DELAY_MAX_S = 30.0
+
+
+class Supervisor:
+    def __init__(self, workers: int, argv: Sequence[str], environ: Mapping[str, str]) -> None:
+        self.workers = workers
+        self.argv = list(argv)
+        self.environ = dict(environ)
+        self.stopping = asyncio.Event()
+        self.failed_status = 0  # a worker's status when it failed the node's start
+
+    async def run(self) -> int:
+        """Run the workers until SIGINT/SIGTERM (or one fails the start); the exit status."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self.stopping.set)
+        statuses = await asyncio.gather(*(self._keep(index) for index in range(self.workers)))
+        if self.failed_status:
+            return self.failed_status
+        return 0 if not any(statuses) else 1
+
+    async def _keep(self, index: int) -> int:
+        """Keep worker `index` running until the node stops; its last exit status."""
+        loop = asyncio.get_running_loop()
+        node_started = loop.time()
+        delay_s = RESTART_DELAY_S
+        while True:
+            started = loop.time()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "warren",
+                *self.argv,
+                env={**self.environ, WORKER_INDEX_VARIABLE: str(index)},
+            )
+            log.info("worker %d started (pid %d)", index, process.pid)
+            status = await self._wait(process)
+            if self.stopping.is_set():
+                return status
+            if 0 < status < 128 and loop.time() - node_started < STARTUP_S:
+                log.critical("worker %d failed to start (status %d): stopping", index, status)
+                self.failed_status = status or 1
+                self.stopping.set()
+                return status
+            delay_s = delay_s * 2 if loop.time() - started < STARTUP_S else RESTART_DELAY_S
+            delay_s = min(delay_s, RESTART_DELAY_MAX_S)
+            log.warning(
+                "worker %d (pid %d) exited with status %d: restarting", index, process.pid, status
+            )
+            try:
+                await asyncio.wait_for(self.stopping.wait(), delay_s)
+            except TimeoutError:
+                continue
+            return status
+
+    async def _wait(self, process: asyncio.subprocess.Process) -> int:
+        """The process's exit status; SIGTERM to it first if the node stops meanwhile."""
+        exited = asyncio.ensure_future(process.wait())
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait((exited, stopping), return_when=asyncio.FIRST_COMPLETED)
+        if not exited.done():
+            process.send_signal(signal.SIGTERM)
+        else:
+            stopping.cancel()
+        status = await exited
+        stopping.cancel()
+        return status if status >= 0 else 128 - status  # killed by a signal: as a shell says
