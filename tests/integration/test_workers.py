@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -54,10 +55,18 @@ def on_worker(server: WarrenServer, connection: BlockingConnection) -> int:
 @pytest.fixture
 def node(server_factory: Callable[..., WarrenServer]) -> Iterator[WarrenServer]:
     server = server_factory(workers=2, bind="127.0.0.1")
-    _until(
-        lambda: len(_api(server, "nodes")) == 2 and all(n["running"] for n in _api(server, "nodes"))
-    )
+    _until(lambda: _both_running(server))
     yield server
+
+
+def _both_running(server: WarrenServer) -> bool:
+    """The AMQP port opens with the first worker to listen; worker 0's management API may
+    come a moment later, refusing connections until then."""
+    try:
+        nodes = _api(server, "nodes")
+    except urllib.error.URLError:
+        return False
+    return len(nodes) == 2 and all(n["running"] for n in nodes)
 
 
 @pytest.fixture
