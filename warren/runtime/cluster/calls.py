@@ -20,7 +20,7 @@ Theory of operation:
 
 Wire format: the peer link pickles its frames (`warren.runtime.cluster.peers`, point 4),
 so these classes *are* the wire format: changing one changes the protocol, and the
-handshake's `MAGIC` (WARREN-PEERS/4 for this set) says which version a node speaks; a
+handshake's `MAGIC` (WARREN-PEERS/5 for this set) says which version a node speaks; a
 node of another version is refused before anything is unpickled. (Replacing the pickles
 with an explicit encoding is issue #20.)
 """

@@ -63,8 +63,9 @@ CLOSE_TIMEOUT_S: Final = 2.0
 log = logging.getLogger("warren.peers")
 
 # 3: the messages of `warren.runtime.cluster.calls`; 4: Raft entries of quorum queues in the
-# versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply
-MAGIC: Final = b"WARREN-PEERS/4\n"
+# versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply;
+# 5: Raft messages as the versioned bytes of `warren.cluster.raft_codec`
+MAGIC: Final = b"WARREN-PEERS/5\n"
 _NONCE_BYTES: Final = 16
 _INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32
