@@ -1,61 +1,90 @@
-"""Raft messages as plain tuples for the node-to-node transport.
+"""Raft messages as versioned bytes for the node-to-node transport.
 
 Theory of operation:
-1. `warren.runtime.cluster.peers` pickles what it sends. Pickling frozen dataclasses goes
-   through `dataclasses` state helpers per object, which cost more than the rest of a
-   round's CPU for a pipelined leader; tuples of ints, strings and bytes pickle in C.
-2. `encode_messages` turns (group id, `Message`) pairs into nested tuples and
-   `decode_messages` rebuilds them exactly: enums travel by value, a membership by
-   `Membership.encode`. Nothing else is interpreted.
-3. A malformed tuple raises (TypeError, ValueError, IndexError); only authenticated peers
-   send these.
+1. A Raft host sends one round's messages for one node at once
+   (`warren.runtime.cluster.raft_host`, `RaftTraffic`); `encode_messages` turns those
+   (group id, `Message`) pairs into one byte string and `decode_messages` rebuilds them
+   exactly. A pipelined leader sends many per round, so the layout is positional and flat
+   (arrays of ints, strings and bytes, no field names, no objects per field): encoding
+   and decoding cost about what the `Message` and `Entry` constructors cost.
+2. Layout, version 1: the byte ``FORMAT`` (0x01), then one MessagePack array with one
+   array per message::
+
+       [group id, type, to, sender, term, index, log term, entries, commit, reject,
+        reject hint, snapshot, context, transfer]
+
+   ``type`` is the `MessageType`'s value (a string); ``entries`` an array of
+   ``[term, index, kind, data]`` (``kind`` the `EntryKind`'s value); ``snapshot`` nil or
+   ``[index, term, membership, data]`` (``membership`` as `Membership.encode` writes it).
+   Decoding checks every field's type (msgspec), so the tuples are what they say.
+3. A later layout gets the next format byte. What is not the format this release reads
+   raises `RaftCodecError`; only authenticated peers send these, so that is a peer of
+   another version or a bug, and the Raft host fails loudly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
+
+import msgspec
 
 from warren.raft import Entry, EntryKind, Membership, Message, MessageType, Snapshot
 
-EncodedEntry = tuple[int, int, str, bytes]  # term, index, kind, data
-EncodedSnapshot = tuple[int, int, bytes, bytes]  # index, term, membership, data
-EncodedMessage = tuple[
+FORMAT: Final = 1
+_FORMAT_BYTE: Final = bytes([FORMAT])
+
+_EncodedEntry = tuple[int, int, EntryKind, bytes]  # term, index, kind, data
+_EncodedSnapshot = tuple[int, int, bytes, bytes]  # index, term, membership, data
+_EncodedMessage = tuple[
     str,  # group id
-    str,  # type
+    MessageType,
     int,  # to
     int,  # sender
     int,  # term
     int,  # index
     int,  # log term
-    tuple[EncodedEntry, ...],
+    tuple[_EncodedEntry, ...],
     int,  # commit
     bool,  # reject
     int,  # reject hint
-    EncodedSnapshot | None,
+    _EncodedSnapshot | None,
     bytes,  # context
     bool,  # transfer
 ]
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final = msgspec.msgpack.Decoder(tuple[_EncodedMessage, ...])
 
 
-def encode_messages(messages: Iterable[tuple[str, Message]]) -> tuple[EncodedMessage, ...]:
-    return tuple(_encode(group_id, message) for group_id, message in messages)
+class RaftCodecError(ValueError):
+    """Bytes that are not Raft messages in a format this release reads."""
 
 
-def decode_messages(encoded: Iterable[EncodedMessage]) -> list[tuple[str, Message]]:
+def encode_messages(messages: Iterable[tuple[str, Message]]) -> bytes:
+    return _FORMAT_BYTE + _ENCODER.encode([_encode(group_id, m) for group_id, m in messages])
+
+
+def decode_messages(data: bytes) -> list[tuple[str, Message]]:
+    if data[:1] != _FORMAT_BYTE:
+        raise RaftCodecError(f"Raft messages in format {data[:1].hex() or 'none'}")
+    try:
+        encoded = _DECODER.decode(memoryview(data)[1:])
+    except msgspec.DecodeError as error:
+        raise RaftCodecError(f"malformed Raft messages: {error}") from None
     return [_decode(item) for item in encoded]
 
 
-def _encode(group_id: str, m: Message) -> EncodedMessage:
+def _encode(group_id: str, m: Message) -> _EncodedMessage:
     snapshot = m.snapshot
     return (
         group_id,
-        m.type.value,
+        m.type,
         m.to,
         m.sender,
         m.term,
         m.index,
         m.log_term,
-        tuple((e.term, e.index, e.kind.value, e.data) for e in m.entries),
+        tuple((e.term, e.index, e.kind, e.data) for e in m.entries),
         m.commit,
         m.reject,
         m.reject_hint,
@@ -67,7 +96,7 @@ def _encode(group_id: str, m: Message) -> EncodedMessage:
     )
 
 
-def _decode(item: EncodedMessage) -> tuple[str, Message]:
+def _decode(item: _EncodedMessage) -> tuple[str, Message]:
     (
         group_id,
         kind,
@@ -85,13 +114,13 @@ def _decode(item: EncodedMessage) -> tuple[str, Message]:
         transfer,
     ) = item
     return group_id, Message(
-        MessageType(kind),
+        kind,
         to,
         sender,
         term,
         index,
         log_term,
-        tuple(Entry(t, i, EntryKind(k), d) for t, i, k, d in entries),
+        tuple(Entry(t, i, k, d) for t, i, k, d in entries),
         commit,
         reject,
         reject_hint,
@@ -101,6 +130,6 @@ def _decode(item: EncodedMessage) -> tuple[str, Message]:
     )
 
 
-def _decode_snapshot(snapshot: EncodedSnapshot) -> Snapshot:
+def _decode_snapshot(snapshot: _EncodedSnapshot) -> Snapshot:
     index, term, membership, data = snapshot
     return Snapshot(index, term, Membership.decode(membership), data)

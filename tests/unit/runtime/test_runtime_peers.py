@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import pickle
 import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from warren.errors import ReplyCode, SoftError, queue_not_found
+from warren.runtime.cluster.frames import Send, encode_frame
 from warren.runtime.cluster.peers import MAGIC, Peers, PeerUnavailable, RemoteError
 
 COOKIE = "secret cookie"
@@ -158,8 +158,8 @@ def test_a_node_without_the_cookie_is_refused(caplog: pytest.LogCaptureFixture) 
         hello = MAGIC + b"n" * 16 + b"i" * 8 + b"a"
         writer.write(struct.pack(">I", len(hello)) + hello)
         await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
-        writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([(0, "let me in")]))
-        assert await reader.read() == b""  # closed, nothing unpickled
+        writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([Send("let me in")]))
+        assert await reader.read() == b""  # closed, nothing decoded
         writer.close()
         assert received == [] and not good["b"].connected("a")
         await bad.close()
@@ -178,7 +178,7 @@ def test_a_connection_that_skips_the_handshake_is_refused() -> None:
         received: list[object] = []
         nodes["b"].on_message(lambda sender, message: received.append(message))
         reader, writer = await asyncio.open_connection("127.0.0.1", nodes["b"].port)
-        writer.write(frame([(0, "hello")]))
+        writer.write(frame([Send("hello")]))
         assert await reader.read() == b""
         writer.close()
         assert received == []
@@ -187,8 +187,8 @@ def test_a_connection_that_skips_the_handshake_is_refused() -> None:
     run(body)
 
 
-def frame(items: list[tuple[object, ...]]) -> bytes:
-    payload = pickle.dumps(items, protocol=5)
+def frame(items: list[Send]) -> bytes:
+    payload = encode_frame(list(items))
     return struct.pack(">I", len(payload)) + payload
 
 

@@ -18,11 +18,12 @@ Theory of operation:
 4. Every class names the type of its reply (`NodeRequest[R]`), so a caller gets a typed
    answer from one cast at the link, not a tuple to pick apart.
 
-Wire format: the peer link pickles its frames (`warren.runtime.cluster.peers`, point 4),
-so these classes *are* the wire format: changing one changes the protocol, and the
-handshake's `MAGIC` (WARREN-PEERS/4 for this set) says which version a node speaks; a
-node of another version is refused before anything is unpickled. (Replacing the pickles
-with an explicit encoding is issue #20.)
+Wire format: the peer link's frames (`warren.runtime.cluster.frames`) are still pickles
+of these classes, so these classes *are* the wire format: changing one changes the
+protocol, and the handshake's `MAGIC` (WARREN-PEERS/5 for this set) says which version a
+node speaks; a node of another version is refused before any frame is decoded. (Raft's
+messages already travel as versioned bytes, `warren.cluster.raft_codec`; these classes
+as explicit msgspec types are the rest of issue #20.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Theory of operation:
    always replaces the links of its previous life). An acceptor answers a dialer that
    lost "already linked", which is no failure. Both ends apply the same rule, so they
    agree on the link, and a winning connection is never given up for a losing one.
-3. Handshake, before anything is unpickled: the dialer sends a hello (magic, its nonce,
+3. Handshake, before any frame is decoded: the dialer sends a hello (magic, its nonce,
    its incarnation, its name, the address of its cluster listener); the acceptor answers
    with its nonce, its incarnation, its name and an HMAC-SHA256 under the cookie over the
    dialer's nonce, both names and its incarnation; the dialer checks it and answers with
@@ -24,10 +24,11 @@ Theory of operation:
    proved the cookie to the other. Anything else is refused and logged, and so is a
    dialer that claims our name. A link is made current in the same step as the decision,
    so no other connection can slip in between.
-4. Frames: a 4-byte big-endian length, then a pickle (protocol 5) of a list of items.
-   `send` only buffers; one callback per loop turn per link writes the whole buffer as
-   one frame (batching). Items: a message, an RPC request, its response or its error.
-   Delivery is best effort: a message for a node with no link is dropped.
+4. Frames: a 4-byte big-endian length, then a list of items encoded by
+   `warren.runtime.cluster.frames` (a message, an RPC request, its response or its
+   failure). `send` only buffers; one callback per loop turn per link writes the whole
+   buffer as one frame (batching). Delivery is best effort: a message for a node with no
+   link is dropped.
 5. RPC (`call`/`serve`) rides on the same link. A remote `AmqpError` comes back as the
    same class with the same code and text; any other remote failure as `RemoteError`. A
    call fails with `PeerUnavailable` if there is no link, the link goes down or is
@@ -36,10 +37,10 @@ Theory of operation:
    dropped (links stay open), they report not connected and link handlers hear "down";
    `partition(set())` heals. Link handlers hear "up" when a node gets a link and "down"
    when it has none any more, not when one link replaces another.
-The peers are trusted once the cookie is proved: a frame is unpickled as it comes. What
+The peers are trusted once the cookie is proved: a frame is decoded as it comes. What
 the frames carry are the message classes of `warren.runtime.cluster.calls` (and Raft's
 messages), so changing them changes the protocol: `MAGIC` names its version, and a node of
-another version is refused in the handshake, before anything is unpickled.
+another version is refused in the handshake, before any frame is decoded.
 """
 
 from __future__ import annotations
@@ -50,21 +51,34 @@ import hashlib
 import hmac
 import itertools
 import logging
-import pickle
 import secrets
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
-import warren.errors
-from warren.errors import AmqpError, ReplyCode
+from warren.errors import AmqpError
+from warren.runtime.cluster.frames import (
+    Answer,
+    Ask,
+    Failure,
+    Item,
+    Send,
+    decode_frame,
+    encode_frame,
+    failure,
+    failure_exception,
+)
+from warren.runtime.cluster.frames import (
+    RemoteError as RemoteError,  # where the runtime catches it
+)
 
 CLOSE_TIMEOUT_S: Final = 2.0
 log = logging.getLogger("warren.peers")
 
 # 3: the messages of `warren.runtime.cluster.calls`; 4: Raft entries of quorum queues in the
-# versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply
-MAGIC: Final = b"WARREN-PEERS/4\n"
+# versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply;
+# 5: Raft messages as the versioned bytes of `warren.cluster.raft_codec`
+MAGIC: Final = b"WARREN-PEERS/5\n"
 _NONCE_BYTES: Final = 16
 _INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32
@@ -75,12 +89,6 @@ BACKOFF_MIN_S: Final = 0.1
 BACKOFF_MAX_S: Final = 2.0
 _ACCEPTED: Final = b"OK"
 _LINKED: Final = b"LINKED"  # rule 2: the link the acceptor has wins
-
-# item tags in a frame's list
-_MESSAGE: Final = 0
-_REQUEST: Final = 1
-_RESPONSE: Final = 2
-_ERROR: Final = 3
 
 MessageHandler = Callable[[str, object], None]
 LinkHandler = Callable[[str, bool], None]
@@ -129,10 +137,6 @@ class PeerUnavailable(Exception):
         self.node = node
 
 
-class RemoteError(Exception):
-    """The remote request handler failed with something other than an `AmqpError`."""
-
-
 class _Refused(Exception):
     """A handshake that did not prove the cookie, or broke the rules."""
 
@@ -157,7 +161,7 @@ class _Link:
         self.dialer = dialer  # the name of the node that dialed it
         self.reader = reader
         self.writer = writer
-        self.outbox: list[tuple[object, ...]] = []
+        self.outbox: list[Item] = []
         self.closed = False
 
     def close(self) -> None:
@@ -278,7 +282,7 @@ class Peers:
 
     def send(self, node: str, message: object) -> None:
         """Best effort: buffered for this loop turn's frame, dropped if not connected."""
-        self._enqueue(node, (_MESSAGE, message))
+        self._enqueue(node, Send(message))
 
     async def call(self, node: str, request: object, timeout: float = 5.0) -> object:
         if not self.connected(node):
@@ -286,7 +290,7 @@ class Peers:
         call_id = next(self._call_ids)
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = (node, future)
-        self._enqueue(node, (_REQUEST, call_id, request))
+        self._enqueue(node, Ask(call_id, request))
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -303,7 +307,7 @@ class Peers:
                     self._fail_calls(node, "partitioned")
                 self._notify_link(node, healed)
 
-    def _enqueue(self, node: str, item: tuple[object, ...]) -> None:
+    def _enqueue(self, node: str, item: Item) -> None:
         link = self._links.get(node)
         if link is None or node in self._partitioned:
             return
@@ -318,10 +322,10 @@ class Peers:
         if link.closed or link.writer.is_closing() or not items:
             return
         try:
-            payload = pickle.dumps(items, protocol=5)
+            payload = encode_frame(items)
         except Exception:
             log.exception(
-                "dropping %s items for node %s: they do not pickle", len(items), link.node
+                "dropping %s items for node %s: they do not encode", len(items), link.node
             )
             return
         link.writer.writelines((_LENGTH.pack(len(payload)), payload))
@@ -515,7 +519,7 @@ class Peers:
         except (OSError, asyncio.IncompleteReadError) as error:
             log.debug("link to node %s lost: %r", node, error)
         except Exception:
-            log.exception("link to node %s dropped: a frame does not unpickle", node)
+            log.exception("link to node %s dropped: a frame does not decode", node)
         finally:
             link.close()
             if self._links.get(node) is link:
@@ -530,47 +534,47 @@ class Peers:
         reader = link.reader
         while not link.closed:
             (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            items = pickle.loads(await reader.readexactly(length))
+            items = decode_frame(await reader.readexactly(length))
             if link.node in self._partitioned:
                 continue
             for item in items:
                 self._dispatch(link.node, item)
 
-    def _dispatch(self, node: str, item: tuple[object, ...]) -> None:
-        tag = item[0]
-        if tag == _MESSAGE:
+    def _dispatch(self, node: str, item: Item) -> None:
+        if isinstance(item, Send):
             for handler in self._message_handlers:
                 try:
-                    handler(node, item[1])
+                    handler(node, item.message)
                 except Exception:
                     log.exception("message handler failed on a message from node %s", node)
-        elif tag == _REQUEST:
-            task = asyncio.get_running_loop().create_task(self._answer(node, item[1], item[2]))
+        elif isinstance(item, Ask):
+            task = asyncio.get_running_loop().create_task(
+                self._answer(node, item.call_id, item.request)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         else:
-            call_id = item[1]
-            call = self._calls.get(call_id) if isinstance(call_id, int) else None
+            call = self._calls.get(item.call_id)
             if call is None or call[1].done():
                 return  # the caller gave up
-            if tag == _RESPONSE:
-                call[1].set_result(item[2])
+            if isinstance(item, Failure):
+                call[1].set_exception(failure_exception(item))
             else:
-                call[1].set_exception(_decode_error(item[2]))
+                call[1].set_result(item.value)
 
-    async def _answer(self, node: str, call_id: object, request: object) -> None:
+    async def _answer(self, node: str, call_id: int, request: object) -> None:
         handler = self._request_handler
         try:
             if handler is None:
                 raise RemoteError(f"node {self.node} serves no requests")
             response = await handler(node, request)
-            pickle.dumps(response, protocol=5)  # an unpicklable answer is the handler's error
+            encode_frame([Answer(call_id, response)])  # what does not encode is its error
         except Exception as error:
             if not isinstance(error, AmqpError):
                 log.warning("request from node %s failed: %r", node, error)
-            self._enqueue(node, (_ERROR, call_id, _encode_error(error)))
+            self._enqueue(node, failure(call_id, error))
             return
-        self._enqueue(node, (_RESPONSE, call_id, response))
+        self._enqueue(node, Answer(call_id, response))
 
     def _fail_calls(self, node: str, reason: str) -> None:
         for call_node, future in list(self._calls.values()):
@@ -594,30 +598,3 @@ async def _read_handshake(reader: asyncio.StreamReader) -> bytes:
     if length > _HANDSHAKE_MAX_BYTES:
         raise _Refused(f"handshake message of {length} bytes")
     return await reader.readexactly(length)
-
-
-def _encode_error(error: Exception) -> tuple[object, ...]:
-    if isinstance(error, AmqpError):
-        detail = error.text.partition(" - ")[2]
-        return (
-            "amqp",
-            type(error).__name__,
-            int(error.code),
-            detail,
-            error.class_id,
-            error.method_id,
-        )
-    return ("other", repr(error))
-
-
-def _decode_error(encoded: object) -> Exception:
-    if isinstance(encoded, tuple) and encoded[0] == "amqp":
-        _, name, code, detail, class_id, method_id = encoded
-        cls = getattr(warren.errors, name, None)
-        if not (isinstance(cls, type) and issubclass(cls, AmqpError)):
-            cls = AmqpError
-        error: Exception = cls(ReplyCode(code), detail, class_id, method_id)
-        return error
-    return RemoteError(
-        f"remote request failed: {encoded[1] if isinstance(encoded, tuple) else encoded}"
-    )

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from warren.cluster.nodes import NodeNames
-from warren.cluster.raft_codec import EncodedMessage, decode_messages, encode_messages
+from warren.cluster.raft_codec import decode_messages, encode_messages
 from warren.raft import (
     NO_NODE,
     Entry,
@@ -166,10 +166,10 @@ class GroupMachine(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RaftTraffic:
-    """One round's Raft messages from one node to another, in order, encoded by
-    `warren.cluster.raft_codec` (pickling tuples is far cheaper than dataclasses)."""
+    """One round's Raft messages from one node to another, in order, as the versioned
+    bytes of `warren.cluster.raft_codec`."""
 
-    messages: tuple[EncodedMessage, ...]
+    messages: bytes
 
 
 _Input = Message | Callable[[], object]

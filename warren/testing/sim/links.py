@@ -12,26 +12,34 @@ Theory of operation:
    then "up" again a little later (lost messages); a partition blocks links between two
    groups until healed; a crashed node's links drop. A link carries an epoch, bumped by
    each of these, so a message sent before a drop never arrives after it.
-3. Items are pickled when sent and unpickled when they arrive, as `Peers` does, so no
-   node ever shares an object with another.
+3. Items are encoded when sent and decoded when they arrive, by the frame codec `Peers`
+   uses (`warren.runtime.cluster.frames`, one item per frame), so no node ever shares an
+   object with another and the simulator runs the cluster's encoding.
 4. `SimLinks` is one node's end: what `ClusterNode` and `RaftHost` get in place of `Peers`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
-from warren.errors import AmqpError
+from warren.runtime.cluster.frames import (
+    Answer,
+    Ask,
+    Failure,
+    Item,
+    Send,
+    decode_frame,
+    encode_frame,
+    failure,
+    failure_exception,
+)
 from warren.runtime.cluster.peers import (
     LinkHandler,
     MessageHandler,
     PeerUnavailable,
-    RemoteError,
     RequestHandler,
 )
 from warren.runtime.cluster.raft_host import RaftTraffic
@@ -43,19 +51,6 @@ DELAY_S_MAX: Final = 0.005
 SLOW_S_MAX: Final = 0.2
 RECONNECT_S_MAX: Final = 0.5  # a reset link comes back after up to this long
 _TIE_S: Final = 1e-7
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    call_id: int
-    request: object
-
-
-@dataclass(frozen=True, slots=True)
-class _Response:
-    call_id: int
-    value: object
-    failed: bool
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:
@@ -78,7 +73,7 @@ class SimNet:
     def up(self, a: str, b: str) -> bool:
         return a in self.ends and b in self.ends and _pair(a, b) not in self.blocked
 
-    def transmit(self, sender: str, receiver: str, item: object) -> None:
+    def transmit(self, sender: str, receiver: str, item: Item) -> None:
         if not self.up(sender, receiver):
             return
         pair = _pair(sender, receiver)
@@ -92,9 +87,9 @@ class SimNet:
         last = self._last_arrival.get((sender, receiver), 0.0)
         at = max(self.loop.time() + delay, last + _TIE_S)
         self._last_arrival[sender, receiver] = at
-        if type(item) is not RaftTraffic:
+        if not (isinstance(item, Send) and type(item.message) is RaftTraffic):
             self.on_event(f"{sender}->{receiver} {_describe(item)}")
-        data = pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+        data = encode_frame([item])
         context = self.ends[receiver].life.context  # it runs as part of the receiver's life
         self.loop.call_at(at, self._arrive, sender, receiver, pair, epoch, data, context=context)
 
@@ -103,7 +98,8 @@ class SimNet:
     ) -> None:
         if self._epochs.get(pair, 0) != epoch or not self.up(sender, receiver):
             return  # the link dropped meanwhile: lost with it
-        self.ends[receiver].receive(sender, pickle.loads(data))
+        for item in decode_frame(data):
+            self.ends[receiver].receive(sender, item)
 
     # --- faults and life cycle ---------------------------------------------------------------
 
@@ -211,7 +207,7 @@ class SimLinks:
 
     def send(self, node: str, message: object) -> None:
         if node in self._linked:
-            self.net.transmit(self.node, node, message)
+            self.net.transmit(self.node, node, Send(message))
 
     async def call(self, node: str, request: object, timeout: float = 5.0) -> object:
         if node not in self._linked:
@@ -220,7 +216,7 @@ class SimLinks:
         call_id = self._call_ids
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = (node, future)
-        self.net.transmit(self.node, node, _Request(call_id, request))
+        self.net.transmit(self.node, node, Ask(call_id, request))
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -258,40 +254,39 @@ class SimLinks:
                 future.set_exception(PeerUnavailable(node, "link down"))
                 del self._calls[call_id]
 
-    def receive(self, sender: str, item: object) -> None:
+    def receive(self, sender: str, item: Item) -> None:
         if sender not in self._linked:
             return
-        if type(item) is _Request:
+        if isinstance(item, Ask):
             task = asyncio.ensure_future(self._answer(sender, item))
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
-        elif type(item) is _Response:
+        elif isinstance(item, Send):
+            for handler in list(self._message_handlers):
+                handler(sender, item.message)
+        else:
             waiting = self._calls.pop(item.call_id, None)
             if waiting is not None and not waiting[1].done():
-                if item.failed:
-                    waiting[1].set_exception(_as_exception(item.value))
+                if isinstance(item, Failure):
+                    waiting[1].set_exception(failure_exception(item))
                 else:
                     waiting[1].set_result(item.value)
-        else:
-            for handler in list(self._message_handlers):
-                handler(sender, item)
 
-    async def _answer(self, sender: str, request: _Request) -> None:
+    async def _answer(self, sender: str, ask: Ask) -> None:
         assert self._request_handler is not None, "a node serves before its links start"
         try:
-            value = await self._request_handler(sender, request.request)
-        except AmqpError as error:
-            self.send(sender, _Response(request.call_id, error, failed=True))
+            value = await self._request_handler(sender, ask.request)
         except Exception as error:
-            self.send(sender, _Response(request.call_id, repr(error), failed=True))
+            self._reply(sender, failure(ask.call_id, error))
         else:
-            self.send(sender, _Response(request.call_id, value, failed=False))
+            self._reply(sender, Answer(ask.call_id, value))
+
+    def _reply(self, node: str, item: Answer | Failure) -> None:
+        if node in self._linked:
+            self.net.transmit(self.node, node, item)
 
 
-def _describe(item: object) -> str:
-    inner = item.request if type(item) is _Request else item
-    return type(inner).__name__ if type(item) is not _Response else "reply"
-
-
-def _as_exception(value: object) -> Exception:
-    return value if isinstance(value, AmqpError) else RemoteError(str(value))
+def _describe(item: Item) -> str:
+    if isinstance(item, Send):
+        return type(item.message).__name__
+    return type(item.request).__name__ if isinstance(item, Ask) else "reply"
