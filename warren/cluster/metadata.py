@@ -301,8 +301,8 @@ OPERATIONS: Final[dict[str, type[Operation]]] = {
 
 
 def operation_of(name: str, arguments: tuple[Any, ...]) -> Operation:
-    """The operation an earlier release (or `replicate_cluster`'s callers) named by its
-    method and positional arguments; ``exchange_declare`` had its flags in one tuple."""
+    """The operation an earlier release named by its method and positional arguments;
+    ``exchange_declare`` had its flags in one tuple."""
     if name == "exchange_declare" and len(arguments) == 5:
         vhost, exchange, exchange_type, (durable, auto_delete, internal), raw = arguments
         return ExchangeDeclare(vhost, exchange, exchange_type, durable, auto_delete, internal, raw)

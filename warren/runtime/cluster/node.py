@@ -42,7 +42,6 @@ from warren.cluster.metadata import (
     QueueDeclare,
     QueueDelete,
     QueueMembers,
-    operation_of,
 )
 from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
@@ -510,11 +509,6 @@ class ClusterNode:
         self.nodes.pop(node, None)
         if node != self.name:
             self.peers.forget(node)
-
-    def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]:
-        """A change to the cluster itself named as `warren.runtime.cluster.quorum` names its
-        queue's delete (the operation's tag and fields); `replicate` it."""
-        return self.replicate(operation_of(method, arguments))
 
     def forget_queue(self, host: QuorumHost) -> None:
         self._forwarders.pop(host.group_id, None)

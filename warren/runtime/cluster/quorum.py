@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from warren.amqp.content import Message
 from warren.cluster import queue_entries
+from warren.cluster.metadata import DeleteQueue, Operation
 from warren.model import QueueRecord
 from warren.queue import (
     Cancel,
@@ -164,7 +165,8 @@ class QuorumNode(Protocol):
     def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
         """A command to the group's leader; the future has its outcome once applied."""
 
-    def replicate_cluster(self, method: str, *arguments: object) -> asyncio.Future[object]: ...
+    def replicate(self, operation: Operation) -> asyncio.Future[object]:
+        """A metadata operation through the log; done once every node applied it."""
 
     async def leader_call(self, request: LeaderRequest[R]) -> R: ...
 
@@ -281,9 +283,7 @@ class QuorumHost(HostFields):
         if cluster.applying:
             return None
         record = self.record
-        deleted = cluster.replicate_cluster(
-            "delete_queue", record.vhost, record.name, self.group_id
-        )
+        deleted = cluster.replicate(DeleteQueue(record.vhost, record.name, self.group_id))
         return cast("asyncio.Future[int]", deleted)
 
     def submit(self, command: Command) -> asyncio.Future[object]:
