@@ -73,6 +73,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Protocol
 
+from warren import legacy
 from warren.cluster.nodes import NodeNames
 from warren.cluster.raft_codec import decode_messages, encode_messages
 from warren.raft import (
@@ -121,8 +122,6 @@ class HostStopped(Exception):
 
 # the leader's wall-clock time in ms, before a NORMAL entry's application bytes (point 8)
 STAMP: Final = struct.Struct(">q")
-# the first byte of an entry written before stamps: pickle's PROTO opcode (point 8)
-UNSTAMPED_FIRST_BYTE: Final = 0x80
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +136,7 @@ class EntryMeta:
 def unstamp(data: bytes) -> tuple[int | None, bytes]:
     """A NORMAL entry's leader time and the application's bytes (None and the bytes as they
     are for an entry written before stamps, point 8)."""
-    if data[:1] == bytes((UNSTAMPED_FIRST_BYTE,)):
+    if legacy.is_pickle(data):  # written before stamps (point 8)
         return None, data
     return STAMP.unpack_from(data)[0], data[STAMP.size :]
 
