@@ -33,6 +33,7 @@ from pathlib import Path
 
 from bench import stats
 from bench.wire import AmqpError, BrokerUrl, Connection, connect
+from warren.runtime.ports import unused_port
 from warren.testing.cluster import LocalCluster
 
 LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -93,16 +94,10 @@ def reachable(url: str) -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_warren() -> tuple[Broker | None, str]:
     """Start `python -m warren` on free ports; (broker, "") or (None, why it failed)."""
     workdir = tempfile.TemporaryDirectory(prefix="warren-bench-")
-    port, management = free_port(), free_port()
+    port, management = unused_port(), unused_port()
     log, data = Path(workdir.name) / "warren.log", Path(workdir.name) / "data"
     command = [sys.executable, "-m", "warren", "--port", str(port)]
     command += ["--management-port", str(management), "--data-dir", str(data)]
@@ -238,7 +233,7 @@ def start_rabbitmq_cluster(size: int) -> tuple[Broker | None, str]:
     cookie.chmod(0o400)
     tag = os.getpid()
     nodes = [
-        RabbitNode(f"bench{n}-{tag}@localhost", home / f"n{n}", free_port(), free_port())
+        RabbitNode(f"bench{n}-{tag}@localhost", home / f"n{n}", unused_port(), unused_port())
         for n in range(1, size + 1)
     ]
 

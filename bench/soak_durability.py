@@ -48,14 +48,10 @@ from pathlib import Path
 import aiormq
 from pamqp.commands import Basic
 
+from warren.runtime.ports import unused_port
+
 HEAD = struct.Struct(">QI")  # sequence number in its queue, CRC-32 of the rest
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -75,11 +71,11 @@ class Node:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
     def start(self) -> None:
-        self.port = free_port()
+        self.port = unused_port()
         self.starts += 1
         log_path = self.data_dir.parent / f"{self.data_dir.name}.{self.starts}.log"
         command = [sys.executable, "-m", "warren", "--port", str(self.port)]
-        self.management_port = free_port()
+        self.management_port = unused_port()
         command += ["--management-port", str(self.management_port)]
         command += ["--data-dir", str(self.data_dir)]
         command += ["--bind", "127.0.0.1"]

@@ -29,6 +29,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from warren.runtime.ports import unused_port
+
 TEST_URL_ENV = "WARREN_TEST_URL"
 MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # RabbitMQ's management API, with WARREN_TEST_URL
 DEFAULT_RABBITMQ_MGMT_URL = "http://127.0.0.1:15672"
@@ -90,12 +92,6 @@ class WarrenServer:
             self.process.wait(timeout=STOP_GRACE_S)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _accepts_tcp(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -108,7 +104,7 @@ def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
     """Start a node and return once its AMQP port accepts connections; fail with its log.
     `settings` are more of its configuration, as command-line flags."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    port, management_port = free_port(), free_port()
+    port, management_port = unused_port(), unused_port()
     log_path = data_dir.parent / f"{data_dir.name}.{port}.log"
     command = [sys.executable, "-m", "warren", "--port", str(port)]
     command += ["--management-port", str(management_port), "--data-dir", str(data_dir)]
@@ -186,7 +182,7 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., WarrenServer]]:
 @pytest.fixture
 def port_factory() -> Callable[[], int]:
     """Free local TCP ports, for port settings a test passes to `server_factory`."""
-    return free_port
+    return unused_port
 
 
 @pytest.fixture

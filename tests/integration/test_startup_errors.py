@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WarrenServer, free_port
+from tests.conftest import WarrenServer
+from warren.runtime.ports import unused_port
 
 pytestmark = pytest.mark.warren_only
 
@@ -48,7 +49,7 @@ def nothing_listens(port: int) -> bool:
 
 
 def test_amqp_port_in_use(tmp_path: Path, held_port: int) -> None:
-    management_port = free_port()
+    management_port = unused_port()
     status, stderr = start(
         tmp_path, "--port", str(held_port), "--management-port", str(management_port)
     )
@@ -62,7 +63,7 @@ def test_amqp_port_in_use(tmp_path: Path, held_port: int) -> None:
 
 def test_management_port_in_use(tmp_path: Path, held_port: int) -> None:
     status, stderr = start(
-        tmp_path, "--port", str(free_port()), "--management-port", str(held_port)
+        tmp_path, "--port", str(unused_port()), "--management-port", str(held_port)
     )
     assert (status, stderr) == (
         1,
@@ -73,10 +74,10 @@ def test_management_port_in_use(tmp_path: Path, held_port: int) -> None:
 
 
 def test_cluster_port_in_use(tmp_path: Path, held_port: int) -> None:
-    nodes = f"a@localhost=127.0.0.1:{held_port},b@localhost=127.0.0.1:{free_port()}"
+    nodes = f"a@localhost=127.0.0.1:{held_port},b@localhost=127.0.0.1:{unused_port()}"
     status, stderr = start(
         tmp_path,
-        *("--port", str(free_port()), "--management-port", str(free_port())),
+        *("--port", str(unused_port()), "--management-port", str(unused_port())),
         *("--node-name", "a@localhost", "--cluster-nodes", nodes, "--cluster-cookie", "c"),
         *("--cluster-port", str(held_port), "--log-level", "error"),
     )
@@ -89,9 +90,9 @@ def test_cluster_port_in_use(tmp_path: Path, held_port: int) -> None:
 
 def test_data_directory_in_use(tmp_path: Path, server_factory: Callable[..., WarrenServer]) -> None:
     running = server_factory(tmp_path / "data")
-    port = free_port()
+    port = unused_port()
     status, stderr = start(
-        tmp_path / "data", "--port", str(port), "--management-port", str(free_port())
+        tmp_path / "data", "--port", str(port), "--management-port", str(unused_port())
     )
     assert (status, stderr) == (
         1,
@@ -135,7 +136,7 @@ def test_unreadable_certificate(tmp_path: Path) -> None:
     missing = tmp_path / "cert.pem"
     status, stderr = start(
         tmp_path / "data",
-        *("--port", str(free_port()), "--management-port", str(free_port())),
+        *("--port", str(unused_port()), "--management-port", str(unused_port())),
         *("--ssl-certfile", str(missing), "--ssl-keyfile", str(key)),
     )
     assert (status, stderr) == (
@@ -150,7 +151,7 @@ def test_certificate_that_is_not_pem(tmp_path: Path) -> None:
     garbage.write_text("not a certificate\n")
     status, stderr = start(
         tmp_path / "data",
-        *("--port", str(free_port()), "--management-port", str(free_port())),
+        *("--port", str(unused_port()), "--management-port", str(unused_port())),
         *("--ssl-certfile", str(garbage), "--ssl-keyfile", str(garbage)),
     )
     assert status == 1

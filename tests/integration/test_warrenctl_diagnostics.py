@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import free_port
 from tests.integration.test_warrenctl import Ctl
+from warren.runtime.ports import unused_port
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_version_ping_and_await_startup(ctl: Ctl) -> None:
 
 
 def test_ping_and_await_startup_of_a_node_that_is_not_there() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{unused_port()}"
     pinged = warrenctl_at(url, "ping", "-q")
     assert (pinged.returncode, pinged.stderr) == (
         69,

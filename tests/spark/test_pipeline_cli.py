@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port
+from warren.runtime.ports import unused_port
 from warren.spark import cli
 
 COMMAND = [sys.executable, "-m", "warren.spark.cli"]
@@ -46,7 +46,7 @@ def test_a_queue_and_a_queue_pattern_exclude_each_other(capsys) -> None:
 
 
 def test_a_broker_that_is_down_is_one_line_before_spark_starts(tmp_path: Path) -> None:
-    port = free_port()  # nothing listens there
+    port = unused_port()  # nothing listens there
     uri = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
     command = [*COMMAND, "--uri", uri, "land", "--queue", "q", "--out", str(tmp_path)]
     done = subprocess.run(

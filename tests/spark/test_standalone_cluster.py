@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.spark.conftest import assert_repeats_are_redelivered
+from warren.runtime.ports import unused_port
 from warren.spark.session import spark_home_without_zips
 
 pytestmark = pytest.mark.timeout(900)
@@ -47,12 +47,6 @@ class Cluster:
             for thread in Path(f"/proc/{worker}/task").iterdir():
                 children += [int(pid) for pid in (thread / "children").read_text().split()]
         return children
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def alive_workers(web_port: int) -> int:
@@ -85,7 +79,7 @@ def cluster(
 ) -> Iterator[Cluster]:
     """A standalone master and two one-core workers."""
     spark_class = str(Path(cluster_env["SPARK_HOME"]) / "bin" / "spark-class")
-    port, web_port = free_port(), free_port()
+    port, web_port = unused_port(), unused_port()
     url = f"spark://127.0.0.1:{port}"
     log = (tmp_path_factory.mktemp("spark-cluster") / "cluster.log").open("wb")
     deploy = "org.apache.spark.deploy"
@@ -95,7 +89,7 @@ def cluster(
     commands[0] += ["--webui-port", str(web_port)]
     for _ in range(2):
         worker = [spark_class, f"{deploy}.worker.Worker", "--host", "127.0.0.1", "--cores", "1"]
-        worker += ["--memory", "1g", "--webui-port", str(free_port())]
+        worker += ["--memory", "1g", "--webui-port", str(unused_port())]
         commands.append([*worker, "--work-dir", str(tmp_path_factory.mktemp("spark-worker")), url])
     processes = [
         subprocess.Popen(

@@ -37,21 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from warren.runtime.ports import unused_port
+
 START_TIMEOUT_S = 30.0
 COOKIE = "warren-test-cookie"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class FaultProxy:
     """A TCP forwarder on its own event-loop thread that can cut its connections."""
 
     def __init__(self, target_port: int) -> None:
-        self.port = free_port()
+        self.port = unused_port()
         self.target_port = target_port
         self.cut = False
         self._writers: set[asyncio.StreamWriter] = set()
@@ -123,9 +119,9 @@ class FaultProxy:
 class ClusterNodeProcess:
     name: str
     data_dir: Path
-    port: int = field(default_factory=free_port)
-    management_port: int = field(default_factory=free_port)
-    cluster_port: int = field(default_factory=free_port)
+    port: int = field(default_factory=unused_port)
+    management_port: int = field(default_factory=unused_port)
+    cluster_port: int = field(default_factory=unused_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 

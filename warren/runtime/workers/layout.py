@@ -24,12 +24,12 @@ import dataclasses
 import json
 import os
 import secrets
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from warren.runtime.config import Config, ConfigError
+from warren.runtime.ports import unused_port
 
 WORKER_INDEX_VARIABLE = "WARREN_WORKER_INDEX"  # set by the supervisor for each worker
 LAYOUT_FILE = "workers.json"
@@ -79,7 +79,7 @@ def load_or_create(config: Config) -> Layout:
                 " not supported yet; start it with that number, or use another --data-dir"
             )
         return layout
-    layout = Layout(secrets.token_hex(16), tuple(_free_port() for _ in range(config.workers)))
+    layout = Layout(secrets.token_hex(16), tuple(unused_port() for _ in range(config.workers)))
     temporary = path.with_suffix(".tmp")
     temporary.write_text(
         json.dumps(
@@ -124,10 +124,3 @@ def worker_config(config: Config, index: int) -> Config:
         cluster_cookie=layout.cookie,
         quorum_cluster_size=1,
     )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port

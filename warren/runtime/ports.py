@@ -1,0 +1,50 @@
+"""Free TCP ports on loopback that no outgoing connection can take before they are listened on.
+
+Binding to port 0 finds a free port in the kernel's ephemeral range, the range it also hands
+out as the local port of every outgoing connection on the machine. Between finding such a port
+and a process listening on it, any connection may take it, and the listener then fails with
+"address in use" (a cluster test saw a node's peer link take another node's AMQP port).
+`unused_port` draws ports below the ephemeral range instead, where the kernel assigns none by
+itself, checks each by binding, and never returns the same port twice in one process.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+FLOOR = 10_000  # below this are the registered ports other programs are configured to use
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_given: set[int] = set()
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49_152  # IANA's dynamic range, which BSD and macOS use
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def unused_port() -> int:
+    """A port free on 127.0.0.1 now, outside the ephemeral range, not given before here."""
+    ceiling = _ephemeral_start()
+    for _ in range(1_000) if ceiling - FLOOR >= 1_000 else ():
+        port = random.randrange(FLOOR, ceiling)
+        if port not in _given and _bindable(port):
+            _given.add(port)
+            return port
+    with socket.socket() as probe:  # no room below the ephemeral range: take the kernel's pick
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    _given.add(port)
+    return port
