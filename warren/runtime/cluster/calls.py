@@ -335,19 +335,35 @@ _ENCODER: Final = msgspec.msgpack.Encoder()
 
 def reply_type(request: NodeRequest[Any] | QueueRequest[Any]) -> Any:
     """The type `request` is answered with."""
+    return _reply_type(*_asked(request))
+
+
+def reply_decoder(request: NodeRequest[Any] | QueueRequest[Any]) -> msgspec.msgpack.Decoder[Any]:
+    """A decoder of `request`'s reply type (one per type: making one costs more than
+    decoding a small reply)."""
+    return _decoder(*_asked(request))
+
+
+def _asked(request: NodeRequest[Any] | QueueRequest[Any]) -> tuple[type, bool]:
+    """The request class whose reply comes back, and whether a leader's `Led` wraps it."""
     if type(request) is Forward:
-        return _value_type(type(request.request))
+        return type(request.request), False  # the leader's value itself
     kind = type(request)
-    value = _value_type(kind)
-    return Led[value] | Redirect if issubclass(kind, LeaderRequest) else value  # type: ignore[valid-type]
+    return kind, issubclass(kind, LeaderRequest)
 
 
 @functools.cache
-def _value_type(kind: type) -> Any:
+def _reply_type(kind: type, led: bool) -> Any:
     for base in getattr(kind, "__orig_bases__", ()):
         if get_origin(base) in (NodeRequest, LeaderRequest, QueueRequest):
-            return get_args(base)[0]
+            value = get_args(base)[0]
+            return Led[value] | Redirect if led else value  # type: ignore[valid-type]
     raise TypeError(f"{kind.__name__} names no reply type")
+
+
+@functools.cache
+def _decoder(kind: type, led: bool) -> msgspec.msgpack.Decoder[Any]:
+    return msgspec.msgpack.Decoder(_reply_type(kind, led))
 
 
 def call_reply(number: int, value: object) -> CallReply:
@@ -358,4 +374,4 @@ def call_reply(number: int, value: object) -> CallReply:
 def call_value(reply: CallReply, request: QueueRequest[Any]) -> object:
     """The live value of a home's answer to `request` (msgspec.ValidationError or
     DecodeError: not its reply type)."""
-    return from_wire(msgspec.msgpack.decode(reply.value, type=reply_type(request)))
+    return from_wire(reply_decoder(request).decode(reply.value))

@@ -13,7 +13,7 @@ Theory of operation:
    `warren.runtime.cluster.calls` (`PeerMessage`, `Request`), decoded with the frame. An
    `Answer`'s value is the reply already encoded (``answer``), kept as raw MessagePack
    when the frame is decoded and decoded by the asking side with the reply type of the
-   request it sent (``answer_value``, `calls.reply_type`): the frame decoder needs no
+   request it sent (``answer_value``, `calls.reply_decoder`): the frame decoder needs no
    union of every reply.
 3. A failure carries an `AmqpError` as `warren.errors.error_fields` (the same class,
    code and text come back, `failure_exception`), anything else as its ``repr``, which
@@ -31,7 +31,7 @@ from typing import Any, Final
 import msgspec
 
 from warren.errors import AmqpError, ErrorFields, error_fields, error_from_fields
-from warren.runtime.cluster.calls import NodeRequest, PeerMessage, Request, reply_type
+from warren.runtime.cluster.calls import NodeRequest, PeerMessage, Request, reply_decoder
 
 FORMAT: Final = 0x01
 _FORMAT_BYTE: Final = bytes((FORMAT,))
@@ -77,7 +77,7 @@ def answer(call_id: int, value: object) -> Answer:
 def answer_value(item: Answer, request: NodeRequest[Any]) -> object:
     """The value of the answer to `request` (point 2)."""
     try:
-        return msgspec.msgpack.decode(item.value, type=reply_type(request))
+        return reply_decoder(request).decode(item.value)
     except msgspec.DecodeError as error:
         raise FrameError(f"malformed answer to {type(request).__name__}: {error}") from None
 
