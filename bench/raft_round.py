@@ -9,7 +9,7 @@ encoding plus the receiver's decoding back into `Message` objects:
   (enums by value), pickled with the rest of the frame and unpickled by the receiver;
 - ``raft_codec``: what it sends now (`warren.cluster.raft_codec`, format 1: the same
   positional layout as MessagePack behind a format byte, decoded with its types checked),
-  the bytes pickled inside the frame as the peer link still does for its other items.
+  as a `RaftTraffic` in the peer link's frame (`warren.runtime.cluster.frames`).
 
 The candidates take turns in every repeat; the median over `--repeats` is kept.
 """
@@ -26,6 +26,8 @@ from typing import Any
 
 from warren.cluster import raft_codec
 from warren.raft import Entry, EntryKind, Message, MessageType
+from warren.runtime.cluster.calls import RaftTraffic
+from warren.runtime.cluster.frames import Send, decode_frame, encode_frame
 
 
 def a_round(groups: int, entries: int) -> list[tuple[str, Message]]:
@@ -96,11 +98,13 @@ def pickle_decode(data: bytes) -> list[tuple[str, Message]]:
 
 
 def codec_encode(messages: list[tuple[str, Message]]) -> bytes:
-    return pickle.dumps([(0, raft_codec.encode_messages(messages))], protocol=5)
+    return encode_frame([Send(RaftTraffic(raft_codec.encode_messages(messages)))])
 
 
 def codec_decode(data: bytes) -> list[tuple[str, Message]]:
-    return raft_codec.decode_messages(pickle.loads(data)[0][1])
+    (item,) = decode_frame(data)
+    assert type(item) is Send and type(item.message) is RaftTraffic
+    return raft_codec.decode_messages(item.message.messages)
 
 
 Candidate = tuple[str, Callable[[Any], bytes], Callable[[bytes], Any]]

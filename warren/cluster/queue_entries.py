@@ -131,7 +131,7 @@ class _Configure(msgspec.Struct, array_like=True, tag=12):
     settings: QueueSettings
 
 
-_Record: TypeAlias = (
+CommandRecord: TypeAlias = (
     _Enqueue
     | _Checkout
     | _Cancel
@@ -150,11 +150,11 @@ _Record: TypeAlias = (
 class _Sequenced(msgspec.Struct, array_like=True):
     sender: Key
     seq: int
-    command: _Record
+    command: CommandRecord
 
 
 # each command's record, and back; fields match by name and order (point 2)
-_KINDS: Final[dict[type[Command], type[_Record]]] = {
+_KINDS: Final[dict[type[Command], type[CommandRecord]]] = {
     Enqueue: _Enqueue,
     Checkout: _Checkout,
     Cancel: _Cancel,
@@ -186,19 +186,12 @@ def encode(numbered: Sequenced) -> bytes:
     )
 
 
-def to_record(command: Command) -> _Record:
+def to_record(command: Command) -> CommandRecord:
     kind = type(command)
     if kind is Enqueue:
         assert isinstance(command, Enqueue)
-        message = command.message
-        assert type(message) is Message, "a quorum queue is sent whole messages"
         return _Enqueue(
-            MessageRecord(
-                message.exchange, message.routing_key, message.properties_raw, message.body
-            ),
-            command.size_bytes,
-            command.ttl_ms,
-            command.priority,
+            message_record(command.message), command.size_bytes, command.ttl_ms, command.priority
         )
     record = _KINDS[kind]
     return record(*(getattr(command, name) for name in _FIELDS[kind]))
@@ -224,12 +217,20 @@ def decode(
     return Sequenced(record.sender, record.seq, command)
 
 
-def from_record(record: _Record) -> Command:
+def from_record(record: CommandRecord) -> Command:
     """The queue command a record holds (point 4); a publish's message stays a
     `MessageRecord` (the queue machine does not look at it)."""
     if type(record) is _Enqueue:
         return Enqueue(record.message, record.size_bytes, record.ttl_ms, record.priority)
     return _COMMANDS[type(record)](*(getattr(record, name) for name in record.__struct_fields__))
+
+
+def message_record(message: object) -> MessageRecord:
+    """A whole `Message` as an entry (or a peer link's frame) holds it."""
+    assert type(message) is Message, "a quorum queue is sent whole messages"
+    return MessageRecord(
+        message.exchange, message.routing_key, message.properties_raw, message.body
+    )
 
 
 def message(held: object) -> Message:

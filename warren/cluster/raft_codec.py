@@ -2,7 +2,7 @@
 
 Theory of operation:
 1. A Raft host sends one round's messages for one node at once
-   (`warren.runtime.cluster.raft_host`, `RaftTraffic`); `encode_messages` turns those
+   (`warren.runtime.cluster.raft_host`, `calls.RaftTraffic`); `encode_messages` turns those
    (group id, `Message`) pairs into one byte string and `decode_messages` rebuilds them
    exactly. A pipelined leader sends many per round, so the layout is positional and flat
    (arrays of ints, strings and bytes, no field names, no objects per field): encoding

@@ -8,14 +8,28 @@ import functools
 import logging
 import struct
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import pytest
 
 from warren.errors import ReplyCode, SoftError, queue_not_found
+from warren.runtime.cluster.calls import (
+    AppliedThrough,
+    GroupStatus,
+    PeerMessage,
+    RaftTraffic,
+    Request,
+)
 from warren.runtime.cluster.frames import Send, encode_frame
 from warren.runtime.cluster.peers import MAGIC, Peers, PeerUnavailable, RemoteError
 
 COOKIE = "secret cookie"
+STATUS: Final = GroupStatus("x")
+
+
+def note(*words: str) -> RaftTraffic:
+    """A message to send: any type of the link's would do."""
+    return RaftTraffic(" ".join(words).encode())
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
@@ -46,7 +60,7 @@ async def close_all(nodes: dict[str, Peers]) -> None:
 def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
     async def body() -> None:
         nodes = await start_nodes("a", "b", "c")
-        received: list[tuple[str, str, object]] = []
+        received: list[tuple[str, str, str]] = []
         for name, peers in nodes.items():
             peers.on_message(functools.partial(record, received, name))
         await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
@@ -58,11 +72,11 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         for x in nodes:
             for y in nodes:
                 if x != y:
-                    nodes[x].send(y, ("hello", x, y))
-                    nodes[x].send(y, ("again", x, y))
+                    nodes[x].send(y, note("hello", x, y))
+                    nodes[x].send(y, note("again", x, y))
         await eventually(lambda: len(received) == 12)
         assert sorted(received) == sorted(
-            (y, x, (word, x, y))
+            (y, x, f"{word} {x} {y}")
             for x in nodes
             for y in nodes
             if x != y
@@ -70,8 +84,8 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         )
         # per sender, order holds
         assert [m for r, s, m in received if (r, s) == ("b", "a")] == [
-            ("hello", "a", "b"),
-            ("again", "a", "b"),
+            "hello a b",
+            "again a b",
         ]
         await close_all(nodes)
 
@@ -84,32 +98,41 @@ def link_ends(peers: Peers, node: str) -> tuple[object, object]:
     return writer.get_extra_info("sockname"), writer.get_extra_info("peername")
 
 
-def record(into: list[tuple[str, str, object]], name: str, sender: str, message: object) -> None:
-    into.append((name, sender, message))
+def record(into: list[tuple[str, str, str]], name: str, sender: str, message: PeerMessage) -> None:
+    assert type(message) is RaftTraffic
+    into.append((name, sender, message.messages.decode()))
 
 
 def test_rpc_answers_and_raises_remote_amqp_errors_as_themselves() -> None:
     async def body() -> None:
         nodes = await start_nodes("a", "b")
 
-        async def handler(sender: str, request: object) -> object:
-            if request == "missing":
+        async def handler(sender: str, request: Request) -> object:
+            if request == GroupStatus("missing"):
                 raise queue_not_found("q", "/")
-            if request == "bug":
+            if request == GroupStatus("bug"):
                 raise KeyError("oops")
-            return (sender, request, "done")
+            if type(request) is AppliedThrough:
+                return request.index == 42
+            assert type(request) is GroupStatus
+            return {"from": sender, "group": request.group_id, "members": ("a", "b")}
 
         nodes["a"].serve(handler)
         nodes["b"].serve(handler)
         await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
-        assert await nodes["b"].call("a", "work") == ("b", "work", "done")
-        assert await nodes["a"].call("b", 42) == ("a", 42, "done")
+        # the answer comes back as the type the request names (a map of plain values)
+        assert await nodes["b"].call("a", GroupStatus("work")) == {
+            "from": "b",
+            "group": "work",
+            "members": ["a", "b"],
+        }
+        assert await nodes["a"].call("b", AppliedThrough(42)) is True
         with pytest.raises(SoftError) as raised:
-            await nodes["b"].call("a", "missing")
+            await nodes["b"].call("a", GroupStatus("missing"))
         assert raised.value.code is ReplyCode.NOT_FOUND
         assert raised.value.text == "NOT_FOUND - no queue 'q' in vhost '/'"
         with pytest.raises(RemoteError, match="oops"):
-            await nodes["a"].call("b", "bug")
+            await nodes["a"].call("b", GroupStatus("bug"))
         await close_all(nodes)
 
     run(body)
@@ -119,24 +142,24 @@ def test_a_call_to_a_dead_node_raises_peer_unavailable() -> None:
     async def body() -> None:
         nodes = await start_nodes("a", "b")
 
-        async def slow(sender: str, request: object) -> object:
+        async def slow(sender: str, request: Request) -> object:
             await asyncio.sleep(10)
             return None
 
         nodes["b"].serve(slow)
         await eventually(lambda: nodes["a"].connected("b"))
         with pytest.raises(PeerUnavailable, match="no answer"):
-            await nodes["a"].call("b", "x", timeout=0.1)
-        pending = asyncio.ensure_future(nodes["a"].call("b", "x"))
+            await nodes["a"].call("b", STATUS, timeout=0.1)
+        pending = asyncio.ensure_future(nodes["a"].call("b", STATUS))
         await asyncio.sleep(0.05)
         await nodes["b"].close()
         with pytest.raises(PeerUnavailable, match="link down"):
             await pending
         await eventually(lambda: not nodes["a"].connected("b"))
         with pytest.raises(PeerUnavailable, match="not connected"):
-            await nodes["a"].call("b", "x")
+            await nodes["a"].call("b", STATUS)
         with pytest.raises(PeerUnavailable, match="not connected"):
-            await nodes["a"].call("nobody", "x")
+            await nodes["a"].call("nobody", STATUS)
         await nodes["a"].close()
 
     run(body)
@@ -152,13 +175,13 @@ def test_a_node_without_the_cookie_is_refused(caplog: pytest.LogCaptureFixture) 
         await eventually(lambda: good["b"].connected("c"))
         await asyncio.sleep(0.3)  # several dial attempts
         assert not bad.connected("b") and not good["b"].connected("a")
-        bad.send("b", "let me in")
+        bad.send("b", note("let me in"))
         # Something that does not check the acceptor's proof and sends a wrong one of its own.
         reader, writer = await asyncio.open_connection("127.0.0.1", good["b"].port)
         hello = MAGIC + b"n" * 16 + b"i" * 8 + b"a"
         writer.write(struct.pack(">I", len(hello)) + hello)
         await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
-        writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([Send("let me in")]))
+        writer.write(struct.pack(">I", 32) + b"m" * 32 + frame([Send(note("let me in"))]))
         assert await reader.read() == b""  # closed, nothing decoded
         writer.close()
         assert received == [] and not good["b"].connected("a")
@@ -178,7 +201,7 @@ def test_a_connection_that_skips_the_handshake_is_refused() -> None:
         received: list[object] = []
         nodes["b"].on_message(lambda sender, message: received.append(message))
         reader, writer = await asyncio.open_connection("127.0.0.1", nodes["b"].port)
-        writer.write(frame([Send("hello")]))
+        writer.write(frame([Send(note("hello"))]))
         assert await reader.read() == b""
         writer.close()
         assert received == []
@@ -207,8 +230,8 @@ def test_a_dialer_reconnects_when_the_node_comes_back() -> None:
         again.on_message(lambda sender, message: got.append(message))
         await again.start()
         await eventually(lambda: nodes["a"].connected("b"))
-        nodes["a"].send("b", "welcome back")
-        await eventually(lambda: got == ["welcome back"])
+        nodes["a"].send("b", note("welcome back"))
+        await eventually(lambda: got == [note("welcome back")])
         assert changes[:3] == [("b", True), ("b", False), ("b", True)]
         await again.close()
         await nodes["a"].close()
@@ -225,17 +248,17 @@ def test_a_partition_drops_traffic_until_it_heals() -> None:
         nodes["a"].on_link(lambda node, up: changes.append((node, up)))
         await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
         nodes["b"].partition({"a"})  # b drops what a sends
-        nodes["a"].send("b", "lost")
+        nodes["a"].send("b", note("lost"))
         nodes["a"].partition({"b"})
-        nodes["a"].send("b", "not sent")
+        nodes["a"].send("b", note("not sent"))
         assert not nodes["a"].connected("b")
         with pytest.raises(PeerUnavailable):
-            await nodes["a"].call("b", "x")
+            await nodes["a"].call("b", STATUS)
         await asyncio.sleep(0.05)
         nodes["a"].partition(set())
         nodes["b"].partition(set())
-        nodes["a"].send("b", "after")
-        await eventually(lambda: got == ["after"])
+        nodes["a"].send("b", note("after"))
+        await eventually(lambda: got == [note("after")])
         assert changes == [("b", True), ("b", False), ("b", True)]
         await close_all(nodes)
 
@@ -263,8 +286,8 @@ def test_a_node_nobody_knows_dials_in_and_is_dialed_back_after_a_restart() -> No
         await again.start()
         await eventually(lambda: again.connected("a"))
         assert again.address("a") == a.listen_address
-        a.send("z", "found you")
-        await eventually(lambda: got == ["found you"])
+        a.send("z", note("found you"))
+        await eventually(lambda: got == [note("found you")])
         assert changes == [("z", True), ("z", False), ("z", True)]
         await again.close()
         await a.close()
@@ -349,5 +372,49 @@ def test_a_node_back_from_a_crash_replaces_the_half_open_link_of_its_previous_li
         await again.close()
         await a.close()
         await proxy.close()
+
+    run(body)
+
+
+def test_a_frame_that_does_not_decode_drops_that_link_not_the_node(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b", "c")
+        got: list[tuple[str, PeerMessage]] = []
+        nodes["b"].on_message(lambda sender, message: got.append((sender, message)))
+        await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        changes: list[tuple[str, bool]] = []
+        nodes["b"].on_link(lambda node, up: changes.append((node, up)))
+        writer = nodes["a"]._links["b"].writer
+        garbage = b"\x01\x91\x92\x09\xc0"  # format 1, one item of an unknown tag
+        writer.write(struct.pack(">I", len(garbage)) + garbage)
+        await eventually(lambda: ("a", False) in changes)
+        nodes["c"].send("b", note("still here"))  # b's other links carry on
+        await eventually(lambda: ("c", note("still here")) in got)
+        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        nodes["a"].send("b", note("back"))  # the dropped link is dialed again
+        await eventually(lambda: ("a", note("back")) in got)
+        await close_all(nodes)
+
+    with caplog.at_level(logging.ERROR, logger="warren.peers"):
+        run(body)
+    assert any(
+        "link to node a dropped: malformed peer frame" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_an_answer_that_is_not_its_request_s_reply_type_drops_the_link() -> None:
+    async def body() -> None:
+        nodes = await start_nodes("a", "b")
+
+        async def wrong(sender: str, request: Request) -> object:
+            return "not a map"  # GroupStatus is answered with a map or None
+
+        nodes["b"].serve(wrong)
+        await eventually(lambda: nodes["a"].connected("b"))
+        with pytest.raises(PeerUnavailable, match="link down"):
+            await nodes["a"].call("b", STATUS)
+        await close_all(nodes)
 
     run(body)

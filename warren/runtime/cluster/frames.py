@@ -7,53 +7,79 @@ Theory of operation:
    one frame per link per loop turn; the simulator (`warren.testing.sim.links`) one per
    item. Both go through `encode_frame` and `decode_frame`, so the simulator runs the
    encoding the cluster runs.
-2. A failure carries an `AmqpError` as `warren.errors.error_fields` (the same class,
+2. Layout, version 1: the byte ``FORMAT`` (0x01), then one MessagePack array of items,
+   each an array ``[tag, field, ...]`` (1 Send, 2 Ask, 3 Answer, 4 Failure) written by
+   msgspec. What a `Send` and an `Ask` carry are the tagged types of
+   `warren.runtime.cluster.calls` (`PeerMessage`, `Request`), decoded with the frame. An
+   `Answer`'s value is the reply already encoded (``answer``), kept as raw MessagePack
+   when the frame is decoded and decoded by the asking side with the reply type of the
+   request it sent (``answer_value``, `calls.reply_decoder`): the frame decoder needs no
+   union of every reply.
+3. A failure carries an `AmqpError` as `warren.errors.error_fields` (the same class,
    code and text come back, `failure_exception`), anything else as its ``repr``, which
    comes back as `RemoteError`.
-3. What the items carry is `warren.runtime.cluster.calls` (and `RaftTraffic`, whose Raft
-   messages are already the versioned bytes of `warren.cluster.raft_codec`). The frame
-   itself is still a pickle (protocol 5) of the item list: the last pickle on the peer
-   link (issue #20); `MAGIC` in `peers` names the protocol, and the handshake refuses a
-   node of another one before anything is unpickled.
+4. Bytes that are not a frame of this format, or an answer that is not its request's
+   reply type, raise `FrameError`: the peers are authenticated and of the same protocol
+   (`MAGIC` in `peers`), so that is a bug or a corrupt link, and the receiver drops that
+   link (it comes back; the node keeps running). A later layout takes the next format byte.
 """
 
 from __future__ import annotations
 
-import pickle
-from dataclasses import dataclass
-from typing import cast
+from typing import Any, Final
+
+import msgspec
 
 from warren.errors import AmqpError, ErrorFields, error_fields, error_from_fields
+from warren.runtime.cluster.calls import NodeRequest, PeerMessage, Request, reply_decoder
+
+FORMAT: Final = 0x01
+_FORMAT_BYTE: Final = bytes((FORMAT,))
 
 
 class RemoteError(Exception):
     """The remote request handler failed with something other than an `AmqpError`."""
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
-    message: object
+class FrameError(ValueError):
+    """Bytes from a peer that are not a frame this release reads (point 4)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
+class Send(msgspec.Struct, frozen=True, array_like=True, tag=1):
+    message: PeerMessage
+
+
+class Ask(msgspec.Struct, frozen=True, array_like=True, tag=2):
     call_id: int
-    request: object
+    request: Request
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True, array_like=True, tag=3):
     call_id: int
-    value: object
+    value: msgspec.Raw  # the request's reply type, encoded (point 2)
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True, array_like=True, tag=4):
     call_id: int
     error: ErrorFields | str  # an `AmqpError`'s fields, or another failure's repr
 
 
 Item = Send | Ask | Answer | Failure
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final = msgspec.msgpack.Decoder(list[Item])
+
+
+def answer(call_id: int, value: object) -> Answer:
+    """The answer to call `call_id` (raises if `value` is no wire type)."""
+    return Answer(call_id, msgspec.Raw(_ENCODER.encode(value)))
+
+
+def answer_value(item: Answer, request: NodeRequest[Any]) -> object:
+    """The value of the answer to `request` (point 2)."""
+    try:
+        return reply_decoder(request).decode(item.value)
+    except msgspec.DecodeError as error:
+        raise FrameError(f"malformed answer to {type(request).__name__}: {error}") from None
 
 
 def failure(call_id: int, error: Exception) -> Failure:
@@ -67,8 +93,13 @@ def failure_exception(item: Failure) -> Exception:
 
 
 def encode_frame(items: list[Item]) -> bytes:
-    return pickle.dumps(items, protocol=5)
+    return _FORMAT_BYTE + _ENCODER.encode(items)
 
 
-def decode_frame(data: bytes) -> list[Item]:
-    return cast("list[Item]", pickle.loads(data))
+def decode_frame(data: bytes | memoryview) -> list[Item]:
+    if data[:1] != _FORMAT_BYTE:
+        raise FrameError(f"peer frame in format {bytes(data[:1]).hex() or 'none'}")
+    try:
+        return _DECODER.decode(memoryview(data)[1:])
+    except msgspec.DecodeError as error:
+        raise FrameError(f"malformed peer frame: {error}") from None

@@ -69,8 +69,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
 from warren.cluster.metadata import (
@@ -128,6 +127,7 @@ from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, Use
 from warren.runtime.admin import resolve_policies
 from warren.runtime.admin_access import delete_vhost
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.calls import Applied, Outcome, to_wire
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.cluster.remote import RemoteHost, RemoteQueues
@@ -402,15 +402,6 @@ def logged(operation: Operation, sender: str, number: int) -> bytes:
     return encode_entry(Entry(sender, number, operation))
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """What an applied operation answers its proposer: its log index, for the barrier
-    (module doc, point 7), and the operation's own result."""
-
-    index: int
-    value: object
-
-
 class MetadataMachine:
     """The metadata group's state machine on this node: the pure transition
     (`warren.cluster.metadata.apply`) decides, this carries its effects out on the live
@@ -450,7 +441,7 @@ class MetadataMachine:
                     self._reached.append((through, future))
                 elif not future.done():
                     future.set_result(True)
-        return Applied(index, result)
+        return Applied(index, cast("Outcome", to_wire(result)))  # the barrier's index (7)
 
     async def reached(self, index: int, timeout_s: float) -> bool:
         """Once this node applied the entry at `index`; False if that took too long (the

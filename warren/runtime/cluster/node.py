@@ -50,6 +50,7 @@ from warren.runtime.cluster import operations
 from warren.runtime.cluster.calls import (
     RETRY,
     AddMember,
+    Applied,
     AppliedThrough,
     Campaign,
     Consumers,
@@ -63,12 +64,14 @@ from warren.runtime.cluster.calls import (
     Propose,
     Redirect,
     RemoveMember,
+    Request,
     Retry,
     Status,
     Transfer,
+    from_wire,
+    to_wire,
 )
 from warren.runtime.cluster.metadata import (
-    Applied,
     MetadataMachine,
     ReplicatedDefinitions,
     TransientDefinitions,
@@ -610,7 +613,7 @@ class ClusterNode:
             self.metadata.reached(applied.index, SETTLE_WAIT_S),
             *(self._peer_applied(node, applied.index) for node in peers),
         )
-        return applied.value
+        return from_wire(applied.value)
 
     async def _peer_applied(self, node: str, index: int) -> None:
         """Until `node` applied the metadata entry at `index` (or it cannot say in time)."""
@@ -684,7 +687,9 @@ class ClusterNode:
             elif target is not None:
                 try:
                     remaining = self._remaining(deadline)
-                    reply = await self.peers.call(target, request, timeout=remaining)
+                    reply = await self.peers.call(
+                        target, cast("Request", request), timeout=remaining
+                    )
                     answer = cast("Led[R] | Redirect", reply)  # `_lead` on the other node
                 except (PeerUnavailable, RemoteError) as error:
                     # gone, or stopping (its Raft host closed): ask again, maybe elsewhere
@@ -700,8 +705,8 @@ class ClusterNode:
 
     async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R:
         """A request to another node; its answer is the type the request names (the link
-        carries objects: `warren.runtime.cluster.calls`)."""
-        return cast("R", await self.peers.call(node, request, timeout))
+        decodes it as that type: `warren.runtime.cluster.calls.reply_type`)."""
+        return cast("R", await self.peers.call(node, cast("Request", request), timeout))
 
     def _remaining(self, deadline: float) -> float:
         return max(0.1, deadline - asyncio.get_running_loop().time())
@@ -713,10 +718,10 @@ class ClusterNode:
         members = host.members if host is not None and host.members else self.nodes
         return sorted(m for m in members if m != self.name)
 
-    def _serve(self, sender: str, request: object) -> Awaitable[object]:
+    def _serve(self, sender: str, request: Request) -> Awaitable[object]:
         return self._handle(request)
 
-    async def _handle(self, request: object) -> object:
+    async def _handle(self, request: Request) -> object:
         """A request from a peer (`warren.runtime.cluster.calls`)."""
         kind = type(request)
         if kind is Status:
@@ -724,7 +729,7 @@ class ClusterNode:
         if kind is NodeDetails:
             return self.describe() if self.describe is not None else None
         if isinstance(request, Forward):  # from a node that does not know the leader (join)
-            return await self.leader_call(request.request)
+            return await self.leader_call(cast("LeaderRequest[object]", request.request))
         if isinstance(request, GroupStatus):
             group = self._hosted(request.group_id)
             return group.status() if group is not None else None
@@ -736,7 +741,7 @@ class ClusterNode:
                 group.campaign()
             return None
         if isinstance(request, LeaderRequest):
-            return await self._lead(request)
+            return await self._lead(cast("LeaderRequest[object]", request))
         raise ValueError(f"unknown cluster request {request!r}")
 
     async def _lead(self, request: LeaderRequest[R]) -> Led[R] | Redirect:
@@ -755,7 +760,7 @@ class ClusterNode:
         if isinstance(request, Propose):
             proposals = [group.propose(data) for data in request.commands]
             outcomes = await asyncio.gather(*proposals, return_exceptions=True)
-            return [_outcome(outcome) for outcome in outcomes]
+            return [to_wire(_outcome(outcome)) for outcome in outcomes]
         if isinstance(request, AddMember):
             if request.host is not None and request.port is not None:
                 # a node joining: everyone learns its address
@@ -839,7 +844,7 @@ class _Forwarder:
                         break  # this one and the rest again, in order
                     _, outcome = pending.popleft()
                     if not outcome.done():
-                        outcome.set_result(reply)
+                        outcome.set_result(from_wire(reply))
         finally:
             self.task = None
 

@@ -215,7 +215,7 @@ async def join(cluster: OperatedNode, seed: str) -> list[str]:
     host, port = cluster.peers.listen_address
     request = AddMember(METADATA_GROUP, cluster.name, host, port)
     try:
-        members = await cluster.ask(seed, Forward(request), 30.0)
+        members = await cluster.ask(seed, Forward[list[str]](request), 30.0)
     except PeerUnavailable as error:
         raise MembershipError(f"{seed} is not reachable: {error}") from error
     return members

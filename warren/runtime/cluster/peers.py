@@ -28,7 +28,8 @@ Theory of operation:
    `warren.runtime.cluster.frames` (a message, an RPC request, its response or its
    failure). `send` only buffers; one callback per loop turn per link writes the whole
    buffer as one frame (batching). Delivery is best effort: a message for a node with no
-   link is dropped.
+   link is dropped. A frame that does not decode (`FrameError`) drops that link, which
+   is dialed again; the node keeps running.
 5. RPC (`call`/`serve`) rides on the same link. A remote `AmqpError` comes back as the
    same class with the same code and text; any other remote failure as `RemoteError`. A
    call fails with `PeerUnavailable` if there is no link, the link goes down or is
@@ -37,10 +38,10 @@ Theory of operation:
    dropped (links stay open), they report not connected and link handlers hear "down";
    `partition(set())` heals. Link handlers hear "up" when a node gets a link and "down"
    when it has none any more, not when one link replaces another.
-The peers are trusted once the cookie is proved: a frame is decoded as it comes. What
-the frames carry are the message classes of `warren.runtime.cluster.calls` (and Raft's
-messages), so changing them changes the protocol: `MAGIC` names its version, and a node of
-another version is refused in the handshake, before any frame is decoded.
+The peers are trusted once the cookie is proved: a frame is decoded as it comes, into
+the typed messages of `warren.runtime.cluster.calls` (no pickle: nothing a peer sends is
+run). Those types and the frame's layout are the protocol: `MAGIC` names its version,
+and a node of another version is refused in the handshake, before any frame is decoded.
 """
 
 from __future__ import annotations
@@ -57,12 +58,15 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from warren.errors import AmqpError
+from warren.runtime.cluster.calls import PeerMessage, Request
 from warren.runtime.cluster.frames import (
-    Answer,
     Ask,
     Failure,
+    FrameError,
     Item,
     Send,
+    answer,
+    answer_value,
     decode_frame,
     encode_frame,
     failure,
@@ -77,8 +81,9 @@ log = logging.getLogger("warren.peers")
 
 # 3: the messages of `warren.runtime.cluster.calls`; 4: Raft entries of quorum queues in the
 # versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply;
-# 5: Raft messages as the versioned bytes of `warren.cluster.raft_codec`
-MAGIC: Final = b"WARREN-PEERS/5\n"
+# 5: Raft messages as the versioned bytes of `warren.cluster.raft_codec`; 6: frames in
+# the versioned encoding of `warren.runtime.cluster.frames` (no pickle)
+MAGIC: Final = b"WARREN-PEERS/6\n"
 _NONCE_BYTES: Final = 16
 _INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32
@@ -90,9 +95,9 @@ BACKOFF_MAX_S: Final = 2.0
 _ACCEPTED: Final = b"OK"
 _LINKED: Final = b"LINKED"  # rule 2: the link the acceptor has wins
 
-MessageHandler = Callable[[str, object], None]
+MessageHandler = Callable[[str, PeerMessage], None]
 LinkHandler = Callable[[str, bool], None]
-RequestHandler = Callable[[str, object], Awaitable[object]]
+RequestHandler = Callable[[str, Request], Awaitable[object]]
 
 
 class PeerLinks(Protocol):
@@ -120,9 +125,9 @@ class PeerLinks(Protocol):
 
     def connected(self, node: str) -> bool: ...
 
-    def send(self, node: str, message: object) -> None: ...
+    def send(self, node: str, message: PeerMessage) -> None: ...
 
-    async def call(self, node: str, request: object, timeout: float = 5.0) -> object: ...
+    async def call(self, node: str, request: Request, timeout: float = 5.0) -> object: ...
 
     async def start(self) -> None: ...
 
@@ -191,7 +196,7 @@ class Peers:
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # accepted links, RPC handlers
         self._flushing: set[_Link] = set()  # links with a flush queued for this turn
-        self._calls: dict[int, tuple[str, asyncio.Future[object]]] = {}
+        self._calls: dict[int, tuple[str, asyncio.Future[object], Request]] = {}
         self._call_ids = itertools.count(1)
         self._message_handlers: list[MessageHandler] = []
         self._link_handlers: list[LinkHandler] = []
@@ -280,16 +285,16 @@ class Peers:
     def connected(self, node: str) -> bool:
         return node in self._links and node not in self._partitioned
 
-    def send(self, node: str, message: object) -> None:
+    def send(self, node: str, message: PeerMessage) -> None:
         """Best effort: buffered for this loop turn's frame, dropped if not connected."""
         self._enqueue(node, Send(message))
 
-    async def call(self, node: str, request: object, timeout: float = 5.0) -> object:
+    async def call(self, node: str, request: Request, timeout: float = 5.0) -> object:
         if not self.connected(node):
             raise PeerUnavailable(node, "not connected")
         call_id = next(self._call_ids)
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._calls[call_id] = (node, future)
+        self._calls[call_id] = (node, future, request)
         self._enqueue(node, Ask(call_id, request))
         try:
             return await asyncio.wait_for(future, timeout)
@@ -518,6 +523,8 @@ class Peers:
             await self._read_frames(link)
         except (OSError, asyncio.IncompleteReadError) as error:
             log.debug("link to node %s lost: %r", node, error)
+        except FrameError as error:
+            log.error("link to node %s dropped: %s", node, error)
         except Exception:
             log.exception("link to node %s dropped: a frame does not decode", node)
         finally:
@@ -560,24 +567,23 @@ class Peers:
             if isinstance(item, Failure):
                 call[1].set_exception(failure_exception(item))
             else:
-                call[1].set_result(item.value)
+                call[1].set_result(answer_value(item, call[2]))  # FrameError: drop the link
 
-    async def _answer(self, node: str, call_id: int, request: object) -> None:
+    async def _answer(self, node: str, call_id: int, request: Request) -> None:
         handler = self._request_handler
         try:
             if handler is None:
                 raise RemoteError(f"node {self.node} serves no requests")
-            response = await handler(node, request)
-            encode_frame([Answer(call_id, response)])  # what does not encode is its error
+            reply = answer(call_id, await handler(node, request))  # what does not encode fails
         except Exception as error:
             if not isinstance(error, AmqpError):
                 log.warning("request from node %s failed: %r", node, error)
             self._enqueue(node, failure(call_id, error))
             return
-        self._enqueue(node, Answer(call_id, response))
+        self._enqueue(node, reply)
 
     def _fail_calls(self, node: str, reason: str) -> None:
-        for call_node, future in list(self._calls.values()):
+        for call_node, future, _ in list(self._calls.values()):
             if call_node == node and not future.done():
                 future.set_exception(PeerUnavailable(node, reason))
 

@@ -106,10 +106,10 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import snapshot as queue_snapshot
-from warren.runtime.cluster.calls import Consumers, Counts, LeaderRequest
+from warren.runtime.cluster.calls import ConsumerKey, Consumers, Counts, LeaderRequest
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.raft_host import EntryMeta, RaftHost
-from warren.runtime.cluster.remote import ConsumerKey, RemoteQueues, copy_entry
+from warren.runtime.cluster.remote import RemoteQueues, copy_entry
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,

@@ -95,6 +95,7 @@ from warren.raft import (
     Transport,
     begin,
 )
+from warren.runtime.cluster.calls import PeerMessage, RaftTraffic
 from warren.runtime.cluster.peers import PeerLinks
 from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT
 from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
@@ -161,14 +162,6 @@ class GroupMachine(Protocol):
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         """This node became or stopped being the leader, or the known leader changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class RaftTraffic:
-    """One round's Raft messages from one node to another, in order, as the versioned
-    bytes of `warren.cluster.raft_codec`."""
-
-    messages: bytes
 
 
 _Input = Message | Callable[[], object]
@@ -627,8 +620,8 @@ class RaftHost:
 
     # --- inputs from outside ---------------------------------------------------------------
 
-    def _on_message(self, sender: str, payload: object) -> None:
-        if not isinstance(payload, RaftTraffic) or self._closed or self.failure is not None:
+    def _on_message(self, sender: str, payload: PeerMessage) -> None:
+        if type(payload) is not RaftTraffic or self._closed or self.failure is not None:
             return
         self.names.add(sender)
         groups = self._groups

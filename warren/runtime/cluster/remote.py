@@ -52,6 +52,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from warren.cluster.metadata import ClassicQueue, DeleteClassicQueue, Operation, PutBinding
+from warren.cluster.queue_entries import from_record, message, to_record
 from warren.errors import (
     AmqpError,
     ReplyCode,
@@ -78,19 +79,25 @@ from warren.queue import (
     SettleDeadLetter,
 )
 from warren.runtime.cluster.calls import (
+    AnyQueueRequest,
     Call,
     CallError,
     CallReply,
     CancelConsumer,
     Consume,
     ConsumerCancelled,
+    ConsumerKey,
     Definitions,
     DeleteQueue,
     Delivery,
+    EntryRecord,
+    PeerMessage,
     QueueCommand,
     QueueCounters,
     QueueCounts,
     QueueRequest,
+    call_reply,
+    call_value,
 )
 from warren.runtime.queues.classic import ClassicHost
 from warren.runtime.queues.host import (
@@ -113,13 +120,9 @@ if TYPE_CHECKING:
     from warren.runtime.broker import Broker
     from warren.runtime.cluster.peers import PeerLinks
 
-# (node, the node process's incarnation, number): a consumer, wherever its queue lives
-ConsumerKey = tuple[str, str, int]
-
 
 def copy_entry(entry: Entry) -> Entry:
-    """What a node receives of a message it is handed: the entry as it is now (the link
-    pickles at the end of the loop turn, by when the queue's own entry may have changed)."""
+    """A message handed out as it is now: the queue's own entry may change meanwhile."""
     copy = Entry(entry.msg_id, entry.message, entry.size_bytes, None, entry.level)
     copy.delivery_count = entry.delivery_count
     return copy
@@ -194,7 +197,7 @@ class RemoteHost(HostFields):
     def _where(self) -> tuple[str, str]:
         return self.record.vhost, self.record.name
 
-    def _send(self, request: QueueRequest) -> None:
+    def _send(self, request: AnyQueueRequest) -> None:
         """A request the home answers nobody for (a settlement, a consumer cancelled)."""
         if self.attached:
             self.queues.peers.send(self.home, Call(0, request))
@@ -204,13 +207,14 @@ class RemoteHost(HostFields):
     # home does by itself (dispatch, timers, settings) is not sent.
 
     def publish(self, command: Enqueue) -> Published:
-        return Pending(self.queues.call(self, QueueCommand(*self._where, command)))
+        return Pending(self.queues.call(self, QueueCommand(*self._where, to_record(command))))
 
     def get(self, no_ack: bool) -> Answer[Got | None]:
-        return Pending(self.queues.call(self, QueueCommand(*self._where, Get(no_ack))))
+        request = QueueCommand(*self._where, to_record(Get(no_ack)))
+        return Pending(self.queues.call(self, request))
 
     def purge(self) -> Answer[int]:
-        return Pending(self.queues.call(self, QueueCommand(*self._where, Purge())))
+        return Pending(self.queues.call(self, QueueCommand(*self._where, to_record(Purge()))))
 
     def counts(self) -> Answer[tuple[int, int]]:
         return Pending(self.queues.call(self, QueueCounts(*self._where)))
@@ -220,7 +224,7 @@ class RemoteHost(HostFields):
         return self.queues.call(self, QueueCounters(*self._where))
 
     def settle(self, command: Settle | Return | Discard | SettleDeadLetter) -> None:
-        self._send(QueueCommand(*self._where, command))
+        self._send(QueueCommand(*self._where, to_record(command)))
 
     def touch(self) -> None:
         """The home counts x-expires from its own use."""
@@ -286,7 +290,7 @@ class RemoteHost(HostFields):
         leader's); returned at once if the consumer is gone."""
         ref = self._consumers.get(key)
         if ref is None:
-            self._send(QueueCommand(*self._where, Return([entry.msg_id])))
+            self._send(QueueCommand(*self._where, to_record(Return([entry.msg_id]))))
             return
         waiting = self._waiting.get(key)
         if waiting is not None:
@@ -385,7 +389,7 @@ class RemoteQueues:
         self.broker = cluster.broker
         self.peers = cluster.peers
         self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
-        self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any]]] = {}
+        self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any], AnyQueueRequest]] = {}
         # as a home: other nodes' consumers and unsettled basic.gets, by node
         self._consumers: dict[str, dict[ConsumerKey, ClassicHost]] = {}
         self._fetched: dict[str, dict[ClassicHost, set[int]]] = {}
@@ -399,11 +403,16 @@ class RemoteQueues:
     ) -> None:
         """Send a delivery to a consumer on `node` (from a classic home, or from a quorum
         leader with the index of the log entry that made it, or 0 for one sent again)."""
-        self.peers.send(node, Delivery(record.vhost, record.name, key, copy_entry(entry), index))
+        consumer = cast("ConsumerKey", key)
+        self.peers.send(
+            node, Delivery(record.vhost, record.name, consumer, EntryRecord.of(entry), index)
+        )
 
     def cancel(self, node: str, record: QueueRecord, key: Hashable) -> None:
         """Tell a consumer's node that its consumer is gone (consumer_cancel_notify)."""
-        self.peers.send(node, ConsumerCancelled(record.vhost, record.name, key))
+        self.peers.send(
+            node, ConsumerCancelled(record.vhost, record.name, cast("ConsumerKey", key))
+        )
 
     # --- as a user of another node's queue ---------------------------------------------------
 
@@ -417,20 +426,24 @@ class RemoteQueues:
         self.broker.queues[record.vhost, record.name] = host
         return host
 
-    def call(self, host: RemoteHost, request: QueueRequest) -> asyncio.Future[Any]:
+    def call(self, host: RemoteHost, request: AnyQueueRequest) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not host.attached or not self.peers.connected(host.home):
             future.set_exception(home_down(host.record, host.home))
             return future
         number = next(self.numbers)
-        self._calls[number] = (host, future)
+        self._calls[number] = (host, future, request)
         self.peers.send(host.home, Call(number, request))
         return future
 
     def _answered(self, node: str, reply: CallReply) -> None:
         call = self._calls.pop(reply.number, None)
-        if call is not None and not call[1].done():
-            call[1].set_result(reply.value)
+        if call is None or call[1].done():
+            return
+        try:
+            call[1].set_result(call_value(reply, call[2]))
+        except Exception as error:  # not the request's reply type: a bug, not the client's
+            call[1].set_exception(error)
 
     def _failed(self, node: str, error: CallError) -> None:
         call = self._calls.pop(error.number, None)
@@ -440,9 +453,10 @@ class RemoteQueues:
     def _delivered(self, node: str, delivery: Delivery) -> None:
         host = self.broker.queues.get((delivery.vhost, delivery.name))
         if isinstance(host, Receiver):
-            host.delivered(delivery.key, delivery.entry, delivery.index, node)
+            host.delivered(delivery.key, delivery.entry.entry(), delivery.index, node)
         else:  # the queue went from here meanwhile: the sender gets the message back
-            back = QueueCommand(delivery.vhost, delivery.name, Return([delivery.entry.msg_id]))
+            returned = to_record(Return([delivery.entry.msg_id]))
+            back = QueueCommand(delivery.vhost, delivery.name, returned)
             self.peers.send(node, Call(0, back))
 
     def _cancelled(self, node: str, cancelled: ConsumerCancelled) -> None:
@@ -452,7 +466,7 @@ class RemoteQueues:
 
     # --- as a home -------------------------------------------------------------------------
 
-    def _local(self, node: str, number: int, request: QueueRequest) -> ClassicHost | None:
+    def _local(self, node: str, number: int, request: QueueRequest[Any]) -> ClassicHost | None:
         host = self.broker.queues.get((request.vhost, request.name))
         if isinstance(host, ClassicHost):
             return host
@@ -466,13 +480,13 @@ class RemoteQueues:
 
     def _answer(self, node: str, number: int, value: object) -> None:
         if number:
-            self.peers.send(node, CallReply(number, value))
+            self.peers.send(node, call_reply(number, value))
 
     def _command(self, node: str, number: int, request: QueueCommand) -> None:
         host = self._local(node, number, request)
         if host is None:
             return
-        command = request.command
+        command = from_record(request.command)
         if type(command) is Settle or type(command) is Return or type(command) is Discard:
             fetched = self._fetched.get(node, {}).get(host)
             if fetched:
@@ -481,6 +495,7 @@ class RemoteQueues:
         logged_from = durability.log.next_sequence if durability is not None else 0
         reply: object = None
         if type(command) is Enqueue:
+            command.message = message(command.message)  # whole again, for the home's log
             reply = host.publish(command) is ACCEPTED  # the proxy's outcome: True unless rejected
             if durability is not None:
                 sequence = durability.log.next_sequence - 1
@@ -493,7 +508,7 @@ class RemoteQueues:
             if got is not None:
                 if not command.no_ack:
                     self._fetched.setdefault(node, {}).setdefault(host, set()).add(got.entry.msg_id)
-                reply = Got(copy_entry(got.entry), got.remaining)
+                reply = got  # recorded as it is now (`call_reply`)
         elif type(command) is Purge:
             reply = host.purge().value
         elif type(command) is Settle or type(command) is Return or type(command) is Discard:
@@ -524,7 +539,7 @@ class RemoteQueues:
         host = self._local(node, number, request)
         if host is None:
             return
-        key = cast("ConsumerKey", request.key)
+        key = request.key
         consumer = RemoteConsumer(self, node, key, host.record)
         limits = (request.prefetch_count, request.no_ack, request.exclusive, request.priority)
         command = Checkout(key, consumer, *limits)
@@ -543,7 +558,7 @@ class RemoteQueues:
             return
         if request.waiting:  # handed to the node, never to its client
             host.settle(Return(request.waiting))
-        self.consumer_gone(node, cast("ConsumerKey", request.key))
+        self.consumer_gone(node, request.key)
         host.unsubscribe(request.key)
         self.broker.auto_delete(host)
 
@@ -580,7 +595,7 @@ class RemoteQueues:
 
     # --- links -------------------------------------------------------------------------------
 
-    def _received(self, node: str, item: object) -> None:
+    def _received(self, node: str, item: PeerMessage) -> None:
         """A message from another node, dispatched by its type (`calls`)."""
         if type(item) is Call:
             _CALLS[type(item.request)](self, node, item.number, item.request)
@@ -642,7 +657,7 @@ class RemoteQueues:
             if isinstance(proxy, RemoteHost) and proxy.home == home:
                 proxy.detach()
                 self.proxy(proxy.record, home)
-        for number, (proxy, future) in list(self._calls.items()):
+        for number, (proxy, future, _) in list(self._calls.items()):
             if proxy.home == home:
                 del self._calls[number]
                 if not future.done():
@@ -650,7 +665,7 @@ class RemoteQueues:
 
 
 # a home's handler of each request, by the request's type
-_CALLS: Mapping[type[QueueRequest], Callable[[RemoteQueues, str, int, Any], None]] = {
+_CALLS: Mapping[type[QueueRequest[Any]], Callable[[RemoteQueues, str, int, Any], None]] = {
     QueueCommand: RemoteQueues._command,
     QueueCounts: RemoteQueues._counts,
     QueueCounters: RemoteQueues._counters,

@@ -25,12 +25,15 @@ import random
 from collections.abc import Callable
 from typing import Final
 
+from warren.runtime.cluster.calls import PeerMessage, RaftTraffic, Request
 from warren.runtime.cluster.frames import (
     Answer,
     Ask,
     Failure,
     Item,
     Send,
+    answer,
+    answer_value,
     decode_frame,
     encode_frame,
     failure,
@@ -42,7 +45,6 @@ from warren.runtime.cluster.peers import (
     PeerUnavailable,
     RequestHandler,
 )
-from warren.runtime.cluster.raft_host import RaftTraffic
 from warren.testing.sim.loop import Life
 
 # virtual seconds a message takes on a link, and now and then far longer
@@ -169,7 +171,7 @@ class SimLinks:
         self._message_handlers: list[MessageHandler] = []
         self._link_handlers: list[LinkHandler] = []
         self._request_handler: RequestHandler | None = None
-        self._calls: dict[int, tuple[str, asyncio.Future[object]]] = {}
+        self._calls: dict[int, tuple[str, asyncio.Future[object], Request]] = {}
         self._call_ids = 0
         self._serving: set[asyncio.Task[None]] = set()
 
@@ -205,17 +207,17 @@ class SimLinks:
     def connected(self, node: str) -> bool:
         return node in self._linked
 
-    def send(self, node: str, message: object) -> None:
+    def send(self, node: str, message: PeerMessage) -> None:
         if node in self._linked:
             self.net.transmit(self.node, node, Send(message))
 
-    async def call(self, node: str, request: object, timeout: float = 5.0) -> object:
+    async def call(self, node: str, request: Request, timeout: float = 5.0) -> object:
         if node not in self._linked:
             raise PeerUnavailable(node, "not connected")
         self._call_ids += 1
         call_id = self._call_ids
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._calls[call_id] = (node, future)
+        self._calls[call_id] = (node, future, request)
         self.net.transmit(self.node, node, Ask(call_id, request))
         try:
             return await asyncio.wait_for(future, timeout)
@@ -249,7 +251,7 @@ class SimLinks:
             handler(node, up)
 
     def _fail_calls(self, node: str) -> None:
-        for call_id, (to, future) in list(self._calls.items()):
+        for call_id, (to, future, _) in list(self._calls.items()):
             if to == node and not future.done():
                 future.set_exception(PeerUnavailable(node, "link down"))
                 del self._calls[call_id]
@@ -270,16 +272,16 @@ class SimLinks:
                 if isinstance(item, Failure):
                     waiting[1].set_exception(failure_exception(item))
                 else:
-                    waiting[1].set_result(item.value)
+                    waiting[1].set_result(answer_value(item, waiting[2]))
 
     async def _answer(self, sender: str, ask: Ask) -> None:
         assert self._request_handler is not None, "a node serves before its links start"
         try:
-            value = await self._request_handler(sender, ask.request)
+            reply = answer(ask.call_id, await self._request_handler(sender, ask.request))
         except Exception as error:
             self._reply(sender, failure(ask.call_id, error))
         else:
-            self._reply(sender, Answer(ask.call_id, value))
+            self._reply(sender, reply)
 
     def _reply(self, node: str, item: Answer | Failure) -> None:
         if node in self._linked:
