@@ -174,8 +174,8 @@ def _value_unchecked(
     if tag == "f":
         return _FLOAT.unpack_from(view, offset)[0], offset + 4
     if tag == "D":
-        places, raw = _DECIMAL.unpack_from(view, offset)
-        return decimal.Decimal(raw).scaleb(-places), offset + 5
+        places, unscaled = _DECIMAL.unpack_from(view, offset)
+        return decimal.Decimal(unscaled).scaleb(-places), offset + 5
     if tag == "V":
         return None, offset
     raise TableError(f"unknown field type {tag!r}")
@@ -265,8 +265,8 @@ def _encode_as(tag: str, value: FieldValue) -> bytes:
         assert isinstance(value, decimal.Decimal)
         sign, digits, exponent = value.as_tuple()
         assert isinstance(exponent, int)
-        raw = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-        return _DECIMAL.pack(max(0, -exponent), raw * 10 ** max(0, exponent))
+        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+        return _DECIMAL.pack(max(0, -exponent), unscaled * 10 ** max(0, exponent))
     if tag == "F":
         assert isinstance(value, Mapping)
         return encode_table(value)
