@@ -235,7 +235,8 @@ class Cancel(Command):
     consumer: Hashable
     requeue: bool = False
 
-    __setstate__ = set_fields  # `requeue` came with MACHINE_VERSION 2
+    def __setstate__(self, state: list[object]) -> None:
+        set_fields(self, state)  # `requeue` came with MACHINE_VERSION 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +268,8 @@ class Get(Command):
     no_ack: bool = False
     holder: Hashable | None = None
 
-    __setstate__ = set_fields  # `holder` came with MACHINE_VERSION 2
+    def __setstate__(self, state: list[object]) -> None:
+        set_fields(self, state)  # `holder` came with MACHINE_VERSION 2
 
 
 @dataclass(frozen=True, slots=True)
