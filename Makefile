@@ -1,5 +1,6 @@
 # The quick start: `make run` (a node, from nothing but Python 3.11+), `make pipeline`
 # (the Spark pipeline's tools), `make test` (everything the suite needs, then the suite).
+# `make mypyc` (opt-in) compiles the pure cores in place; `make clean-mypyc` undoes it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -26,7 +27,10 @@ RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 # The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
 JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: run pipeline test java lint bench clean spark-cluster-test
+# The pure cores' unit tests, which `make mypyc` runs on the compiled modules.
+CORE_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft tests/unit/cluster
+
+.PHONY: run pipeline test java lint bench clean spark-cluster-test mypyc clean-mypyc
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Warren needs Python 3.11 or newer: make PYTHON=python3.11 …")'
@@ -95,6 +99,31 @@ bench: $(TEST_STAMP)
 	$(PIP) -e '.[bench]'
 	$(BIN)/python -m bench.run
 
+# The opt-in mypyc build (setup.py says which modules, docs/performance.md what it gains):
+# C extensions next to the cores' sources, which Python imports in their place, then the
+# cores' unit tests on them. Needs gcc and the interpreter's headers (installed as root on
+# Debian), and the setuptools pyproject.toml's build needs, to run setup.py in place.
+mypyc: $(TEST_STAMP)
+	@headers=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	if ! command -v gcc >/dev/null 2>&1 || [ ! -f "$$headers/Python.h" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "Installing gcc and the Python headers for mypyc"; \
+			apt-get update -qq && $(APT_INSTALL) gcc python3-dev >/dev/null; \
+		else \
+			echo "make mypyc needs gcc and $$headers/Python.h (Debian: gcc python3-dev)" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	$(PIP) 'setuptools>=77,<81'
+	WARREN_MYPYC=1 $(BIN)/python setup.py --quiet build_ext --inplace
+	$(BIN)/python -c 'import warren.queue.machine as m; assert m.__file__.endswith(".so"), m.__file__'
+	$(BIN)/pytest -m "not interpreted" $(CORE_TESTS)
+
+clean-mypyc:
+	rm -rf build
+	find warren -name '*.so' -delete
+	rm -f *__mypyc.*.so
+
 # The pipeline's jobs on a Spark standalone master and two workers on loopback (also in `make test`).
 spark-cluster-test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests/spark/test_standalone_cluster.py
@@ -103,5 +132,5 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-clean:
+clean: clean-mypyc
 	rm -rf $(VENV) build *.egg-info

@@ -162,3 +162,61 @@ def test_malformed_content_properties_never_reach_a_consumer(amqp, bystander, ra
         assert code == 502
         assert text.startswith("SYNTAX_ERROR - malformed content header properties")
     bystander.assert_unharmed()
+
+
+def nested_table(depth: int) -> bytes:
+    """``{"k": {"k": … {}}}``: `depth` tables, the outermost included."""
+    table = struct.pack(">I", 0)
+    for _ in range(depth - 1):
+        entry = b"\x01kF" + table  # the key as a shortstr, then the value's tag
+        table = struct.pack(">I", len(entry)) + entry
+    return table
+
+
+def declare_exclusive(raw, queue: str, arguments: bytes) -> None:
+    raw.open_channel(1)
+    flags = 0b1100  # exclusive, auto-delete: the queue goes with the raw connection
+    raw.send_method(
+        1, 50, 10, struct.pack(">H", 0) + raw.shortstr(queue) + bytes([flags]) + arguments
+    )
+
+
+def test_arguments_nested_to_warrens_limit_are_accepted(amqp, bystander, raw_amqp):
+    # Warren decodes tables and arrays nested up to 100 deep (warren.amqp.table.MAX_DEPTH);
+    # RabbitMQ sets no limit, so both accept this.
+    raw = raw_amqp()
+    declare_exclusive(raw, amqp.name("nested"), nested_table(100))
+    raw.expect_method(1, (50, 11))
+    bystander.assert_unharmed()
+
+
+@pytest.mark.warren_only  # RabbitMQ's parser recurses on a growable Erlang stack: no limit
+def test_arguments_nested_deeper_than_the_limit_close_the_connection(amqp, bystander, raw_amqp):
+    # One 128 KiB frame could nest tables twenty thousand deep; past 100 Warren refuses the
+    # method as fields it cannot decode, as RabbitMQ words any table it cannot parse.
+    raw = raw_amqp()
+    arguments = nested_table(101)
+    declare_exclusive(raw, amqp.name("nested"), arguments)
+    code, text, class_id, method_id = raw.read_connection_close()
+    assert (code, class_id, method_id) == (501, 50, 10)
+    assert text.startswith("FRAME_ERROR - cannot decode <<0,0,")
+    bystander.assert_unharmed()
+
+
+@pytest.mark.warren_only  # RabbitMQ takes the message, however deep its headers nest
+def test_headers_nested_deeper_than_the_limit_never_reach_a_consumer(bystander, raw_amqp):
+    raw = raw_amqp()
+    raw.open_channel(1)
+    publish = struct.pack(">H", 0) + raw.shortstr("") + raw.shortstr(bystander.queue) + b"\x00"
+    raw.send_method(1, 60, 40, publish)
+    headers_flag = 0x2000
+    properties = struct.pack(">H", headers_flag) + nested_table(101)
+    raw.send_frame(HEADER, 1, struct.pack(">HHQ", 60, 0, 4) + properties)
+    raw.send_frame(BODY, 1, b"deep")
+    code, text, _, _ = raw.read_connection_close()
+    assert code == 502
+    assert text == (
+        "SYNTAX_ERROR - malformed content header properties: "
+        "field tables and arrays nested deeper than 100"
+    )
+    bystander.assert_unharmed()

@@ -13,6 +13,12 @@ Theory of operation:
 3. The tags are RabbitMQ's (rabbit_binary_parser), not the spec's errata: ``s`` is a
    signed 16-bit short, ``u`` unsigned short, ``x`` byte array.
 4. Malformed input raises `TableError`; callers turn it into the right AMQP error.
+5. Tables and arrays nest at most `MAX_DEPTH` deep, the top-level table included. RabbitMQ
+   sets no limit (its parser recurses on the Erlang process's growable stack), but one
+   frame of the default frame_max nests twenty thousand deep at five bytes a level: the
+   decoder refuses such a table before it recurses past what Python's stack (or, compiled
+   by mypyc, the C stack) holds, and what it returns stays shallow enough for every
+   recursive reader after it (the encoder, the management API's JSON, `erlang_pretty`).
 
 We measured pamqp's table codec against this module: see docs/performance.md. pamqp
 loses the wire type of integers, which RabbitMQ's argument-equivalence texts need.
@@ -24,10 +30,13 @@ import datetime
 import decimal
 import struct
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 FieldValue: TypeAlias = object
 FieldTable: TypeAlias = dict[str, FieldValue]
+
+# Far beyond what clients send (``x-death`` is three deep: headers, array, table).
+MAX_DEPTH: Final = 100
 
 
 class TableError(ValueError):
@@ -81,7 +90,7 @@ _DECIMAL = struct.Struct(">Bi")
 
 def decode_table(data: bytes) -> FieldTable:
     """Decode a whole field table (its four-byte length included)."""
-    table, end = _table(memoryview(data), 0, typed=False)
+    table, end = _table(memoryview(data), 0, typed=False, depth=1)
     if end != len(data):
         raise TableError("trailing bytes after field table")
     return table
@@ -89,7 +98,7 @@ def decode_table(data: bytes) -> FieldTable:
 
 def decode_table_typed(data: bytes) -> dict[str, Typed]:
     """Decode a field table keeping each top-level value's wire tag."""
-    table, end = _table(memoryview(data), 0, typed=True)
+    table, end = _table(memoryview(data), 0, typed=True, depth=1)
     if end != len(data):
         raise TableError("trailing bytes after field table")
     return table  # type: ignore[return-value]
@@ -97,10 +106,11 @@ def decode_table_typed(data: bytes) -> dict[str, Typed]:
 
 def read_table(view: memoryview, offset: int) -> tuple[FieldTable, int]:
     """Decode the table at `offset`; return it and the offset after it."""
-    return _table(view, offset, typed=False)
+    return _table(view, offset, typed=False, depth=1)
 
 
-def _table(view: memoryview, offset: int, typed: bool) -> tuple[FieldTable, int]:
+def _table(view: memoryview, offset: int, typed: bool, depth: int) -> tuple[FieldTable, int]:
+    """The table at `offset`, itself `depth` deep (the top-level table is 1)."""
     try:
         (size,) = _UINT32.unpack_from(view, offset)
     except struct.error as error:
@@ -117,25 +127,24 @@ def _table(view: memoryview, offset: int, typed: bool) -> tuple[FieldTable, int]
         if offset >= end:
             raise TableError("field table entry without a value")
         tag = chr(view[offset])
-        value, offset = _value(view, offset + 1, tag, end)
+        value, offset = _value(view, offset + 1, tag, end, depth)
         table[key] = Typed(tag, value) if typed else value
     if offset != end:
         raise TableError("field table overruns its length")
     return table, end
 
 
-def _value(view: memoryview, offset: int, tag: str, end: int) -> tuple[FieldValue, int]:
+def _value(view: memoryview, offset: int, tag: str, end: int, depth: int) -> tuple[FieldValue, int]:
+    """The value after `tag` in a table or array `depth` deep."""
     try:
-        return _value_unchecked(view, offset, tag, end)
+        return _value_unchecked(view, offset, tag, end, depth)
     except (struct.error, IndexError) as error:
         raise TableError(f"truncated field value of type {tag!r}") from error
-    except RecursionError as error:
-        # Nested tables and arrays cost five bytes a level: one frame can nest far deeper
-        # than Python's stack, and that must be a syntax error, not a crash.
-        raise TableError("field table nested too deeply") from error
 
 
-def _value_unchecked(view: memoryview, offset: int, tag: str, end: int) -> tuple[FieldValue, int]:
+def _value_unchecked(
+    view: memoryview, offset: int, tag: str, end: int, depth: int
+) -> tuple[FieldValue, int]:
     if tag == "S" or tag == "x":
         (size,) = _UINT32.unpack_from(view, offset)
         offset += 4
@@ -148,10 +157,12 @@ def _value_unchecked(view: memoryview, offset: int, tag: str, end: int) -> tuple
         return integer.unpack_from(view, offset)[0], offset + integer.size
     if tag == "t":
         return view[offset] != 0, offset + 1
-    if tag == "F":
-        return _table(view, offset, typed=False)
-    if tag == "A":
-        return _array(view, offset)
+    if tag == "F" or tag == "A":
+        if depth == MAX_DEPTH:
+            raise TableError(f"field tables and arrays nested deeper than {MAX_DEPTH}")
+        if tag == "F":
+            return _table(view, offset, typed=False, depth=depth + 1)
+        return _array(view, offset, depth + 1)
     if tag == "T":
         (seconds,) = _TIMESTAMP.unpack_from(view, offset)
         try:
@@ -163,14 +174,14 @@ def _value_unchecked(view: memoryview, offset: int, tag: str, end: int) -> tuple
     if tag == "f":
         return _FLOAT.unpack_from(view, offset)[0], offset + 4
     if tag == "D":
-        places, raw = _DECIMAL.unpack_from(view, offset)
-        return decimal.Decimal(raw).scaleb(-places), offset + 5
+        places, unscaled = _DECIMAL.unpack_from(view, offset)
+        return decimal.Decimal(unscaled).scaleb(-places), offset + 5
     if tag == "V":
         return None, offset
     raise TableError(f"unknown field type {tag!r}")
 
 
-def _array(view: memoryview, offset: int) -> tuple[list[FieldValue], int]:
+def _array(view: memoryview, offset: int, depth: int) -> tuple[list[FieldValue], int]:
     (size,) = _UINT32.unpack_from(view, offset)
     offset += 4
     end = offset + size
@@ -178,7 +189,7 @@ def _array(view: memoryview, offset: int) -> tuple[list[FieldValue], int]:
         raise TableError("field array longer than its frame")
     items: list[FieldValue] = []
     while offset < end:
-        value, offset = _value(view, offset + 1, chr(view[offset]), end)
+        value, offset = _value(view, offset + 1, chr(view[offset]), end, depth)
         items.append(value)
     if offset != end:
         raise TableError("field array overruns its length")
@@ -254,8 +265,8 @@ def _encode_as(tag: str, value: FieldValue) -> bytes:
         assert isinstance(value, decimal.Decimal)
         sign, digits, exponent = value.as_tuple()
         assert isinstance(exponent, int)
-        raw = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-        return _DECIMAL.pack(max(0, -exponent), raw * 10 ** max(0, exponent))
+        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+        return _DECIMAL.pack(max(0, -exponent), unscaled * 10 ** max(0, exponent))
     if tag == "F":
         assert isinstance(value, Mapping)
         return encode_table(value)

@@ -17,6 +17,7 @@ Source: amqqueue.erl, rabbit_amqqueue:check_exclusive_access/3.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 
 from warren.amqp.table import Typed
 from warren.errors import resource_locked_queue
@@ -28,7 +29,7 @@ class QueueRecord:
     name: str
     vhost: str
     durable: bool
-    exclusive_owner: object | None
+    exclusive_owner: Hashable | None
     auto_delete: bool
     arguments: dict[str, Typed]
 

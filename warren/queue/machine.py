@@ -82,7 +82,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from itertools import repeat
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeAlias
 
 from warren.errors import SoftError, access_refused, describe_queue
 from warren.model.settings import DEFAULT_SETTINGS, DeadLetterStrategy, Overflow, QueueSettings
@@ -99,6 +99,11 @@ EXPIRED: Final = "expired"
 REJECTED: Final = "rejected"
 MAXLEN: Final = "maxlen"
 DELIVERY_LIMIT: Final = "delivery_limit"
+
+# What the caller keeps of a message (its `Message`, or a quorum queue's Raft index): the
+# machine never looks inside. Fields say `Opaque`, not `object`: a mypyc-compiled dataclass
+# resolves its field types by name in this module, where `object` is not one.
+Opaque: TypeAlias = object
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +212,7 @@ class Command:
 
 @dataclass(slots=True)
 class Enqueue(Command):
-    message: object
+    message: Opaque
     size_bytes: int
     ttl_ms: int | None = None  # the message's own expiration property
     priority: int = 0
@@ -235,7 +240,8 @@ class Cancel(Command):
     consumer: Hashable
     requeue: bool = False
 
-    __setstate__ = set_fields  # `requeue` came with MACHINE_VERSION 2
+    def __setstate__(self, state: list[object]) -> None:
+        set_fields(self, state)  # `requeue` came with MACHINE_VERSION 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +273,8 @@ class Get(Command):
     no_ack: bool = False
     holder: Hashable | None = None
 
-    __setstate__ = set_fields  # `holder` came with MACHINE_VERSION 2
+    def __setstate__(self, state: list[object]) -> None:
+        set_fields(self, state)  # `holder` came with MACHINE_VERSION 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +299,7 @@ class Restored:
     """One message of `Restore`: what the durable journal kept of it."""
 
     msg_id: int
-    message: object
+    message: Opaque
     size_bytes: int
     expires_at_ms: int | None = None  # absolute, fixed when it was first enqueued
     priority: int = 0

@@ -46,6 +46,7 @@ from warren.amqp.content import Message
 from warren.errors import ErrorFields, SoftError, error_fields, error_from_fields
 from warren.model.settings import QueueSettings
 from warren.queue.machine import (
+    Checkout,
     DeadLetter,
     Entry,
     Got,
@@ -242,10 +243,9 @@ def loads(data: bytes) -> QueueMachine:
         (_unpacked("q", record.deadline_at_ms), _unpacked("q", record.deadline_msg_ids)),
     )
     for c in record.consumers:
-        consumer = _Consumer.__new__(_Consumer)
-        consumer.consumer, consumer.channel = c.consumer, c.channel
-        consumer.prefetch_count, consumer.no_ack = c.prefetch_count, c.no_ack
-        consumer.priority, consumer.in_flight = c.priority, c.in_flight
+        checkout = Checkout(c.consumer, c.channel, c.prefetch_count, c.no_ack, priority=c.priority)
+        consumer = _Consumer(checkout)
+        consumer.in_flight = c.in_flight
         machine._consumers[c.consumer] = consumer
     machine._rings = [(priority, deque[Hashable](ring)) for priority, ring in record.rings]
     for s in record.senders:

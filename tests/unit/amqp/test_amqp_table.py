@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warren.amqp.table import (
+    MAX_DEPTH,
     TYPE_NAMES,
     TableError,
     Typed,
@@ -186,8 +187,10 @@ def test_timestamp_beyond_datetime_range_is_a_table_error() -> None:
 
 
 def nested(tag: bytes, depth: int) -> bytes:
+    """A table whose one value nests tables (or arrays) until `depth` containers, the
+    top-level table included."""
     inner = b"\x00\x00\x00\x00"
-    for _ in range(depth):
+    for _ in range(depth - 2):
         item = (b"\x00F" if tag == b"F" else b"A") + inner  # a table entry or an array item
         inner = struct.pack(">I", len(item)) + item
     return table_bytes(b"\x01k" + tag + inner)
@@ -196,20 +199,27 @@ def nested(tag: bytes, depth: int) -> bytes:
 @pytest.mark.parametrize("tag", [b"F", b"A"])
 def test_deeply_nested_values_are_a_table_error(tag: bytes) -> None:
     # Nesting costs five or six bytes a level, so one frame of the default frame_max (128 KiB)
-    # nests twenty thousand deep: far past Python's recursion limit.
-    data = nested(tag, 5000)
+    # nests twenty thousand deep: far past Python's recursion limit, and compiled by mypyc
+    # past the C stack.
+    data = nested(tag, 20000)
     assert len(data) < 131072 - 8
-    with pytest.raises(TableError):
+    with pytest.raises(TableError, match="nested deeper than 100"):
         decode_table(data)
 
 
 @pytest.mark.parametrize("tag", [b"F", b"A"])
-def test_moderately_nested_values_decode(tag: bytes) -> None:
-    value = decode_table(nested(tag, 50))["k"]
-    for _ in range(50):
+def test_nesting_stops_at_max_depth(tag: bytes) -> None:
+    assert MAX_DEPTH == 100
+    value = decode_table(nested(tag, MAX_DEPTH))["k"]
+    for _ in range(MAX_DEPTH - 2):
         assert value
         value = next(iter(value.values())) if isinstance(value, dict) else value[0]
     assert value in ({}, [])
+    for decode in (decode_table, decode_table_typed):
+        with pytest.raises(TableError, match="nested deeper than 100"):
+            decode(nested(tag, MAX_DEPTH + 1))
+    with pytest.raises(TableError):
+        read_table(memoryview(nested(tag, MAX_DEPTH + 1)), 0)
 
 
 @settings(max_examples=150, deadline=None)

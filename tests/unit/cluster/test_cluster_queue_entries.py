@@ -109,6 +109,7 @@ def test_the_proposer_applies_the_command_it_still_holds() -> None:
     assert isinstance(mine, Sequenced) and mine.command is publish and not sent
 
 
+@pytest.mark.interpreted  # compiled, the commands cannot be unpickled
 def test_what_earlier_releases_pickled_is_read_through_legacy() -> None:
     numbered = Sequenced(KEY, 3, Cancel(KEY, requeue=True))
     assert queue_entries.decode(pickle.dumps(numbered, pickle.HIGHEST_PROTOCOL)) == numbered

@@ -101,6 +101,7 @@ class AmnesiacNode(RaftNode):
         super().__init__(config, rng, hard_state=hard_state, **kwargs)
 
 
+@pytest.mark.interpreted  # compiled, RaftNode takes no Python subclass
 def test_a_planted_bug_is_caught() -> None:
     results = [run_seed(seed, SimOptions(node_factory=AmnesiacNode)) for seed in range(20)]
     caught = [r.violation for r in results if r.violation is not None]
