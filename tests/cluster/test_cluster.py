@@ -32,6 +32,7 @@ from tests.cluster.conftest import (
     revived,
     until,
 )
+from tests.integration import quorum_cancel_scenario
 from warren.testing.cluster import LocalCluster
 
 TOTAL = 800  # messages the publisher of the leader-kill test confirms
@@ -171,6 +172,16 @@ def test_publish_on_one_node_consume_on_another(cluster: LocalCluster, name: str
     bodies = [f"m{i}".encode() for i in range(300)]
     publish(cluster, "warren-b", name, bodies)
     assert drain(cluster, "warren-c", name, len(bodies)) == bodies
+
+
+def test_a_cancelled_consumer_keeps_its_messages_until_its_channel_closes(
+    cluster: LocalCluster, name: str
+) -> None:
+    """What RabbitMQ's quorum queues do (`quorum_cancel_scenario`, which passes against
+    RabbitMQ), with the consumer on one node and the publisher and the next consumer on
+    another."""
+    urls = cluster.nodes["warren-b"].url, cluster.nodes["warren-c"].url
+    assert quorum_cancel_scenario.cancel_then_close(*urls, name) == quorum_cancel_scenario.EXPECTED
 
 
 def test_basic_get_and_purge_through_a_follower(cluster: LocalCluster, name: str) -> None:

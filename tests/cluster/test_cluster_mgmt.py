@@ -275,3 +275,35 @@ def _import_at_once(
     ready.wait()
     cluster.api("warren-a", "/api/definitions", "POST", document)
     answers["warren-a"] = 204
+
+
+def test_a_queue_deleted_through_the_api_is_gone_from_every_node_once_answered(
+    cluster: LocalCluster, name: str
+) -> None:
+    """The API's DELETE of a quorum queue, and of a classic queue through a node that is
+    not its home, answers once the delete is committed, as queue.delete-ok does: right
+    after, no node shows the queue and a passive declare on any node is refused."""
+    quorum, classic = f"{name}.quorum", f"{name}.classic"
+    home = connect(cluster, "warren-a")
+    channel = home.channel()
+    channel.queue_declare(quorum, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare(classic, durable=True)
+    home.close()
+    for node in NAMES:  # the declare-ok came once every node applied it
+        for queue in (quorum, classic):
+            assert cluster.queue(node, queue)["name"] == queue
+    cluster.api("warren-b", f"/api/queues/%2F/{quorum}", "DELETE")
+    cluster.api("warren-b", f"/api/queues/%2F/{classic}", "DELETE")  # its home is warren-a
+    for node in NAMES:
+        connection = connect(cluster, node)
+        try:
+            for queue in (quorum, classic):
+                with pytest.raises(urllib.error.HTTPError) as missing:
+                    cluster.queue(node, queue)
+                missing.value.close()
+                assert missing.value.code == 404, (node, queue)
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                    connection.channel().queue_declare(queue, passive=True)
+                assert refused.value.reply_code == 404, (node, queue)
+        finally:
+            connection.close()

@@ -65,12 +65,21 @@ def test_single_node_recovers_everything(unpacked: Path) -> None:
 
 @pytest.mark.parametrize("entry", ["a", "c"])
 def test_cluster_recovers_everything(unpacked: Path, entry: str) -> None:
-    """Read through the node that wrote it, and through one whose log held only replicas."""
+    """Read through the node that wrote it, and through one whose log held only replicas,
+    once it is linked with the others: a node keeps only its own classic queues and hears
+    the others' from their homes when its links come up (docs/cluster.md)."""
     cluster = LocalCluster(unpacked / "cluster", ["a", "b", "c"], extra=legacy_data.NODE_FLAGS)
     try:
         cluster.start_all()
         node = cluster.nodes[entry]
-        observed = legacy_data.observe(legacy_data.http_api(node.management_port), node.port)
+        api = legacy_data.http_api(node.management_port)
+        legacy_data.until(lambda: _linked(api("GET", "/api/warren/cluster", None)))
+        observed = legacy_data.observe(api, node.port)
     finally:
         cluster.stop_all()
     assert_same(observed, EXPECTED["cluster"])
+
+
+def _linked(status: dict[str, Any]) -> None:
+    if status["running"] != status["nodes"]:
+        raise AssertionError(f"linked with {status['running']} of {status['nodes']}")

@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from tests.integration import quorum_cancel_scenario
+
 QQ = {"x-queue-type": "quorum"}
 RECORDED_WAIT_S = 1.0  # what the recordings slept before reading a dead-letter queue
 EXPIRY_WAIT_S = 9.0  # RabbitMQ 3.10 checks quorum-queue expiry on a ~5 s tick
@@ -503,3 +505,14 @@ def test_at_least_once_held_messages_are_dropped_when_the_strategy_changes(amqp,
     channel.queue_declare(dlq, durable=True)
     time.sleep(1.5)  # longer than the retry interval: nothing is left to retry
     assert amqp.passive(channel, dlq) == {"message_count": 0, "consumer_count": 0}
+
+
+def test_a_cancelled_consumer_keeps_its_messages_until_its_channel_closes(amqp):
+    # rabbit_fifo: basic.cancel leaves the consumer's checked-out messages with it; the
+    # channel's close returns them, counted as a delivery (tests/integration/
+    # quorum_cancel_scenario.py; tests/cluster runs it through a cluster's quorum host).
+    queue = amqp.track(amqp.name("qq-cancel"))
+    url = amqp.broker.url
+    assert quorum_cancel_scenario.cancel_then_close(url, url, queue) == (
+        quorum_cancel_scenario.EXPECTED
+    )

@@ -19,7 +19,8 @@ Theory of operation:
    Decoding checks every field's type (msgspec), so the tuples are what they say.
 3. A later layout gets the next format byte. What is not the format this release reads
    raises `RaftCodecError`; only authenticated peers send these, so that is a peer of
-   another version or a bug, and the Raft host fails loudly.
+   another version or a bug there: the Raft host drops that batch with a logged error and
+   goes on (Raft sends again what a lost message carried).
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ Theory of operation:
    HTTP layer can pick 400 or 401 (ACCESS_REFUSED: ``Access refused.``).
 3. In a cluster an exchange's declare and delete and a binding's add and delete go to the
    metadata log first, as a channel's do (`warren.runtime.cluster.metadata`, point 2):
-   the reply comes once every node applied the change, from what applying it gave.
+   the reply comes once every node applied the change, from what applying it gave. A
+   queue's DELETE is answered once the delete is committed, as queue.delete-ok is
+   (`Broker.client_delete`): a quorum queue's through the log, a classic queue's by its
+   home, which deletes it through the log too.
 4. Publishing routes through the vhost and enqueues on each queue's host like
    basic.publish without confirms; ``/get`` takes up to `count` messages with basic.get
    semantics and then acks, requeues or rejects them all, per ``ackmode``.
@@ -272,11 +275,14 @@ async def delete_queue(
         raise ObjectError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
     if host is not None and if_empty and host.machine.ready_count:
         raise ObjectError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
-    pending = None if host is None else broker.logged_delete(host)
+    pending = None if host is None else broker.client_delete(host, if_unused, if_empty)
     if pending is None:
         broker.delete_queue(target, name)
-    else:  # in a cluster, a classic queue of this node: through the metadata log
+        return
+    try:
         await pending
+    except AmqpError as refused:  # the home's if-unused or if-empty, or the home is down
+        raise ObjectError.of(refused) from None
 
 
 def purge_queue(broker: Broker, vhost: str, name: str) -> int:

@@ -158,6 +158,17 @@ class Broker:
         made by the metadata log; None on a single node."""
         return None if self.cluster is None else self.cluster.logged_delete(host)
 
+    def client_delete(
+        self, host: QueueHost, if_unused: bool, if_empty: bool
+    ) -> asyncio.Future[Any] | None:
+        """A client's delete (queue.delete, the management API's DELETE) that another node
+        or the metadata log makes: a quorum queue's, a classic queue's through a node that
+        is not its home, or in a cluster its home's. The future has the ready count once
+        the delete is committed, which is when the client is answered; None: the caller
+        deletes at once (`delete_queue`)."""
+        pending = host.forward_delete(if_unused, if_empty)
+        return pending if pending is not None else self.logged_delete(host)
+
     def add_queue(self, record: QueueRecord) -> QueueHost:
         host = self.hosts.make(record)
         self.queues[record.vhost, record.name] = host

@@ -532,10 +532,7 @@ class Channel:
                 raise precondition_failed(f"{where} not empty")
             # RabbitMQ answers delete-ok before it cancels this channel's own consumers
             self._cancels_held = []
-            pending: asyncio.Future[Any] | None
-            pending = host.forward_delete(method.if_unused, method.if_empty)
-            if pending is None:
-                pending = self.broker.logged_delete(host)
+            pending = self.broker.client_delete(host, method.if_unused, method.if_empty)
             if pending is not None:  # in a cluster: through the metadata log, or the home
                 answer = functools.partial(self._deleted, method, name)
                 self.connection.suspend(self, pending, lambda done: answer(done.result))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Hashable
 from typing import cast
 
 import pytest
@@ -14,7 +15,7 @@ from warren.cluster import queue_entries
 from warren.model import QueueRecord
 from warren.model.policy import Policy, effective_settings
 from warren.model.settings import QueueSettings
-from warren.queue import Checkout, Command, Entry, Sequenced, Settle
+from warren.queue import Cancel, Checkout, Command, Entry, Sequenced, Settle
 from warren.runtime.cluster import quorum
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost, QuorumNode
@@ -139,3 +140,20 @@ def test_a_stopped_host_sends_nothing_again(monkeypatch: pytest.MonkeyPatch) -> 
         return cluster.sent
 
     assert asyncio.run(scenario()) == [Settle([7])]
+
+
+def test_a_consumer_removed_with_requeue_returns_what_it_holds() -> None:
+    # basic.cancel leaves the consumer's messages checked out to it, as rabbit_fifo's
+    # cancel does (its channel acks or returns them); `requeue` (the consumer's process is
+    # gone) returns them with the cancel, as rabbit_fifo's down does.
+    async def scenario() -> tuple[list[Hashable], list[Command]]:
+        host, cluster = _host()
+        for tag in ("cancelled", "gone"):
+            host.subscribe(_Channel(), tag, Checkout(tag, "channel", 10), limited=False)
+        keys = list(host._consumers)
+        host.unsubscribe("cancelled")
+        host.unsubscribe("gone", requeue=True)
+        return keys, cluster.sent[2:]
+
+    (cancelled, gone), sent = asyncio.run(scenario())
+    assert sent == [Cancel(cancelled, requeue=False), Cancel(gone, requeue=True)]

@@ -21,6 +21,7 @@ from warren.runtime.cluster.raft_host import (
     NotLeader,
     RaftGroup,
     RaftHost,
+    RaftTraffic,
     unstamp,
 )
 from warren.storage.log import Batch, LogFailed
@@ -518,3 +519,28 @@ def test_a_group_removed_while_its_round_syncs_leaves_the_round_and_the_others_f
         await stop_all(nodes)
 
     run(body)
+
+
+def test_malformed_raft_messages_from_a_peer_are_dropped_and_the_host_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As a malformed AMQP frame closes only its connection: the batch that does not decode
+    # is dropped with a logged error; the host (every group of the node) goes on.
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        follower = next(node for node in every if node is not leader)
+        failures: list[BaseException] = []
+        follower.host._on_failure = failures.append
+        for garbage in (b"", b"\x09later format", b"\x01\xc1", b"\x01\x91\x93\x01\x02\x03"):
+            leader.peers.send(follower.name, RaftTraffic(garbage))
+        await propose_all(leader, "g", [b"after"])
+        await eventually(lambda: follower.machines["g"].payloads == [b"after"])
+        assert follower.host.failure is None and failures == []
+        dropped = [r for r in caplog.records if "Raft messages from node" in r.getMessage()]
+        assert len(dropped) == 4 and all(r.levelname == "ERROR" for r in dropped)
+        await stop_all(nodes)
+
+    with caplog.at_level("ERROR", logger="warren.raft_host"):
+        run(body)

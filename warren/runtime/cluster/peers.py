@@ -36,8 +36,11 @@ Theory of operation:
    replaced, or the answer does not come in time.
 6. `partition(nodes)` is a fault hook for tests: traffic to and from those nodes is
    dropped (links stay open), they report not connected and link handlers hear "down";
-   `partition(set())` heals. Link handlers hear "up" when a node gets a link and "down"
-   when it has none any more, not when one link replaces another.
+   `partition(set())` heals. Link handlers hear "up" when a node gets a link, "down"
+   when it has none any more, and "up" again when one link replaces another: what was
+   sent on the old one may never have been read (when both nodes dial at once, the
+   acceptor of the losing connection may admit it and send on it before the other side
+   refuses it), so what a node sends as a link comes up is sent again.
 The peers are trusted once the cookie is proved: a frame is decoded as it comes, into
 the typed messages of `warren.runtime.cluster.calls` (no pickle: nothing a peer sends is
 run). Those types and the frame's layout are the protocol: `MAGIC` names its version,
@@ -502,9 +505,9 @@ class Peers:
         if old is not None:
             old.close()
             self._fail_calls(node, "link replaced")
-            return True
-        log.info("link to node %s up", node)
-        if node not in self._partitioned:
+        else:
+            log.info("link to node %s up", node)
+        if node not in self._partitioned:  # "up" again on a replacement (rule 6)
             self._notify_link(node, True)
         return True
 

@@ -342,11 +342,15 @@ class QuorumHost(HostFields):
         """Deliveries come from committed entries, after consume-ok went."""
 
     def unsubscribe(self, key: Hashable, requeue: bool = False) -> None:
+        """basic.cancel (a channel closing cancels its consumers first): what the consumer
+        holds stays checked out to it, as rabbit_fifo's cancel leaves it, until its channel
+        acks or returns it (on close, counted as a delivery); with `requeue` (the consumer's
+        process is gone) it goes back with the cancel, as rabbit_fifo's ``down`` does."""
         wire = self._wire_keys.pop(key, None)
         if wire is not None:
             self._consumers.pop(wire, None)
             self.handed.forget(wire)
-            self._submit_until_applied(Cancel(wire))
+            self._submit_until_applied(Cancel(wire, requeue))
 
     def delivered(self, key: Hashable, entry: Entry, index: int, sender: str) -> None:
         """A delivery the leader sent (this node holds no replica): to the consumer once;

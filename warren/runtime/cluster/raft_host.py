@@ -56,6 +56,9 @@ Theory of operation:
 9. A failed sync (`LogFailed`) or a bug while driving stops the host: it is logged as
    critical, nothing is sent, applied or acknowledged any more, every waiting proposal
    fails with the error, and `on_failure` is called: the node must stop and recover.
+   Raft messages from a peer that do not decode (`RaftCodecError`) are no such bug here:
+   that batch is dropped with a logged error, as a malformed AMQP frame closes only its
+   connection, and Raft sends what matters again.
 """
 
 from __future__ import annotations
@@ -624,10 +627,15 @@ class RaftHost:
         if type(payload) is not RaftTraffic or self._closed or self.failure is not None:
             return
         self.names.add(sender)
+        try:
+            messages = decode_messages(payload.messages)
+        except ValueError as error:  # `RaftCodecError`, or a membership that does not decode
+            log.error("Raft messages from node %s dropped: %s", sender, error)
+            return
         groups = self._groups
         node_id = self.node_id
         try:
-            for group_id, message in decode_messages(payload.messages):
+            for group_id, message in messages:
                 group = groups.get(group_id)
                 if group is not None and message.to == node_id:
                     group.step_or_queue(message)

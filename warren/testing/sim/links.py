@@ -237,16 +237,15 @@ class SimLinks:
     # --- from the network --------------------------------------------------------------------
 
     def link_changed(self, node: str, up: bool) -> None:
-        if up == (node in self._linked):
-            if not up:
-                return
-            self._fail_calls(node)  # replaced by a new link: calls on the old one fail
-            return
         if up:
+            if node in self._linked:  # a new link replaced the old one: as `Peers` does,
+                self._fail_calls(node)  # calls on it fail and handlers hear "up" again
             self._linked.add(node)
-        else:
+        elif node in self._linked:
             self._linked.discard(node)
             self._fail_calls(node)
+        else:
+            return
         for handler in list(self._link_handlers):
             handler(node, up)
 
