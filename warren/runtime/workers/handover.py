@@ -182,7 +182,9 @@ def decode(data: bytes) -> ConnectionState:
     if len(data) < _PREFIX.size:
         raise ValueError("hand-over message too short")
     magic, version, head_size, table_size = _PREFIX.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC:
+        raise ValueError(f"not a hand-over message: it starts {magic!r}")
+    if version != VERSION:
         raise ValueError(f"hand-over message of version {version}: expected {VERSION}")
     start = _PREFIX.size
     head: dict[str, Any] = json.loads(data[start : start + head_size])

@@ -7,7 +7,9 @@ Theory of operation:
    (`AmqpConnection.placing`, `Worker.place`) for the queue the event is about: a publish
    to the default exchange (its routing key), basic.consume and basic.get (their queue),
    queue.declare (an existing queue's home; for a new named queue the worker homing the
-   fewest queues, ties to this one, so that queues spread over the workers).
+   fewest queues, ties to this one, so that queues spread over the workers). A quorum
+   queue's home is its replica when it has one (``quorum_cluster_size = 1``, the workers'
+   default); one of several replicas has none, and binds the connection where it is.
 2. When that home is another worker and the connection is quiet
    (`warren.runtime.workers.handover`), the worker hands it there before handling the
    event: the client's socket and a memfd holding the connection's state go with
@@ -26,7 +28,7 @@ Theory of operation:
    worker reads the same inbox.
 5. Messages that still cross workers (publishes to another worker's queue, deliveries
    from one: `RemoteQueues.sent` and ``received``) are logged every `REPORT_S` while
-   they change, and at stop.
+   they change, at stop, and at once on SIGUSR1 (`bench.scaling` asks so around a run).
 """
 
 from __future__ import annotations
@@ -35,14 +37,17 @@ import asyncio
 import functools
 import logging
 import os
+import signal
 import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from warren.amqp import methods as m
 from warren.amqp.connection import Content, MethodReceived
+from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.remote import RemoteHost
 from warren.runtime.connection import AmqpConnection
+from warren.runtime.queues.host import QueueHost
 from warren.runtime.workers.handover import TakenOver, capture, decode, encode, quiet
 
 if TYPE_CHECKING:
@@ -103,10 +108,13 @@ class Worker:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.inbox.fileno(), self._receive)
+        loop.add_signal_handler(signal.SIGUSR1, self._log_crossings, True)
         self._report = loop.call_later(REPORT_S, self._report_crossings)
 
     def stop(self) -> None:
-        asyncio.get_running_loop().remove_reader(self.inbox.fileno())
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.inbox.fileno())
+        loop.remove_signal_handler(signal.SIGUSR1)
         if self._report is not None:
             self._report.cancel()
         self._log_crossings()
@@ -166,16 +174,27 @@ class Worker:
 
     def _queue_home(self, connection: AmqpConnection, queue: str) -> int | None:
         host = self.broker.queues.get((connection.vhost.name, queue))
-        if isinstance(host, RemoteHost) and host.home in self.names:
-            return self.names.index(host.home)
-        return None
+        home = None if host is None else self._home_of(host)
+        return None if home is None else self.names.index(home)
+
+    def _home_of(self, host: QueueHost) -> str | None:
+        """The worker whose process runs the queue's machine: a classic queue's home, a
+        quorum queue's only replica (None for a quorum queue of several)."""
+        home: str | None
+        if isinstance(host, RemoteHost):
+            home = host.home
+        elif isinstance(host, QuorumHost):
+            home = host.members[0] if len(host.members) == 1 else None
+        else:
+            home = self.cluster.name
+        return home if home in self.names else None
 
     def _emptiest(self) -> int:
         """The worker homing the fewest queues (this one on a tie), of those reachable."""
         homes = [0] * len(self.names)
         for host in self.broker.queues.values():
-            home = host.home if isinstance(host, RemoteHost) else self.cluster.name
-            if home in self.names:
+            home = self._home_of(host)
+            if home is not None:
                 homes[self.names.index(home)] += 1
         reachable = [
             index
@@ -256,10 +275,10 @@ class Worker:
         self._log_crossings()
         self._report = asyncio.get_running_loop().call_later(REPORT_S, self._report_crossings)
 
-    def _log_crossings(self) -> None:
+    def _log_crossings(self, always: bool = False) -> None:
         remote = self.cluster.remote
         now = (remote.sent, remote.received, self.handed, self.taken)
-        if now != self._reported:
+        if always or now != self._reported:
             self._reported = now
             log.info(
                 "worker %d: %d messages crossed workers (%d publishes to other workers'"
