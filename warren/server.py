@@ -41,7 +41,7 @@ from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
 from warren.runtime.workers.supervisor import Supervisor
-from warren.runtime.workers.worker import Worker, inboxes
+from warren.runtime.workers.worker import Worker
 
 log = logging.getLogger("warren")
 
@@ -212,7 +212,7 @@ async def _serve(config: Config, listeners: list[Listener], worker: int | None) 
                     " it, or choose another port with --cluster-port (WARREN_CLUSTER_PORT)"
                 ) from None
         following = None  # a worker's connections follow their queues to other workers
-        links = inboxes(os.environ)
+        links = workers_layout.inboxes(os.environ)
         if cluster is not None and worker is not None and links is not None:
             following = Worker(broker, cluster, worker, *links)
         await _run(broker, stop, listeners, monitor, following)

@@ -12,7 +12,7 @@ Theory of operation:
    the node: the failure is the operator's to fix, and the worker said why on stderr. A
    worker killed by a signal is restarted however young the node is.
 3. It makes each worker's inbox, the Unix socket pair the workers hand connections over
-   with (`warren.runtime.workers.worker`), and holds them for the node's life, so a
+   with (`warren.runtime.workers.layout`), and holds them for the node's life, so a
    restarted worker inherits the same ones.
 4. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
    them all. Its exit status is 0 when every worker stopped cleanly.
@@ -27,8 +27,12 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from warren.runtime.workers.layout import WORKER_INDEX_VARIABLE
-from warren.runtime.workers.worker import INBOXES_VARIABLE, inboxes_setting, make_inboxes
+from warren.runtime.workers.layout import (
+    INBOXES_VARIABLE,
+    WORKER_INDEX_VARIABLE,
+    inboxes_setting,
+    make_inboxes,
+)
 
 log = logging.getLogger("warren.workers")
 

@@ -23,9 +23,8 @@ Theory of operation:
    cannot be sent (the home's inbox full or gone). A publish to another exchange binds it
    too: its queues are known only by routing.
 4. Inboxes: the supervisor makes one Unix datagram socket pair per worker and every
-   worker inherits them all (`INBOXES_VARIABLE`: this worker's receiving end, then each
-   worker's sending end), so no address is to be found or guarded, and a restarted
-   worker reads the same inbox.
+   worker inherits them all (`warren.runtime.workers.layout.inboxes`), so no address is
+   to be found or guarded, and a restarted worker reads the same inbox.
 5. Messages that still cross workers (publishes to another worker's queue, deliveries
    from one: `RemoteQueues.sent` and ``received``) are logged every `REPORT_S` while
    they change, at stop, and at once on SIGUSR1 (`bench.scaling` asks so around a run).
@@ -39,7 +38,6 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from warren.amqp import methods as m
@@ -56,31 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.workers")
 
-INBOXES_VARIABLE: Final = "WARREN_WORKER_INBOXES"
 MOVES_MAX: Final = 8  # a connection that declares queue after queue stops following them
 REPORT_S: Final = 10.0
 _HANDED: Final = b"H"  # the datagram beside the two descriptors
-
-
-def make_inboxes(workers: int) -> tuple[list[socket.socket], list[socket.socket]]:
-    """The supervisor's: each worker's inbox, as (receiving ends, sending ends)."""
-    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(workers)]
-    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-
-
-def inboxes_setting(receiving: socket.socket, sending: list[socket.socket]) -> str:
-    return ",".join(str(sock.fileno()) for sock in (receiving, *sending))
-
-
-def inboxes(environ: Mapping[str, str]) -> tuple[socket.socket, list[socket.socket]] | None:
-    """This worker's inbox and every worker's sending end, from the inherited descriptors."""
-    value = environ.get(INBOXES_VARIABLE)
-    if not value:
-        return None
-    receiving, *sending = (socket.socket(fileno=int(fd)) for fd in value.split(","))
-    for sock in (receiving, *sending):
-        sock.setblocking(False)
-    return receiving, sending
 
 
 class Worker:
