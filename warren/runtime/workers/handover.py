@@ -16,8 +16,10 @@ Theory of operation:
    through the connection's own handlers (tune-ok, connection.open, channel.open,
    basic.qos, confirm.select, tx.select) with their replies discarded, so the same checks
    apply (a vhost deleted meanwhile closes the connection as connection.open would), then
-   reads the unread bytes as if they had just arrived. The client sees one unbroken
-   connection.
+   reads the unread bytes as if they had just arrived, ahead of anything the socket
+   brings, and handles them from the next loop turn on (as many per turn as any read:
+   a backlog past that pauses the socket, which it can only once the loop reads it).
+   The client sees one unbroken connection.
 """
 
 from __future__ import annotations
@@ -250,5 +252,7 @@ class TakenOver(AmqpConnection):
                 channel.transaction = Transaction()
             channel.last_queue = taken.last_queue
         self._out.clear()  # the replies the client had from the worker that negotiated
-        if state.unread:
-            self.data_received(state.unread)
+        # Read first, handled in the next turn: the loop starts reading the socket only
+        # once this returns, and would undo a pause for a long backlog made here.
+        self.protocol.receive_data(state.unread)
+        self.loop.call_soon(self._handle_events)
