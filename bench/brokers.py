@@ -94,20 +94,24 @@ def reachable(url: str) -> str | None:
     return None
 
 
-def start_warren(args: Sequence[str] = (), tree: str = "") -> tuple[Broker | None, str]:
-    """Start `python -m warren` on free ports, with `args` added and from the source `tree`
-    if given (first on PYTHONPATH); (broker, "") or (None, why it failed)."""
+def start_warren(
+    args: Sequence[str] = (), tree: str = "", workers: int = 1, name: str = "warren"
+) -> tuple[Broker | None, str]:
+    """Start `python -m warren` (of `workers` processes) on free ports, with `args` added and
+    from the source `tree` if given (first on PYTHONPATH); (broker, "") or (None, why it
+    failed)."""
     workdir = tempfile.TemporaryDirectory(prefix="warren-bench-")
     port, management = unused_port(), unused_port()
     log, data = Path(workdir.name) / "warren.log", Path(workdir.name) / "data"
-    command = [sys.executable, "-m", "warren", "--port", str(port)]
+    command = [sys.executable, "-m", "warren", "--port", str(port), "--workers", str(workers)]
     command += ["--management-port", str(management), "--data-dir", str(data), *args]
-    # `-m` puts the working directory first on sys.path: with a `tree`, the workdir
+    # `-m` puts the working directory first on sys.path: with a `tree`, run from the workdir
+    # so that the tree, not this checkout, is what is imported
     env, cwd = ({**os.environ, "PYTHONPATH": tree}, workdir.name) if tree else (None, None)
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
-    broker = Broker("warren", url, process.pid, process=process, workdir=workdir)
+    broker = Broker(name, url, process.pid, process=process, workdir=workdir)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -360,7 +360,10 @@ def drive(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         fleet.stop()
         raise
     out = window_results(first, last, args.broker_pid)
-    out.update(latency_results(fleet.stop()))
+    results = fleet.stop()
+    # warm-up and ramp-down included
+    out["published_total"], out["consumed_total"] = fleet.total(PUBLISHED), fleet.total(CONSUMED)
+    out.update(latency_results(results))
     out.update(memory_results(memory_before, memory_after, args.count))
     return out
 

@@ -41,6 +41,7 @@ from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
 from warren.runtime.workers.supervisor import Supervisor
+from warren.runtime.workers.worker import Worker
 
 log = logging.getLogger("warren")
 
@@ -175,7 +176,7 @@ async def serve(config: Config, worker: int | None = None) -> int:
     try:
         listeners = bind_listeners(config, tls, worker)
         try:
-            return await _serve(config, listeners)
+            return await _serve(config, listeners, worker)
         finally:
             for listener in listeners:
                 listener.sock.close()
@@ -183,7 +184,7 @@ async def serve(config: Config, worker: int | None = None) -> int:
         os.close(lock)
 
 
-async def _serve(config: Config, listeners: list[Listener]) -> int:
+async def _serve(config: Config, listeners: list[Listener], worker: int | None) -> int:
     broker = Broker(config)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
@@ -210,7 +211,11 @@ async def _serve(config: Config, listeners: list[Listener]) -> int:
                     f"cluster port {config.cluster_port} is in use by another program: stop"
                     " it, or choose another port with --cluster-port (WARREN_CLUSTER_PORT)"
                 ) from None
-        await _run(broker, stop, listeners, monitor)
+        following = None  # a worker's connections follow their queues to other workers
+        links = workers_layout.inboxes(os.environ)
+        if cluster is not None and worker is not None and links is not None:
+            following = Worker(broker, cluster, worker, *links)
+        await _run(broker, stop, listeners, monitor, following)
     finally:
         if cluster is not None:
             await cluster.close()
@@ -224,14 +229,20 @@ async def _serve(config: Config, listeners: list[Listener]) -> int:
     return 0
 
 
-async def start_listeners(broker: Broker, listeners: list[Listener]) -> list[asyncio.Server]:
-    """Start listening for AMQP (and AMQPS) on the bound sockets."""
+async def start_listeners(
+    broker: Broker, listeners: list[Listener], worker: Worker | None = None
+) -> list[asyncio.Server]:
+    """Start listening for AMQP (and AMQPS) on the bound sockets; a `worker`'s
+    connections follow their queues to the other workers."""
     loop = asyncio.get_running_loop()
     servers: list[asyncio.Server] = []
     for listener in listeners:
         if listener.setting in ("port", "ssl_port"):
             server = await loop.create_server(
-                lambda: AmqpConnection(broker), sock=listener.sock, backlog=1024, ssl=listener.tls
+                (lambda: AmqpConnection(broker)) if worker is None else worker.connection,
+                sock=listener.sock,
+                backlog=1024,
+                ssl=listener.tls,
             )
             servers.append(server)
             log.info("%s listening on %s", listener.label, _address(listener.sock))
@@ -244,7 +255,11 @@ def _address(sock: socket.socket) -> str:
 
 
 async def _run(
-    broker: Broker, stop: asyncio.Event, listeners: list[Listener], monitor: ResourceMonitor
+    broker: Broker,
+    stop: asyncio.Event,
+    listeners: list[Listener],
+    monitor: ResourceMonitor,
+    worker: Worker | None,
 ) -> None:
     config = broker.config
     monitor.start()
@@ -252,7 +267,9 @@ async def _run(
         broker,
         [(item.sock, item.tls) for item in listeners if item.setting.startswith("management")],
     )
-    servers = await start_listeners(broker, listeners)
+    if worker is not None:
+        worker.start()
+    servers = await start_listeners(broker, listeners, worker)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -262,6 +279,8 @@ async def _run(
     await stop.wait()
     log.info("stopping")
     monitor.stop()
+    if worker is not None:
+        worker.stop()
     for server in servers:
         server.close()
     await management.cleanup()

@@ -1,16 +1,20 @@
-"""A node of two worker processes (`--workers 2`, issue 19's first slice): one AMQP port
-whose connections land on either worker, queues usable from every connection whichever
-worker declared them, and a worker killed with SIGKILL restarted with its durable queues.
+"""A node of two worker processes (`--workers 2`, issue 19): one AMQP port whose
+connections land on either worker, queues usable from every connection whichever worker
+declared them, connections handed to the worker of their queues (no message lost,
+reordered or left unconfirmed, and none crossing workers), and a worker killed with
+SIGKILL restarted with its durable queues.
 
 A connection's worker is told by the management API, which worker 0 serves and which
 lists worker 0's connections only (`on_worker`)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 import urllib.error
@@ -20,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
@@ -155,3 +160,138 @@ def test_a_killed_worker_is_restarted_with_its_durable_queues(
     assert _bodies(connections[0][0], queue, 5) == [f"d{number}".encode() for number in range(5)]
     connections[0][0].channel().queue_delete(queue)
     assert node.process.poll() is None  # the supervisor, and so the node, carried on
+
+
+def _home(server: WarrenServer, queue: str) -> int:
+    node = _api(server, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")["node"]
+    return int(node.split("@")[0].rsplit("-w", 1)[1])
+
+
+CROSSED = re.compile(r"worker (\d+): (\d+) messages crossed workers.*handed over (\d+)")
+
+
+def _crossings(server: WarrenServer) -> tuple[int, int]:
+    """(messages that crossed workers, connections handed over) so far: each worker logs
+    them when sent SIGUSR1."""
+    reports = len(CROSSED.findall(server.log()))
+    for lock in (Path(server.data_dir) / "workers").glob("*/node.lock"):
+        os.kill(int(lock.read_text()), signal.SIGUSR1)
+    _until(lambda: len(CROSSED.findall(server.log())) >= reports + 2)
+    latest = {
+        worker: (int(crossed), int(handed))
+        for worker, crossed, handed in CROSSED.findall(server.log())
+    }
+    return sum(c for c, _ in latest.values()), sum(h for _, h in latest.values())
+
+
+def test_connections_move_to_their_queues_worker_and_no_message_crosses(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """A publisher on worker 0 of a queue of worker 1, and a consumer on worker 1 of a queue
+    of worker 0, each end up on the queue's worker (the same TCP connection), with every
+    confirm and every message in order; a burst of publishes read with the one that moved
+    the connection goes along with it."""
+    here, there = f"{unique}.w0", f"{unique}.w1"
+    connections[1][0].channel().queue_declare(there)  # a tie: stays on worker 1
+    connections[0][0].channel().queue_declare(here)  # worker 0 homes fewest: stays
+    assert (_home(node, here), _home(node, there)) == (0, 1)
+    crossed_before, handed_before = _crossings(node)
+
+    publisher = connections[0][1]
+    burst = publisher.channel()  # no confirms: many publishes per read
+    confirmed = publisher.channel()
+    confirmed.confirm_delivery()  # both channels open, in their modes, before the move
+    bodies = [f"b{number}".encode() for number in range(300)]
+    for body in bodies:
+        burst.basic_publish("", there, body)
+    bodies += [f"c{number}".encode() for number in range(30)]
+    for body in bodies[300:]:
+        confirmed.basic_publish("", there, body)  # raises if not confirmed
+    assert on_worker(node, publisher) == 1
+    assert _bodies(connections[1][0], there, len(bodies)) == bodies
+
+    consumer = connections[1][1]
+    feeder = connections[0][0].channel()
+    for body in bodies[:50]:
+        feeder.basic_publish("", here, body)
+    assert _bodies(consumer, here, 50) == bodies[:50]
+    assert on_worker(node, consumer) == 0
+
+    crossed, handed = _crossings(node)
+    assert (crossed - crossed_before, handed - handed_before) == (0, 2)
+    feeder.queue_delete(here)
+    feeder.queue_delete(there)
+
+
+def test_a_connection_that_holds_a_consumer_stays_and_still_reaches_the_other_worker(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """Once a connection consumes it never moves: its publishes to the other worker's
+    queue cross, correctly."""
+    here, there = f"{unique}.w0", f"{unique}.w1"
+    connections[1][0].channel().queue_declare(there)
+    connections[0][0].channel().queue_declare(here)
+    both = connections[0][1]
+    consuming = both.channel()
+    consuming.basic_consume(here, lambda *_: None)
+    publishing = both.channel()
+    publishing.confirm_delivery()
+    for number in range(10):
+        publishing.basic_publish("", there, f"x{number}".encode())
+    assert on_worker(node, both) == 0
+    received = _bodies(connections[1][1], there, 10)
+    assert received == [f"x{number}".encode() for number in range(10)]
+    crossed, _ = _crossings(node)
+    assert crossed >= 10
+    consuming.close()
+    publishing.queue_delete(here)
+    publishing.queue_delete(there)
+
+
+def test_aio_pika_clients_keep_confirms_order_and_qos_wherever_they_land(
+    node: WarrenServer, unique: str
+) -> None:
+    """Queues declared one after another spread over the workers; aio-pika publishers with
+    confirms and consumers with a prefetch, each on its own connection landing on either
+    worker, get every confirm and every message in order, and nothing crosses workers."""
+    queues = [f"{unique}.{number}" for number in range(4)]
+    count = 200
+
+    async def publish(url: str, queue: str) -> None:
+        async with await aio_pika.connect(url) as connection:
+            channel = await connection.channel(publisher_confirms=True)
+            await channel.declare_queue(queue, passive=True)
+            for number in range(count):
+                await channel.default_exchange.publish(
+                    aio_pika.Message(f"{queue}:{number}".encode()), routing_key=queue
+                )
+
+    async def consume(url: str, queue: str) -> list[bytes]:
+        async with await aio_pika.connect(url) as connection:
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=20)
+            declared = await channel.declare_queue(queue, passive=True)
+            received: list[bytes] = []
+            async with declared.iterator() as messages:
+                async for message in messages:
+                    async with message.process():
+                        received.append(message.body)
+                    if len(received) == count:
+                        break
+            return received
+
+    async def scenario() -> list[list[bytes]]:
+        async with await aio_pika.connect(node.broker.url) as setup:
+            channel = await setup.channel()
+            for queue in queues:
+                await channel.declare_queue(queue)
+        consumers = [asyncio.ensure_future(consume(node.broker.url, q)) for q in queues]
+        await asyncio.gather(*(publish(node.broker.url, q) for q in queues))
+        return await asyncio.wait_for(asyncio.gather(*consumers), WAIT_S)
+
+    crossed_before, _ = _crossings(node)
+    received = asyncio.run(scenario())
+    assert received == [[f"{q}:{n}".encode() for n in range(count)] for q in queues]
+    assert sorted(_home(node, queue) for queue in queues) == [0, 0, 1, 1]
+    crossed, _ = _crossings(node)
+    assert crossed == crossed_before

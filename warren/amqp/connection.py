@@ -317,6 +317,23 @@ class ServerConnection:
         if channel_max:
             self.channel_max = channel_max
 
+    # --- a connection that moves to another process (`warren.runtime.workers`) ---------------
+
+    def settled(self) -> bool:
+        """Open, with no message half-received and no channel the server closed: all the
+        state left is the negotiated limits, the open channels and the unread bytes."""
+        return self.state is State.OPEN and not self._assembling and not self._closing_channels
+
+    def unread(self) -> bytes:
+        """What was received and not yet read as events."""
+        return self._decoder.unread()
+
+    def resume(self, channels: list[int]) -> None:
+        """Take over an open connection that another process negotiated (`settled` there),
+        its limits applied with `tune`."""
+        self.state = State.OPEN
+        self.open_channels = set(channels)
+
     def close_channel(self, channel: int) -> None:
         """The server sent ``channel.close``: drop frames on it until the client answers."""
         self.open_channels.discard(channel)

@@ -80,6 +80,10 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buffer) - self._offset
 
+    def unread(self) -> bytes:
+        """The bytes fed and not yet read as frames."""
+        return bytes(self._buffer[self._offset :])
+
     def read_protocol_header(self) -> ProtocolHeader:
         if self.buffered < len(PROTOCOL_HEADER):
             return ProtocolHeader.INCOMPLETE

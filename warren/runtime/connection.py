@@ -23,6 +23,7 @@ import asyncio
 import ipaddress
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__
@@ -116,6 +117,10 @@ class AmqpConnection(asyncio.Protocol):
         self._failure_close = False  # the client takes a 403 close for a failed login
         self._tuned = False  # tune-ok accepted: failures are answered with connection.close
         self._silenced = False  # a failed handshake: nothing more is read or answered
+        # On a node of several workers, until the connection is bound to one: given each
+        # event first, True when it handed the connection (and the event) to another
+        # worker (`warren.runtime.workers.handover`).
+        self.placing: Callable[[object], bool] | None = None
 
     @property
     def frame_max(self) -> int:
@@ -167,6 +172,8 @@ class AmqpConnection(asyncio.Protocol):
                         self._throttled = False
                         self._resume_reading()
                     break
+                if self.placing is not None and self.placing(event):
+                    return  # this worker is done with it: nothing to flush or read
                 try:
                     if type(event) is Content:  # nearly every event: keep this path flat
                         published = True

@@ -641,3 +641,29 @@ def test_one_read_and_byte_by_byte_agree_on_any_publish(
             ],
             None,
         )
+
+
+# -- a connection taken over by another process (`warren.runtime.workers`) ----------------
+
+
+def test_a_connection_with_a_message_half_received_is_not_settled() -> None:
+    connection = opened(1)
+    assert connection.settled()
+    publish = method_frame(1, m.BasicPublish(0, "", "q"))
+    connection.receive_data(publish)
+    assert drain(connection) == []
+    assert not connection.settled()  # the content header is still to come
+
+
+def test_what_is_not_read_yet_is_unread_and_another_connection_reads_it_after_resume() -> None:
+    connection = opened(1, 2)
+    qos, declare = method_frame(1, m.BasicQos(0, 10)), method_frame(2, m.QueueDeclare(0, "q"))
+    connection.receive_data(qos + declare)
+    assert connection.next_event() == MethodReceived(1, m.BasicQos(0, 10))
+    assert connection.unread() == declare
+    taken = ServerConnection()
+    taken.tune(TUNE_OK.frame_max, TUNE_OK.channel_max)
+    taken.resume([1, 2])
+    taken.receive_data(connection.unread())
+    assert drain(taken) == [MethodReceived(2, m.QueueDeclare(0, "q"))]
+    assert taken.state is State.OPEN and taken.settled()

@@ -207,6 +207,7 @@ class RemoteHost(HostFields):
     # home does by itself (dispatch, timers, settings) is not sent.
 
     def publish(self, command: Enqueue) -> Published:
+        self.queues.sent += 1
         return Pending(self.queues.call(self, QueueCommand(*self._where, to_record(command))))
 
     def get(self, no_ack: bool) -> Answer[Got | None]:
@@ -389,6 +390,9 @@ class RemoteQueues:
         self.broker = cluster.broker
         self.peers = cluster.peers
         self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
+        # messages that crossed to or from other nodes: publishes sent to their queues and
+        # deliveries from them (a node's workers log these: `warren.runtime.workers`)
+        self.sent = self.received = 0
         self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any], AnyQueueRequest]] = {}
         # as a home: other nodes' consumers and unsettled basic.gets, by node
         self._consumers: dict[str, dict[ConsumerKey, ClassicHost]] = {}
@@ -451,6 +455,7 @@ class RemoteQueues:
             call[1].set_exception(SoftError(ReplyCode(error.code), error.detail))
 
     def _delivered(self, node: str, delivery: Delivery) -> None:
+        self.received += 1
         host = self.broker.queues.get((delivery.vhost, delivery.name))
         if isinstance(host, Receiver):
             host.delivered(delivery.key, delivery.entry.entry(), delivery.index, node)

@@ -13,9 +13,13 @@ Theory of operation:
    ``<data_dir>/workers.json``, so a restarted worker comes back as the same member.
 3. Every worker listens on the node's AMQP (and AMQPS) port with ``SO_REUSEPORT``, so the
    kernel spreads connections over them; only worker 0 serves the management API.
-4. A node keeps the number of workers it was first started with: its queues live in the
+4. The workers hand connections to each other (`warren.runtime.workers.worker`) through
+   inboxes, one Unix datagram socket pair per worker that the supervisor makes
+   (`make_inboxes`) and every worker inherits: its own receiving end and every worker's
+   sending end, their descriptors named by ``INBOXES_VARIABLE`` (`inboxes`).
+5. A node keeps the number of workers it was first started with: its queues live in the
    workers' directories (changing the count is not supported yet, and is refused).
-It reads and writes ``workers.json`` only; it starts nothing.
+It reads and writes ``workers.json`` and makes socket pairs; it starts nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import dataclasses
 import json
 import os
 import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +37,7 @@ from warren.runtime.config import Config, ConfigError
 from warren.runtime.ports import unused_port
 
 WORKER_INDEX_VARIABLE = "WARREN_WORKER_INDEX"  # set by the supervisor for each worker
+INBOXES_VARIABLE = "WARREN_WORKER_INBOXES"  # likewise: the inboxes' descriptors
 LAYOUT_FILE = "workers.json"
 LAYOUT_VERSION = 1
 WORKERS_DIR = "workers"
@@ -124,3 +130,24 @@ def worker_config(config: Config, index: int) -> Config:
         cluster_cookie=layout.cookie,
         quorum_cluster_size=1,
     )
+
+
+def make_inboxes(workers: int) -> tuple[list[socket.socket], list[socket.socket]]:
+    """The supervisor's: each worker's inbox, as (receiving ends, sending ends)."""
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(workers)]
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+
+
+def inboxes_setting(receiving: socket.socket, sending: list[socket.socket]) -> str:
+    return ",".join(str(sock.fileno()) for sock in (receiving, *sending))
+
+
+def inboxes(environ: Mapping[str, str]) -> tuple[socket.socket, list[socket.socket]] | None:
+    """This worker's inbox and every worker's sending end, from the inherited descriptors."""
+    value = environ.get(INBOXES_VARIABLE)
+    if not value:
+        return None
+    receiving, *sending = (socket.socket(fileno=int(fd)) for fd in value.split(","))
+    for sock in (receiving, *sending):
+        sock.setblocking(False)
+    return receiving, sending

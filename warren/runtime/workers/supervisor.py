@@ -11,7 +11,10 @@ Theory of operation:
    a signal) within `STARTUP_S` of the node's start (a port in use, a bad setting) stops
    the node: the failure is the operator's to fix, and the worker said why on stderr. A
    worker killed by a signal is restarted however young the node is.
-3. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
+3. It makes each worker's inbox, the Unix socket pair the workers hand connections over
+   with (`warren.runtime.workers.layout`), and holds them for the node's life, so a
+   restarted worker inherits the same ones.
+4. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
    them all. Its exit status is 0 when every worker stopped cleanly.
 It never touches a worker's data: recovery is each worker's own start-up.
 """
@@ -24,7 +27,12 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from warren.runtime.workers.layout import WORKER_INDEX_VARIABLE
+from warren.runtime.workers.layout import (
+    INBOXES_VARIABLE,
+    WORKER_INDEX_VARIABLE,
+    inboxes_setting,
+    make_inboxes,
+)
 
 log = logging.getLogger("warren.workers")
 
@@ -40,13 +48,18 @@ class Supervisor:
         self.environ = dict(environ)
         self.stopping = asyncio.Event()
         self.failed_status = 0  # a worker's status when it failed the node's start
+        self.receiving, self.sending = make_inboxes(workers)
 
     async def run(self) -> int:
         """Run the workers until SIGINT/SIGTERM (or one fails the start); the exit status."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self.stopping.set)
-        statuses = await asyncio.gather(*(self._keep(index) for index in range(self.workers)))
+        try:
+            statuses = await asyncio.gather(*(self._keep(index) for index in range(self.workers)))
+        finally:
+            for sock in (*self.receiving, *self.sending):
+                sock.close()
         if self.failed_status:
             return self.failed_status
         return 0 if not any(statuses) else 1
@@ -56,14 +69,17 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         node_started = loop.time()
         delay_s = RESTART_DELAY_S
+        inbox = self.receiving[index]
+        environ = {
+            **self.environ,
+            WORKER_INDEX_VARIABLE: str(index),
+            INBOXES_VARIABLE: inboxes_setting(inbox, self.sending),
+        }
+        inherited = [sock.fileno() for sock in (inbox, *self.sending)]
         while True:
             started = loop.time()
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "warren",
-                *self.argv,
-                env={**self.environ, WORKER_INDEX_VARIABLE: str(index)},
+                sys.executable, "-m", "warren", *self.argv, env=environ, pass_fds=inherited
             )
             log.info("worker %d started (pid %d)", index, process.pid)
             status = await self._wait(process)

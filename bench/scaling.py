@@ -1,0 +1,175 @@
+"""Warren of 1 worker against 2, side by side with RabbitMQ (issue 19): `python -m bench.scaling`.
+
+Owns one session: it starts Warren twice on free ports (``--workers 1`` and ``--workers
+2``), finds RabbitMQ, and runs each selected workload `--reps` times per broker,
+alternating, each run one `python -m bench.loadgen` as `bench.run` makes it. It prints,
+per workload, the median consumed msg/s of each broker with the 2-worker/1-worker and
+2-worker/RabbitMQ ratios, the broker's CPU per consumed message (every process of it),
+and for the 2-worker node the crossings of messages between workers per published
+message (a message crosses at most twice: to its queue and to its consumer): each
+worker logs its count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
+after every run. Records go to bench/results/<timestamp>-scaling.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import brokers, run, workloads
+from bench.brokers import Broker
+
+CROSSED = re.compile(r"worker (\d+): (\d+) messages crossed workers")
+LOG_WAIT_S = 0.5
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__)
+    p.add_argument("--only", default="W1,W2,W3,W4", help="comma-separated workloads")
+    p.add_argument("--duration", type=float, default=6.0, help="measured seconds per run")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per workload and broker")
+    p.add_argument("--workers", type=int, default=2, help="the many-worker node's workers")
+    p.add_argument("--no-rabbitmq", action="store_true", help="Warren only")
+    p.add_argument("--results-dir", type=Path, default=run.RESULTS_DIR)
+    args = p.parse_args(argv)
+    args.workloads = workloads.select(args.only)
+    args.quick, args.idle_wait = False, 0.0
+    return args
+
+
+def worker_pids(broker: Broker) -> list[int]:
+    """The worker processes of a Warren this session started (their data lock names them)."""
+    assert broker.workdir is not None
+    locks = sorted((Path(broker.workdir.name) / "data" / "workers").glob("*/node.lock"))
+    return [int(lock.read_text()) for lock in locks if lock.read_text().strip()]
+
+
+def crossed(broker: Broker) -> int | None:
+    """Messages that crossed workers so far (None for a broker of one process)."""
+    if broker.workdir is None or not broker.name.startswith("warren-") or broker.name == "warren-1":
+        return None
+    for pid in worker_pids(broker):
+        os.kill(pid, signal.SIGUSR1)
+    time.sleep(LOG_WAIT_S)
+    latest: dict[str, int] = {}
+    for match in CROSSED.finditer((Path(broker.workdir.name) / "warren.log").read_text()):
+        latest[match.group(1)] = int(match.group(2))
+    return sum(latest.values())
+
+
+def session(args: argparse.Namespace, targets: list[Broker], out: Path) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for workload in args.workloads:
+        for rep in range(1, args.reps + 1):
+            for broker in targets:
+                run.wait_for_idle(0.0, [broker.pid])
+                before = crossed(broker)
+                record = run.run_one(workload, broker, rep, args)
+                after = crossed(broker)
+                if before is not None and after is not None:
+                    record["crossed"] = after - before
+                records.append(record)
+                with out.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+                print(line(record), flush=True)
+    return records
+
+
+def line(record: dict[str, Any]) -> str:
+    head = f"{record['workload']} {record['broker']} rep {record['rep']}:"
+    if "error" in record:
+        return f"{head} error {record['error']}"
+    parts = [f"consumed {record.get('consumed_per_s', 0):,.0f} msg/s"]
+    us = cpu_us(record)
+    if us is not None:
+        parts.append(f"broker CPU {us:.1f} us/msg ({record.get('broker_cpu_pct', 0):.0f} %)")
+    share = crossings(record)
+    if share is not None:
+        parts.append(f"crossings {share:.3f} per message")
+    return f"{head} " + ", ".join(parts)
+
+
+def cpu_us(record: dict[str, Any]) -> float | None:
+    if "broker_cpu_s" not in record or not record.get("consumed"):
+        return None
+    return float(1e6 * record["broker_cpu_s"] / record["consumed"])
+
+
+def crossings(record: dict[str, Any]) -> float | None:
+    if "crossed" not in record or not record.get("published_total"):
+        return None
+    return float(record["crossed"] / record["published_total"])
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def table(records: list[dict[str, Any]], args: argparse.Namespace, names: list[str]) -> str:
+    many = f"warren-{args.workers}"
+    rows = [
+        "| | " + " | ".join(names) + f" | {many} / warren-1 | {many} / rabbitmq |",
+        "|---" * (len(names) + 3) + "|",
+    ]
+    for workload in args.workloads:
+        ok = [r for r in records if r["workload"] == workload.name and "error" not in r]
+        rate = {
+            n: _median([r.get("consumed_per_s") for r in ok if r["broker"] == n]) for n in names
+        }
+        cpu = {n: _median([cpu_us(r) for r in ok if r["broker"] == n]) for n in names}
+        share = _median([crossings(r) for r in ok if r["broker"] == many])
+
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.2f}x" if a is not None and b else "-"
+
+        cells = [f"{rate[n]:,.0f} ({cpu[n]:.1f} us)" if rate[n] and cpu[n] else "-" for n in names]
+        rows.append(
+            f"| {workload.name} consumed msg/s (broker CPU/msg) | "
+            + " | ".join(cells)
+            + f" | {ratio(rate.get(many), rate.get('warren-1'))}"
+            + f" | {ratio(rate.get(many), rate.get('rabbitmq'))} |"
+        )
+        if share is not None:
+            rows.append(f"| {workload.name} crossings per message ({many}) | {share:.3f} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+    targets: list[Broker] = []
+    try:
+        for workers in (1, args.workers):
+            broker, why = brokers.start_warren(workers=workers, name=f"warren-{workers}")
+            if broker is None:
+                print(why, file=sys.stderr)
+                return 1
+            targets.append(broker)
+        if not args.no_rabbitmq:
+            broker, why = brokers.find_rabbitmq()
+            if broker is None:
+                print(f"RabbitMQ skipped: {why}", file=sys.stderr)
+            else:
+                targets.append(broker)
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        out = args.results_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-scaling.jsonl"
+        records = session(args, targets, out)
+    finally:
+        for broker in targets:
+            broker.stop()
+    print(table(records, args, [broker.name for broker in targets]))
+    print(f"records: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

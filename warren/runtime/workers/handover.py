@@ -1,0 +1,258 @@
+"""A client connection handed from one worker process to another, as a versioned message.
+
+Theory of operation:
+1. A worker hands a connection over only while it is *quiet* (`quiet`): open, every reply
+   written, no message half-received, nothing held here (no consumer, unacknowledged
+   delivery, exclusive queue, publish, pending confirm or transaction content), and not
+   TLS (its session keys live in this process). Then its whole state is what `capture`
+   reads: the negotiated limits and heartbeat, the user, vhost, client properties and
+   capabilities, each open channel's prefetch, confirm and tx modes and last declared
+   queue, and the bytes received and not yet read (the event that caused the move,
+   re-encoded as it came, first).
+2. `encode` writes that state as ``MAGIC``, a version octet, a JSON head, the client
+   properties as an AMQP field table and the unread bytes; `decode` refuses another
+   version. The message travels in a memfd beside the socket (`warren.runtime.workers.worker`).
+3. The receiving worker's `TakenOver` connection replays what the client negotiated
+   through the connection's own handlers (tune-ok, connection.open, channel.open,
+   basic.qos, confirm.select, tx.select) with their replies discarded, so the same checks
+   apply (a vhost deleted meanwhile closes the connection as connection.open would), then
+   reads the unread bytes as if they had just arrived, ahead of anything the socket
+   brings, and handles them from the next loop turn on (as many per turn as any read:
+   a backlog past that pauses the socket, which it can only once the loop reads it).
+   The client sees one unbroken connection.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from warren.amqp import methods as m
+from warren.amqp.connection import Content, MethodReceived
+from warren.amqp.content import content_frames, method_frame
+from warren.amqp.methods import encode_method
+from warren.amqp.table import FieldTable, decode_table, encode_table
+from warren.errors import HardError
+from warren.runtime.connection import AmqpConnection
+from warren.runtime.transactions import Transaction
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from warren.runtime.broker import Broker
+
+MAGIC = b"WHND"
+VERSION = 1
+_PREFIX = struct.Struct(">4sBII")  # magic, version, JSON head and field table lengths
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelState:
+    number: int
+    prefetch_count: int
+    global_prefetch: int
+    confirm: bool
+    transactional: bool
+    last_queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionState:
+    user: str
+    vhost: str
+    auth_mechanism: str
+    client_properties: FieldTable
+    cancel_notify: bool
+    blocked_capability: bool
+    failure_close: bool
+    frame_max: int
+    channel_max: int
+    heartbeat: int
+    connected_at_ms: int
+    moves: int  # hand-overs so far, this one included
+    channels: tuple[ChannelState, ...]
+    unread: bytes
+
+
+def quiet(connection: AmqpConnection) -> bool:
+    """Whether the connection's whole state is what `capture` carries (module doc, 1);
+    writes what it has to send first."""
+    transport = connection.transport
+    if (
+        transport is None
+        or transport.is_closing()
+        or transport.get_extra_info("ssl_object") is not None
+        or not connection.protocol.settled()
+        or connection.exclusive_queues
+        or connection.published
+        or connection.blocked
+        or connection._suspended
+        or connection._authenticating
+        or connection._flow_held
+    ):
+        return False
+    for channel in connection.channels.values():
+        transaction = channel.transaction
+        if (
+            channel.consumers
+            or channel.unacked
+            or channel.replicating
+            or channel.reply_token is not None
+            or (channel.confirms is not None and channel.confirms.publish_seq)
+            or (transaction is not None and (transaction.publishes or transaction.settlements))
+        ):
+            return False
+    connection.flush()
+    return transport.get_write_buffer_size() == 0
+
+
+def capture(connection: AmqpConnection, event: object, moves: int) -> ConnectionState:
+    """The state of a `quiet` connection, with `event` (just read) to be read again."""
+    protocol = connection.protocol
+    return ConnectionState(
+        user=connection.user,
+        vhost=connection.vhost.name,
+        auth_mechanism=connection.auth_mechanism,
+        client_properties=connection.client_properties,
+        cancel_notify=connection.cancel_notify,
+        blocked_capability=connection._blocked_capability,
+        failure_close=connection._failure_close,
+        frame_max=protocol.frame_max,
+        channel_max=protocol.channel_max,
+        heartbeat=connection.heartbeat_s,
+        connected_at_ms=connection.connected_at_ms,
+        moves=moves,
+        channels=tuple(
+            ChannelState(
+                channel.number,
+                channel.prefetch_count,
+                channel.global_prefetch,
+                channel.confirms is not None,
+                channel.transaction is not None,
+                channel.last_queue,
+            )
+            for channel in connection.channels.values()
+        ),
+        unread=_frames(event, protocol.frame_max) + protocol.unread(),
+    )
+
+
+def _frames(event: object, frame_max: int) -> bytes:
+    """An event read from the client, as the frames it came in."""
+    if type(event) is Content:
+        payload = encode_method(event.method)
+        return content_frames(event.channel, payload, event.properties_raw, event.body, frame_max)
+    assert type(event) is MethodReceived
+    return method_frame(event.channel, event.method)
+
+
+def encode(state: ConnectionState) -> bytes:
+    head = {
+        "user": state.user,
+        "vhost": state.vhost,
+        "auth_mechanism": state.auth_mechanism,
+        "cancel_notify": state.cancel_notify,
+        "blocked_capability": state.blocked_capability,
+        "failure_close": state.failure_close,
+        "frame_max": state.frame_max,
+        "channel_max": state.channel_max,
+        "heartbeat": state.heartbeat,
+        "connected_at_ms": state.connected_at_ms,
+        "moves": state.moves,
+        "channels": [
+            [
+                channel.number,
+                channel.prefetch_count,
+                channel.global_prefetch,
+                channel.confirm,
+                channel.transactional,
+                channel.last_queue,
+            ]
+            for channel in state.channels
+        ],
+    }
+    encoded_head = json.dumps(head).encode()
+    table = encode_table(state.client_properties)
+    prefix = _PREFIX.pack(MAGIC, VERSION, len(encoded_head), len(table))
+    return b"".join((prefix, encoded_head, table, state.unread))
+
+
+def decode(data: bytes) -> ConnectionState:
+    """Raises ValueError for anything but an `encode`d state of this version."""
+    if len(data) < _PREFIX.size:
+        raise ValueError("hand-over message too short")
+    magic, version, head_size, table_size = _PREFIX.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError(f"not a hand-over message: it starts {magic!r}")
+    if version != VERSION:
+        raise ValueError(f"hand-over message of version {version}: expected {VERSION}")
+    start = _PREFIX.size
+    head: dict[str, Any] = json.loads(data[start : start + head_size])
+    start += head_size
+    properties = decode_table(data[start : start + table_size])
+    return ConnectionState(
+        user=str(head["user"]),
+        vhost=str(head["vhost"]),
+        auth_mechanism=str(head["auth_mechanism"]),
+        client_properties=properties,
+        cancel_notify=bool(head["cancel_notify"]),
+        blocked_capability=bool(head["blocked_capability"]),
+        failure_close=bool(head["failure_close"]),
+        frame_max=int(head["frame_max"]),
+        channel_max=int(head["channel_max"]),
+        heartbeat=int(head["heartbeat"]),
+        connected_at_ms=int(head["connected_at_ms"]),
+        moves=int(head["moves"]),
+        channels=tuple(
+            ChannelState(int(n), int(prefetch), int(shared), bool(confirm), bool(tx), str(last))
+            for n, prefetch, shared, confirm, tx, last in head["channels"]
+        ),
+        unread=data[start + table_size :],
+    )
+
+
+class TakenOver(AmqpConnection):
+    """A connection another worker negotiated and handed over (module doc, 3)."""
+
+    def __init__(self, broker: Broker, state: ConnectionState) -> None:
+        super().__init__(broker)
+        self.taken = state
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self not in self.broker.connections:
+            return  # refused (connection_max)
+        state = self.taken
+        self.user = state.user
+        self.client_properties = state.client_properties
+        self.auth_mechanism = state.auth_mechanism
+        self.cancel_notify = state.cancel_notify
+        self._blocked_capability = state.blocked_capability
+        self._failure_close = state.failure_close
+        self.connected_at_ms = state.connected_at_ms
+        try:
+            self._tune_ok(m.ConnectionTuneOk(state.channel_max, state.frame_max, state.heartbeat))
+            self._open(m.ConnectionOpen(state.vhost, "", False))
+        except HardError as error:
+            self._out.clear()
+            self.protocol.resume([])
+            self.close_with(error)
+            return
+        self.protocol.resume([channel.number for channel in state.channels])
+        for taken in state.channels:
+            self._on_channel_method(taken.number, m.ChannelOpen(""))
+            channel = self.channels[taken.number]
+            channel.handle(m.BasicQos(0, taken.prefetch_count, False))
+            channel.handle(m.BasicQos(0, taken.global_prefetch, True))
+            if taken.confirm:
+                channel.handle(m.ConfirmSelect(True))
+            if taken.transactional:
+                channel.transaction = Transaction()
+            channel.last_queue = taken.last_queue
+        self._out.clear()  # the replies the client had from the worker that negotiated
+        # Read first, handled in the next turn: the loop starts reading the socket only
+        # once this returns, and would undo a pause for a long backlog made here.
+        self.protocol.receive_data(state.unread)
+        self.loop.call_soon(self._handle_events)
