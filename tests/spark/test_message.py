@@ -12,6 +12,7 @@ from warren.amqp.content import BasicProperties, decode_properties, encode_prope
 from warren.amqp.table import Typed
 from warren.spark.message import (
     SCHEMA,
+    Deliveries,
     outgoing_of,
     outgoing_of_batch,
     property_values,
@@ -101,16 +102,20 @@ def test_a_record_batch_holds_each_message_with_its_own_properties(spark):
     gets the properties it arrived with."""
     arrow = to_arrow_schema(spark.createDataFrame([], SCHEMA).schema, timezone="UTC")
     raws = [b"\x00\x00", dead_letter(), encode_properties(BasicProperties(message_id="m2"))]
-    messages = [(f"q{i % 2}", i % 3 == 0, "ex", f"rk{i}", raws[i % 3], b"%d" % i) for i in range(7)]
+    messages = Deliveries()
+    for i in range(7):
+        messages.append(f"q{i % 2}", i + 1, i % 3 == 0, "ex", f"rk{i}", raws[i % 3], b"%d" % i)
     rows = record_batch(messages, arrow).to_pylist()
-    for (queue, redelivered, exchange, key, raw, body), row in zip(messages, rows, strict=True):
+    for (queue, _tag, redelivered, exchange, key, raw, body), row in zip(
+        zip(*messages.columns(), strict=True), rows, strict=True
+    ):
         values = property_values(raw)
         assert (row["queue"], row["redelivered"], row["exchange"]) == (queue, redelivered, exchange)
         assert (row["routing_key"], row["body"]) == (key, body)
         assert (row["message_id"], row["delivery_mode"]) == (values[7], values[2])
         assert dict(row["headers"] or []) == values[12]
         assert [tuple(death.values()) for death in row["x_death"] or []] == (values[13] or [])
-    assert record_batch([], arrow).num_rows == 0
+    assert record_batch(Deliveries(), arrow).num_rows == 0
 
 
 def test_a_row_becomes_a_publish_that_keeps_x_death_typed():
