@@ -7,12 +7,13 @@ Theory of operation:
    the `queue` it was read from.
 2. `record_batch` turns delivered messages (`Deliveries`: the consumer parses them into
    columns, properties still raw bytes) straight into one Arrow record batch, column by
-   column. Properties are decoded once per distinct byte
-   string in the batch (`property_values`) into a small table, whose columns Arrow repeats
-   row by row by index (`take`): no Python object is made per message for them (building
-   the 14 property columns from Python values for every row took 2.2 us of CPU per message
-   alike in their properties, this takes 0.4 us). Header values that are not strings become JSON
-   (`{"a": 1}`, `5`, `true`); timestamps become aware UTC datetimes so no local time zone leaks in.
+   column. Properties are decoded once per distinct byte string in the batch
+   (`property_values`) into a small table, whose columns Arrow repeats row by row by index
+   (`take`): no Python object is made per message for them (building the 14 property
+   columns from Python values for every row took 2.2 us of CPU per message alike in their
+   properties, this takes 0.4 us). Header values that are not strings become JSON
+   (`{"a": 1}`, `5`, `true`); timestamps become aware UTC datetimes so no local time zone
+   leaks in.
 3. `outgoing_of` turns a row (any subset of `SCHEMA`'s columns, `body` required) into what a
    publisher sends, properties encoded. Header values are sent as strings: the map type
    cannot say which were numbers, so types other than strings do not survive a round trip,
