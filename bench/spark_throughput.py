@@ -19,13 +19,15 @@ For each broker in turn (a Warren node it starts on free ports, the RabbitMQ of
    `start()` to the end of the first micro-batch.
 `build_session` (the JVM and the SparkContext) is timed once, before everything else.
 Ratios are each Spark figure over its pika yardstick, of the same broker in the same run.
-Prints one table per broker and one JSON line.
+Prints one table per broker (with the machine's 1-minute load average before and after it)
+and one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from collections import Counter
@@ -154,7 +156,7 @@ def spark_read(spark: SparkSession, url: str, queue: str, count: int, batch: int
 
 def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     url, queue, n = broker.url, args.queue, args.messages
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     declare(url, queue)
     results["pika_publish_msg_s"] = pika_publish(url, queue, n, args.confirm_window)
     results["pika_consume_msg_s"] = pika_consume(url, queue, n)
@@ -173,6 +175,7 @@ def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> di
         results["spark_read_in_batches_msg_s"] / results["pika_consume_msg_s"]
     )
     results["write_ratio"] = results["spark_write_msg_s"] / results["pika_publish_msg_s"]
+    results["load_after"] = os.getloadavg()[0]
     return results
 
 
@@ -204,7 +207,10 @@ def main() -> None:
         for broker in started:
             results = measure(spark, broker, args)
             report[broker.name] = results
-            print(f"--- {broker.name} ({broker.url}), {args.messages:,} messages")
+            print(
+                f"--- {broker.name} ({broker.url}), {args.messages:,} messages, load average"
+                f" {results['load_before']:.1f} before, {results['load_after']:.1f} after"
+            )
             for name in ("pika_publish", "spark_write", "pika_consume"):
                 print(f"{name:>22}: {results[name + '_msg_s']:>9,.0f} msg/s")
             for name in ("spark_read", "spark_read_in_batches"):

@@ -4,10 +4,11 @@ Theory of operation:
 1. `spark` is session-scoped: starting the JVM costs seconds, so every test shares one
    `local[2]` session with one shuffle partition and no UI, built by `warren.spark`'s own
    `build_session` (so the tests go through the Java check, `PYSPARK_PYTHON` and the
-   127.0.0.1 binding that users get). The test JVMs (this one and the process the SIGKILL
-   test starts, which inherits the environment) run with `TEST_JAVA_OPTIONS`: a JVM that
-   lives a minute spends much of it in the C2 JIT compiler and parallel GC threads, which
-   only pay off in the long-running jobs users start with the JVM's defaults.
+   127.0.0.1 binding that users get). Every JVM the tests start (this one, the process the
+   SIGKILL test starts and the standalone cluster's master and workers, which inherit the
+   environment) runs with `warren.spark.session.JAVA_OPTIONS`, through `JDK_JAVA_OPTIONS`:
+   `build_session` gives them only to the driver it starts, and a JVM that lives a minute
+   spends much of it in the C2 JIT compiler and parallel GC threads otherwise.
 2. Tests talk to the broker with pika, never through Warren's internals, so the same tests run
    against a real RabbitMQ when `WARREN_TEST_URL` is set (see tests/conftest.py).
 3. Every name starts with `unique`; `declare` remembers the queues and exchanges a test made and
@@ -38,9 +39,9 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pyspark.sql import DataFrame, SparkSession
 
 from warren.spark import build_session
+from warren.spark.session import JAVA_OPTIONS
 
 BODY_BYTES = 128
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +49,7 @@ def spark_environment() -> Iterator[None]:
     """Rule 1: the environment of every JVM started while the Spark tests run."""
     with pytest.MonkeyPatch.context() as patch:
         java_options = os.environ.get("JDK_JAVA_OPTIONS")
-        patch.setenv("JDK_JAVA_OPTIONS", f"{java_options or ''} {TEST_JAVA_OPTIONS}".strip())
+        patch.setenv("JDK_JAVA_OPTIONS", f"{java_options or ''} {JAVA_OPTIONS}".strip())
         yield
 
 

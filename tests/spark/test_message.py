@@ -6,10 +6,18 @@ import datetime
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from warren.amqp.content import BasicProperties, decode_properties, encode_properties
 from warren.amqp.table import Typed
-from warren.spark.message import outgoing_of, outgoing_of_batch, property_values
+from warren.spark.message import (
+    SCHEMA,
+    Deliveries,
+    outgoing_of,
+    outgoing_of_batch,
+    property_values,
+    record_batch,
+)
 from warren.spark.options import OptionError, ReadOptions, WriteOptions
 
 URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -87,6 +95,27 @@ def test_delivered_properties_become_columns_with_typed_x_death():
         "t": '{"a": [1, true]}',
     }
     assert x_death == [("orders", "expired", 2, "src", ["a", "b"], DIED_AT, "100")]
+
+
+def test_a_record_batch_holds_each_message_with_its_own_properties(spark):
+    """Distinct property strings are decoded once and repeated by index: every row still
+    gets the properties it arrived with."""
+    arrow = to_arrow_schema(spark.createDataFrame([], SCHEMA).schema, timezone="UTC")
+    raws = [b"\x00\x00", dead_letter(), encode_properties(BasicProperties(message_id="m2"))]
+    messages = Deliveries()
+    for i in range(7):
+        messages.append(f"q{i % 2}", i + 1, i % 3 == 0, "ex", f"rk{i}", raws[i % 3], b"%d" % i)
+    rows = record_batch(messages, arrow).to_pylist()
+    for (queue, _tag, redelivered, exchange, key, raw, body), row in zip(
+        zip(*messages.columns(), strict=True), rows, strict=True
+    ):
+        values = property_values(raw)
+        assert (row["queue"], row["redelivered"], row["exchange"]) == (queue, redelivered, exchange)
+        assert (row["routing_key"], row["body"]) == (key, body)
+        assert (row["message_id"], row["delivery_mode"]) == (values[7], values[2])
+        assert dict(row["headers"] or []) == values[12]
+        assert [tuple(death.values()) for death in row["x_death"] or []] == (values[13] or [])
+    assert record_batch(Deliveries(), arrow).num_rows == 0
 
 
 def test_a_row_becomes_a_publish_that_keeps_x_death_typed():

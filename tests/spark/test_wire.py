@@ -8,6 +8,7 @@ import socket
 
 from warren.amqp.content import Message, deliver_frames, method_frame, shortstr
 from warren.amqp.methods import ChannelOpenOk, ConnectionOpenOk, ConnectionStart, ConnectionTune
+from warren.spark.message import Deliveries
 from warren.spark.wire import Client
 
 PROPERTIES = b"\x10\x00\x02"  # delivery-mode 2
@@ -24,8 +25,8 @@ def connected() -> tuple[socket.socket, Client]:
 
 def test_deliveries_read_whole_or_in_pieces_are_the_same():
     broker, client = connected()
+    client.delivered = Deliveries()
     got: list[tuple[object, ...]] = []
-    client.on_message = lambda *fields: got.append(fields)
     data = b"".join(
         deliver_frames(
             1, shortstr("ctag"), tag, tag == 2, Message("ex", "rk", PROPERTIES, body), 4096
@@ -35,9 +36,11 @@ def test_deliveries_read_whole_or_in_pieces_are_the_same():
     broker.sendall(data)
     while len(got) < len(BODIES):
         assert client.receive(5)
+        got += zip(*client.take_delivered().columns(), strict=True)
     for start in range(0, len(data), 5):
         broker.sendall(data[start : start + 5])
         assert client.receive(5)
+        got += zip(*client.take_delivered().columns(), strict=True)
     expected = [
         ("ctag", tag, tag == 2, "ex", "rk", PROPERTIES, body) for tag, body in enumerate(BODIES, 1)
     ]

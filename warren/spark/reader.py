@@ -9,10 +9,11 @@ Theory of operation (streaming, `QueueStreamReader`):
    `Consumer` thread that consumes every queue of the read (one consumer tag per queue, so a
    delivery names its queue). The reader connects lazily, on first use, so it stays
    picklable.
-2. A consumer thread reads its socket in large chunks and parses them in bulk
-   (`warren.spark.wire`), services heartbeats, and puts deliveries, properties still raw,
-   into one `Inbox` shared by all consumers. Acknowledgements are written from Spark's
-   thread (the client's writes are locked).
+2. A consumer thread reads its socket in large chunks and parses them in bulk into columns
+   (`warren.spark.wire`), services heartbeats, and puts each read's deliveries, properties
+   still raw, into one `Inbox` shared by all consumers (one lock per read, not per message;
+   `take` splits a read's columns where a micro-batch ends). Acknowledgements are written
+   from Spark's thread (the client's writes are locked).
 3. An offset is `{"session": S, "seq": N}`: S names this reader's connections, N counts the
    micro-batches it handed out. `latestOffset` takes up to `maxMessagesPerTrigger` messages
    (waiting at most `maxWaitMs`), turns them into `numPartitions` Arrow record batches of
@@ -73,7 +74,7 @@ from warren.amqp.methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from warren.spark.message import Delivered, record_batch
+from warren.spark.message import Deliveries, record_batch
 from warren.spark.options import ReadOptions
 from warren.spark.wire import CHANNEL, Client
 
@@ -81,7 +82,7 @@ NOBODY_WAITS = 1 << 62
 IO_SLICE_S = 0.05  # the consumer thread's longest wait for the socket before it checks for stop
 CONNECT_TIMEOUT_S = 30.0
 
-Taken = tuple[int, int, Delivered]  # (consumer index, delivery tag, message)
+Taken = tuple[int, Deliveries]  # (consumer index, messages it received in one read)
 
 
 def _subscribe(client: Client, queues: tuple[str, ...], prefetch: int) -> int:
@@ -97,21 +98,26 @@ def _subscribe(client: Client, queues: tuple[str, ...], prefetch: int) -> int:
 
 
 class Inbox:
-    """Deliveries of all of a reader's consumers, in arrival order (rule 2)."""
+    """Deliveries of all of a reader's consumers, a read's worth at a time, in arrival order
+    (rule 2)."""
 
     def __init__(self) -> None:
         self._taken: collections.deque[Taken] = collections.deque()
+        self._count = 0  # messages in `_taken`
         self._arrived = threading.Condition()
         self._wanted = NOBODY_WAITS  # buffered deliveries that wake the taker
         self.failure: BaseException | None = None
 
     def __len__(self) -> int:
-        return len(self._taken)
+        return self._count
 
-    def put(self, taken: Taken) -> None:
-        self._taken.append(taken)
-        if len(self._taken) >= self._wanted:
-            with self._arrived:
+    def put(self, index: int, delivered: Deliveries) -> None:
+        if not delivered:
+            return
+        with self._arrived:
+            self._taken.append((index, delivered))
+            self._count += len(delivered)
+            if self._count >= self._wanted:
                 self._arrived.notify_all()
 
     def fail(self, error: BaseException) -> None:
@@ -125,28 +131,40 @@ class Inbox:
         deadline = time.monotonic() + wait_s
         with self._arrived:
             self._wanted = count_max
-            buffered = len(self._taken)
-            while len(self._taken) < count_max and self.failure is None:
+            buffered = self._count
+            while self._count < count_max and self.failure is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    if not while_arriving or len(self._taken) == buffered:
+                    if not while_arriving or self._count == buffered:
                         break
-                    buffered, deadline = len(self._taken), time.monotonic() + wait_s
+                    buffered, deadline = self._count, time.monotonic() + wait_s
                     continue
                 self._arrived.wait(remaining)
             self._wanted = NOBODY_WAITS
-        if self.failure is not None:
-            raise ConnectionError(f"AMQP consumer failed: {self.failure!r}") from self.failure
-        popleft = self._taken.popleft
-        return [popleft() for _ in range(min(count_max, len(self._taken)))]
+            if self.failure is not None:
+                raise ConnectionError(f"AMQP consumer failed: {self.failure!r}") from self.failure
+            taken: list[Taken] = []
+            wanted = count_max
+            while wanted and self._taken:
+                index, delivered = self._taken.popleft()
+                if len(delivered) > wanted:  # the rest stays first in line
+                    rest = delivered.sliced(wanted, len(delivered))
+                    self._taken.appendleft((index, rest))
+                    delivered = delivered.sliced(0, wanted)
+                taken.append((index, delivered))
+                wanted -= len(delivered)
+            self._count -= count_max - wanted
+        return taken
 
 
 def record_batches(taken: list[Taken], partitions: int, schema: pa.Schema) -> list[pa.RecordBatch]:
     """`taken` as up to `partitions` record batches of about equal size, in arrival order."""
-    share = max(1, -(-len(taken) // partitions))
+    whole = Deliveries()
+    for _index, delivered in taken:
+        whole.extend(delivered)
+    share = max(1, -(-len(whole) // partitions))
     return [
-        record_batch([message for _i, _t, message in taken[at : at + share]], schema)
-        for at in range(0, len(taken), share)
+        record_batch(whole.sliced(at, at + share), schema) for at in range(0, len(whole), share)
     ]
 
 
@@ -158,29 +176,18 @@ class Consumer:
         self._inbox = inbox
         self._stopping = threading.Event()
         self._client = Client(options.uri, options.heartbeat_s)
-        self._client.on_message = self._on_message
+        self._client.delivered = Deliveries()
         self.ready_at_start = _subscribe(self._client, options.queues, options.prefetch)
         self._thread = threading.Thread(target=self._run, name=f"warren-amqp-consumer-{index}")
         self._thread.daemon = True
         self._thread.start()
 
-    def _on_message(
-        self,
-        queue: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: bytes,
-        body: bytes,
-    ) -> None:
-        delivered = (queue, redelivered, exchange, routing_key, properties, body)
-        self._inbox.put((self._index, delivery_tag, delivered))
-
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
                 self._client.receive(IO_SLICE_S)
+                # also what arrived with basic.consume-ok, before this thread's first read
+                self._inbox.put(self._index, self._client.take_delivered())
         except BaseException as error:  # handed to Spark's thread, which raises it
             self._inbox.fail(error)
         finally:
@@ -284,8 +291,8 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
             return start
         self._seq += 1
         last_tags: dict[int, int] = {}
-        for index, tag, _message in taken:
-            last_tags[index] = tag  # tags grow on each channel
+        for index, delivered in taken:
+            last_tags[index] = delivered.delivery_tags[-1]  # tags grow on each channel
         batches = record_batches(taken, self._options.partitions, self._schema)
         self._handed_out.append(HandedOut(self._seq, last_tags, batches))
         return self._offset()
@@ -330,13 +337,12 @@ class QueuePeekReader(ReadsMessages, DataSourceReader):
         inbox = Inbox()
         client = Client(self._options.uri, self._options.heartbeat_s)
         try:
-            client.on_message = lambda queue, tag, redelivered, exchange, key, raw, body: inbox.put(
-                (0, tag, (queue, redelivered, exchange, key, raw, body))
-            )
+            client.delivered = Deliveries()
             expected = _subscribe(client, self._options.queues, prefetch=0)  # all, unacked
             quiet_s = self._options.max_wait_ms / 1000
+            inbox.put(0, client.take_delivered())  # what arrived with basic.consume-ok
             while len(inbox) < expected and client.receive(quiet_s):
-                pass  # quiet for maxWaitMs: what was there has arrived
+                inbox.put(0, client.take_delivered())  # until quiet for maxWaitMs
         finally:
             client.close()  # without acknowledging: the broker requeues every message
         taken = inbox.take(len(inbox), 0)

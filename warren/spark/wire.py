@@ -12,12 +12,15 @@ Theory of operation:
 3. `call` sends a synchronous method and reads until its reply; deliveries, confirms and
    returns that arrive meanwhile go to the handlers like any others. A `channel.close` or
    `connection.close` from the broker raises `BrokerClosed` with its reply code and text.
-4. A delivered (or returned) message is handed to `on_message` as it is assembled, with its
-   properties still raw: decoding them is the caller's business (`warren.spark.message`
-   caches them by their bytes). The common case, a header and one body frame already in
-   the buffer, is read in one step (`FrameDecoder.take_content`).
-5. Threads: one thread reads (`receive`); any thread may write (`send` holds a lock), so a
-   reader's acknowledgements go out from Spark's thread while the consumer thread reads.
+4. Deliveries are parsed in bulk into columns (`Deliveries`, properties still raw: decoding
+   them is the caller's business, `warren.spark.message` does it once per distinct byte
+   string), which the owner takes after each `receive` (`take_delivered`). The common case,
+   a run of basic.deliver frames each with its header and one body frame whole in the
+   buffer, is parsed in one loop without a call per message (`take_deliveries`); anything
+   else goes frame by frame. A returned message goes to `on_return`.
+5. Threads: one thread reads (`receive`, then `take_delivered`); any thread may write (`send`
+   holds a lock), so a reader's acknowledgements go out from Spark's thread while the
+   consumer thread reads.
    The reading thread sends a heartbeat when nothing was written for half the interval.
 """
 
@@ -64,6 +67,7 @@ from warren.amqp.methods import (
     decode_method,
 )
 from warren.amqp.table import encode_table
+from warren.spark.message import Deliveries
 
 CHANNEL: Final = 1
 FRAME_MAX: Final = 131_072
@@ -75,8 +79,6 @@ _FRAME_START = struct.Struct(">BHI")
 _BODY_SIZE = struct.Struct(">Q")
 
 M = TypeVar("M", bound=Method)
-# (consumer tag, delivery tag, redelivered, exchange, routing key, raw properties, body)
-MessageHandler = Callable[[str, int, bool, str, str, bytes, bytes], None]
 # (reply code and text, exchange, routing key, raw properties, body)
 ReturnHandler = Callable[[str, str, str, bytes, bytes], None]
 
@@ -132,44 +134,60 @@ class DeliveryDecoder(FrameDecoder):
 
     __slots__ = ()
 
-    def take_delivery(self) -> tuple[Any, ...] | None:
-        """A basic.deliver with its header and one body frame (or none, for an empty body),
-        all whole in the buffer: consume them and return the message's fields, raw
-        properties and body. Anything else (another frame first, frames still arriving, a
-        frame that is not as the spec says): consume nothing and return None, and
-        `next_frame` reads the frames one by one, with all its checks."""
+    def take_deliveries(self, into: Deliveries) -> None:
+        """Every basic.deliver at the head of the buffer that is whole with its header and
+        one body frame (or none, for an empty body), one after the other: consume them and
+        append their fields, raw properties and body to `into`. Stops, consuming nothing
+        more, at anything else (another frame, frames still arriving, a frame that is not as
+        the spec says), which `next_frame` then reads with all its checks."""
         buffer, start = self._buffer, self._offset
         available = len(buffer)
-        if available - start < 12 or buffer[start + 7 : start + 11] != _DELIVER_ID:
-            return None
-        frame_type, _channel, size = _FRAME_START.unpack_from(buffer, start)
-        end = start + 7 + size
-        if frame_type != FRAME_METHOD or end >= available or buffer[end] != FRAME_END:
-            return None
-        header = end + 1
-        if available - header < 22:
-            return None
-        frame_type, _channel, size = _FRAME_START.unpack_from(buffer, header)
-        header_end = header + 7 + size
-        if frame_type != FRAME_HEADER or header_end >= available or buffer[header_end] != FRAME_END:
-            return None
-        (body_size,) = _BODY_SIZE.unpack_from(buffer, header + 11)
-        body_start = header_end + 1
-        if body_size == 0:
-            body, after = b"", body_start
-        else:
-            if available - body_start < 8:
-                return None
-            frame_type, _channel, size = _FRAME_START.unpack_from(buffer, body_start)
-            after = body_start + 8 + size
-            if frame_type != FRAME_BODY or size != body_size or after > available:
-                return None
-            if buffer[after - 1] != FRAME_END:
-                return None
-            body = bytes(buffer[body_start + 7 : after - 1])
-        fields = _split_deliver(buffer, start + 11)
-        self._offset = after
-        return (*fields, bytes(buffer[header + 19 : header_end]), body)
+        frame_start, body_size_of = _FRAME_START.unpack_from, _BODY_SIZE.unpack_from
+        queues, tags, redelivered, exchanges, keys, properties, bodies = into.columns()
+        view = memoryview(buffer)
+        try:
+            while available - start >= 12 and buffer[start + 7 : start + 11] == _DELIVER_ID:
+                frame_type, _channel, size = frame_start(buffer, start)
+                end = start + 7 + size
+                if frame_type != FRAME_METHOD or end >= available or buffer[end] != FRAME_END:
+                    break
+                header = end + 1
+                if available - header < 22:
+                    break
+                frame_type, _channel, size = frame_start(buffer, header)
+                header_end = header + 7 + size
+                if (
+                    frame_type != FRAME_HEADER
+                    or header_end >= available
+                    or buffer[header_end] != FRAME_END
+                ):
+                    break
+                (body_size,) = body_size_of(buffer, header + 11)
+                body_start = header_end + 1
+                if body_size == 0:
+                    body, after = b"", body_start
+                else:
+                    if available - body_start < 8:
+                        break
+                    frame_type, _channel, size = frame_start(buffer, body_start)
+                    after = body_start + 8 + size
+                    if frame_type != FRAME_BODY or size != body_size or after > available:
+                        break
+                    if buffer[after - 1] != FRAME_END:
+                        break
+                    body = bytes(view[body_start + 7 : after - 1])
+                queue, tag, bit, exchange, routing_key = _split_deliver(buffer, start + 11)
+                queues.append(queue)
+                tags.append(tag)
+                redelivered.append(bit)
+                exchanges.append(exchange)
+                keys.append(routing_key)
+                properties.append(bytes(view[header + 19 : header_end]))
+                bodies.append(body)
+                start = after
+        finally:
+            view.release()
+        self._offset = start
 
 
 @dataclasses.dataclass(slots=True)
@@ -195,7 +213,7 @@ class Client:
     ) -> None:
         """Connect to `uri` (or speak over `connected`, a socket already open to a broker)."""
         address = Address.parse(uri)
-        self.on_message: MessageHandler | None = None
+        self.delivered: Deliveries | None = None  # rule 4: set by a client that consumes
         self.on_confirm: Callable[[int, bool, bool], None] | None = None  # tag, multiple, ack
         self.on_return: ReturnHandler | None = None
         self._decoder = DeliveryDecoder(FRAME_MAX)
@@ -276,13 +294,10 @@ class Client:
             raise ConnectionError("the broker closed the connection")
         decoder = self._decoder
         decoder.feed(data)
-        on_message = self.on_message
+        delivered = self.delivered
         while True:
-            if self._content is None and on_message is not None:
-                delivery = decoder.take_delivery()
-                if delivery is not None:
-                    on_message(*delivery)
-                    continue
+            if self._content is None and delivered is not None:
+                decoder.take_deliveries(delivered)
             frame = decoder.next_frame()
             if frame is NEED_DATA:
                 break
@@ -298,6 +313,12 @@ class Client:
                 self._on_body(payload)
         decoder.compact()
         return True
+
+    def take_delivered(self) -> Deliveries:
+        """The messages delivered since the last call (rule 4)."""
+        assert self.delivered is not None, "this client does not consume"
+        delivered, self.delivered = self.delivered, Deliveries()
+        return delivered
 
     def _start_content(self, fields: tuple[Any, ...]) -> None:
         content = self._decoder.take_content(CHANNEL)
@@ -332,9 +353,11 @@ class Client:
             reason, exchange, routing_key = fields
             self.on_return(reason, exchange, routing_key, properties, body)
             return
-        assert self.on_message is not None, "a message arrived and nobody listens"
-        tag, delivery_tag, redelivered, exchange, routing_key = fields
-        self.on_message(tag, delivery_tag, redelivered, exchange, routing_key, properties, body)
+        assert self.delivered is not None, "a message arrived and nobody listens"
+        queue, delivery_tag, redelivered, exchange, routing_key = fields
+        self.delivered.append(
+            queue, delivery_tag, redelivered, exchange, routing_key, properties, body
+        )
 
     def _on_method(self, channel: int, payload: bytes) -> None:
         method = decode_method(payload)
