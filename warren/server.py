@@ -40,7 +40,7 @@ from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
-from warren.runtime.workers.supervisor import Supervisor
+from warren.runtime.workers.supervisor import Supervisor, die_with_supervisor
 
 log = logging.getLogger("warren")
 
@@ -293,6 +293,8 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run a node; exit status 1 with one line on stderr if it cannot start (rule 1)."""
     worker = workers_layout.worker_index(os.environ)
+    if worker is not None:
+        die_with_supervisor(os.environ)
     try:
         config = config_module.load(argv)
         if worker is not None:

@@ -155,3 +155,21 @@ def test_a_killed_worker_is_restarted_with_its_durable_queues(
     assert _bodies(connections[0][0], queue, 5) == [f"d{number}".encode() for number in range(5)]
     connections[0][0].channel().queue_delete(queue)
     assert node.process.poll() is None  # the supervisor, and so the node, carried on
+
+
+def test_sigkill_of_the_node_kills_every_worker(node: WarrenServer) -> None:
+    """kill -9 of the supervisor leaves no worker holding its directory (or writing on)."""
+    workers = [
+        int((Path(node.data_dir) / "workers" / str(index) / "node.lock").read_text())
+        for index in range(2)
+    ]
+    node.kill()
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    _until(lambda: all(gone(pid) for pid in workers))

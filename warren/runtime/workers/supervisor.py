@@ -13,18 +13,26 @@ Theory of operation:
    worker killed by a signal is restarted however young the node is.
 3. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
    them all. Its exit status is 0 when every worker stopped cleanly.
+4. A worker dies with its supervisor (`die_with_supervisor`: the kernel's parent-death
+   signal, SIGKILL), so kill -9 of the node kills all of it, as it does a one-process
+   node: no orphaned worker keeps its data directory locked or writes on after the crash.
 It never touches a worker's data: recovery is each worker's own start-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 
 from warren.runtime.workers.layout import WORKER_INDEX_VARIABLE
+
+SUPERVISOR_VARIABLE = "WARREN_SUPERVISOR_PID"  # set by the supervisor for each worker
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 log = logging.getLogger("warren.workers")
 
@@ -63,7 +71,11 @@ class Supervisor:
                 "-m",
                 "warren",
                 *self.argv,
-                env={**self.environ, WORKER_INDEX_VARIABLE: str(index)},
+                env={
+                    **self.environ,
+                    WORKER_INDEX_VARIABLE: str(index),
+                    SUPERVISOR_VARIABLE: str(os.getpid()),
+                },
             )
             log.info("worker %d started (pid %d)", index, process.pid)
             status = await self._wait(process)
@@ -97,3 +109,15 @@ class Supervisor:
         status = await exited
         stopping.cancel()
         return status if status >= 0 else 128 - status  # killed by a signal: as a shell says
+
+
+def die_with_supervisor(environ: Mapping[str, str]) -> None:
+    """In a worker: be killed (SIGKILL) when the supervisor that started it dies, and die
+    now if it already has (its parent is no longer the pid it was given). Linux's prctl;
+    where there is none a worker outlives a supervisor killed with SIGKILL."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None:
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(environ[SUPERVISOR_VARIABLE]):
+        os.kill(os.getpid(), signal.SIGKILL)
