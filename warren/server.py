@@ -175,7 +175,7 @@ async def serve(config: Config, worker: int | None = None) -> int:
     try:
         listeners = bind_listeners(config, tls, worker)
         try:
-            return await _serve(config, listeners)
+            return await _serve(config, listeners, worker)
         finally:
             for listener in listeners:
                 listener.sock.close()
@@ -183,7 +183,7 @@ async def serve(config: Config, worker: int | None = None) -> int:
         os.close(lock)
 
 
-async def _serve(config: Config, listeners: list[Listener]) -> int:
+async def _serve(config: Config, listeners: list[Listener], worker: int | None) -> int:
     broker = Broker(config)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
@@ -210,7 +210,7 @@ async def _serve(config: Config, listeners: list[Listener]) -> int:
                     f"cluster port {config.cluster_port} is in use by another program: stop"
                     " it, or choose another port with --cluster-port (WARREN_CLUSTER_PORT)"
                 ) from None
-        await _run(broker, stop, listeners, monitor)
+        await _run(broker, stop, listeners, monitor, worker)
     finally:
         if cluster is not None:
             await cluster.close()
@@ -244,13 +244,18 @@ def _address(sock: socket.socket) -> str:
 
 
 async def _run(
-    broker: Broker, stop: asyncio.Event, listeners: list[Listener], monitor: ResourceMonitor
+    broker: Broker,
+    stop: asyncio.Event,
+    listeners: list[Listener],
+    monitor: ResourceMonitor,
+    worker: int | None,
 ) -> None:
     config = broker.config
     monitor.start()
     management = await start_management(
         broker,
         [(item.sock, item.tls) for item in listeners if item.setting.startswith("management")],
+        worker,
     )
     servers = await start_listeners(broker, listeners)
     loop = asyncio.get_running_loop()

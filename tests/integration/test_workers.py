@@ -2,8 +2,8 @@
 whose connections land on either worker, queues usable from every connection whichever
 worker declared them, and a worker killed with SIGKILL restarted with its durable queues.
 
-A connection's worker is told by the management API, which worker 0 serves and which
-lists worker 0's connections only (`on_worker`)."""
+A connection's worker is told by the management API, which worker 0 serves for the whole
+node: its connection list names each connection's worker (`on_worker`)."""
 
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ def _connect(server: WarrenServer) -> BlockingConnection:
 
 
 def on_worker(server: WarrenServer, connection: BlockingConnection) -> int:
-    """0 when worker 0 (the management API's) has the connection, else 1."""
+    """The index of the worker that has the connection."""
     local_port = connection._impl._transport._sock.getsockname()[1]  # pika's socket
-    ports = {item["peer_port"] for item in _api(server, "connections")}
-    return 0 if local_port in ports else 1
+    nodes = {item["peer_port"]: item["node"] for item in _api(server, "connections")}
+    return 0 if nodes[local_port].endswith("-w0@localhost") else 1
 
 
 @pytest.fixture
@@ -130,6 +130,30 @@ def test_a_queue_declared_on_one_worker_serves_connections_on_both(
     received += _bodies(connections[1][1], queue, 10)  # and one at home
     assert received == bodies
     declaring.queue_delete(queue)
+
+
+def test_the_management_api_shows_every_workers_connections_and_channels(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]]
+) -> None:
+    for held in connections.values():
+        for connection in held:
+            connection.channel()
+    listed = _api(node, "connections")
+    assert sorted(item["node"][-len("-w0@localhost") :] for item in listed) == [
+        "-w0@localhost",
+        "-w0@localhost",
+        "-w1@localhost",
+        "-w1@localhost",
+    ]
+    on_worker_1 = next(item for item in listed if item["node"].endswith("-w1@localhost"))
+    name = urllib.parse.quote(on_worker_1["name"], safe="")
+    assert _api(node, f"connections/{name}")["name"] == on_worker_1["name"]
+    assert len(_api(node, f"connections/{name}/channels")) == 1
+    assert len(_api(node, "channels")) == 4
+    totals = _api(node, "overview")["object_totals"]
+    assert (totals["connections"], totals["channels"]) == (4, 4)
+    paged = _api(node, "connections?page=1&page_size=3&sort=peer_port")
+    assert (paged["total_count"], len(paged["items"])) == (4, 3)
 
 
 def test_a_killed_worker_is_restarted_with_its_durable_queues(

@@ -12,7 +12,9 @@ Theory of operation:
    cluster ports and cookie are chosen on the node's first start and kept in
    ``<data_dir>/workers.json``, so a restarted worker comes back as the same member.
 3. Every worker listens on the node's AMQP (and AMQPS) port with ``SO_REUSEPORT``, so the
-   kernel spreads connections over them; only worker 0 serves the management API.
+   kernel spreads connections over them; only worker 0 serves the management API on the
+   node's ports, and asks the others, over a Unix socket in each one's directory
+   (`management_address`, `warren.mgmt.workers`), for what lives in them.
 4. A node keeps the number of workers it was first started with: its queues live in the
    workers' directories (changing the count is not supported yet, and is refused).
 It reads and writes ``workers.json`` only; it starts nothing.
@@ -35,6 +37,7 @@ WORKER_INDEX_VARIABLE = "WARREN_WORKER_INDEX"  # set by the supervisor for each 
 LAYOUT_FILE = "workers.json"
 LAYOUT_VERSION = 1
 WORKERS_DIR = "workers"
+MANAGEMENT_SOCKET = "management.sock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,12 @@ def worker_index(environ: Mapping[str, str]) -> int | None:
 def worker_name(node_name: str, index: int) -> str:
     name, at, host = node_name.partition("@")
     return f"{name}-w{index}{at}{host}"
+
+
+def management_address(config: Config, index: int) -> str:
+    """Where worker `index` serves its management API for worker 0: a Unix socket in its
+    data directory (`config` is a worker's, `worker_config`: the others' are siblings)."""
+    return str(config.data_dir.parent / str(index) / MANAGEMENT_SOCKET)
 
 
 def load_or_create(config: Config) -> Layout:

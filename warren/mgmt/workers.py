@@ -1,0 +1,84 @@
+"""Worker 0's management API answers for the whole node (issue 19): what lives in one
+worker (its connections, channels and consumers) is asked of every other worker.
+
+Theory of operation:
+1. Every worker of a node runs the management app; worker 0 serves it on the node's
+   management ports, each other worker on a Unix socket in its data directory
+   (`warren.runtime.workers.layout.management_address`), where worker 0 asks it.
+2. A list (``GET /api/connections``, ``/api/channels``, ``/api/consumers`` and their
+   per-vhost forms) is worker 0's items and every other worker's answer to the same
+   request without the listing parameters (``sort``, ``page``, ``columns``, ``name`` …),
+   which apply once, to the whole list. Each worker adds its own rates.
+3. One object by name (a connection, its channels, a channel; closing a connection) is
+   worker 0's when it has it, else the answer of the first other worker that does not
+   answer 404.
+4. A request goes on with the caller's ``Authorization``: each worker checks the caller
+   itself (users and permissions are the node's). A worker that does not answer within
+   `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
+   down. A request that came over a worker's socket is never asked further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+WORKERS_KEY = web.AppKey("workers", tuple)  # the other workers' sockets, on worker 0 only
+ASK_TIMEOUT_S = 5.0
+LISTING_PARAMETERS = frozenset(
+    ("name", "use_regex", "sort", "sort_reverse", "columns", "page", "page_size")
+)
+
+
+async def _ask(
+    request: web.Request, address: str, query: Mapping[str, str]
+) -> tuple[int, str, bytes] | None:
+    """The worker's (status, content type, body) for this request; None if it is down."""
+    url = URL("http://worker" + request.rel_url.raw_path, encoded=True).with_query(query)
+    headers = {"Authorization": request.headers.get("Authorization", "")}
+    if "X-Reason" in request.headers:
+        headers["X-Reason"] = request.headers["X-Reason"]
+    timeout = aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)
+    connector = aiohttp.UnixConnector(path=address)
+    try:
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.request(request.method, url, headers=headers) as response,
+        ):
+            return response.status, response.content_type, await response.read()
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None
+
+
+def _others(request: web.Request) -> Sequence[str]:
+    return request.app.get(WORKERS_KEY, ())
+
+
+async def answered_elsewhere(request: web.Request) -> list[Any]:
+    """The other workers' answers to this request, without its listing parameters
+    (module doc, 2): those that answered 200."""
+    query = {k: v for k, v in request.query.items() if k not in LISTING_PARAMETERS}
+    answers = await asyncio.gather(*(_ask(request, a, query) for a in _others(request)))
+    return [json.loads(answer[2]) for answer in answers if answer is not None and answer[0] == 200]
+
+
+async def listed_elsewhere(request: web.Request) -> list[Any]:
+    """The other workers' items of the list this request asks for."""
+    return [item for items in await answered_elsewhere(request) for item in items]
+
+
+async def found_elsewhere(request: web.Request) -> web.Response | None:
+    """Another worker's answer for the one object this request names (module doc, 3);
+    None when no other worker has it."""
+    for address in _others(request):
+        answer = await _ask(request, address, request.query)
+        if answer is not None and answer[0] != 404:
+            status, content_type, body = answer
+            return web.Response(status=status, body=body or None, content_type=content_type)
+    return None
