@@ -253,7 +253,10 @@ async def list_queues(request: web.Request, broker: Broker, params: list[str]) -
         return replies.not_found()
     names = [(v, name) for v in vhosts for name in sorted(v.queues)]
     homes = await home_counters(broker, [(v.name, name) for v, name in names])
-    items = [queue_json(request, broker, v, name, homes=homes) for v, name in names]
+    # a queue deleted while its home answered (it expired, say) is no longer listed
+    items = [
+        queue_json(request, broker, v, name, homes=homes) for v, name in names if name in v.queues
+    ]
     return listed(request, broker, items)
 
 
@@ -262,6 +265,8 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
     if vhost is None or params[1] not in vhost.queues:
         return replies.not_found()
     homes = await home_counters(broker, [(vhost.name, params[1])])
+    if params[1] not in vhost.queues:  # deleted while its home answered
+        return replies.not_found()
     return single(request, queue_json(request, broker, vhost, params[1], details=True, homes=homes))
 
 
