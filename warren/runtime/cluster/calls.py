@@ -2,8 +2,9 @@
 
 Theory of operation:
 1. Requests a node answers itself (`NodeRequest`): `Status`, `NodeDetails`, `GroupStatus`,
-   `Campaign`, `AppliedThrough` (the metadata group's barrier), and `Forward`, which asks
-   a node to pass a leader request on to whichever node leads.
+   `Campaign`, `AppliedThrough` (the metadata group's barrier), `ReplyLive` (is a direct
+   reply-to address of this node's live), and `Forward`, which asks a node to pass a
+   leader request on to whichever node leads.
 2. Requests for a Raft group's leader (`LeaderRequest`, `ClusterNode.leader_call`):
    `Propose` (a batch of commands), `AddMember`, `RemoveMember`, `Transfer`, `Counts`,
    `Consumers`. A node answers `Led` with the value when it leads the group, else
@@ -14,13 +15,14 @@ Theory of operation:
    `QueueRequest` (`QueueCommand`, `QueueCounts`, `QueueCounters`, `Consume`, `CancelConsumer`,
    `DeleteQueue`) and a call number (0: no answer wanted), answered by `CallReply` or
    `CallError`; a home (or a quorum leader) sends `Delivery` and `ConsumerCancelled` to a
-   consumer's node, and a node whose link came up sends `Definitions`.
+   consumer's node, and a node whose link came up sends `Definitions`. A publish to a
+   direct reply-to address of another node goes to that node as a `Reply`.
 4. Every class names the type of its reply (`NodeRequest[R]`), so a caller gets a typed
    answer from one cast at the link, not a tuple to pick apart.
 
 Wire format: the peer link's frames (`warren.runtime.cluster.frames`) are still pickles
 of these classes, so these classes *are* the wire format: changing one changes the
-protocol, and the handshake's `MAGIC` (WARREN-PEERS/5 for this set) says which version a
+protocol, and the handshake's `MAGIC` (WARREN-PEERS/6 for this set) says which version a
 node speaks; a node of another version is refused before any frame is decoded. (Raft's
 messages already travel as versioned bytes, `warren.cluster.raft_codec`; these classes
 as explicit msgspec types are the rest of issue #20.)
@@ -32,6 +34,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
+from warren.amqp.content import Message
 from warren.cluster.metadata import Operation
 from warren.queue import Command, Entry
 
@@ -66,6 +69,13 @@ class AppliedThrough(NodeRequest[bool]):
     """Answered once this node's metadata group applied `index` (False: not in time)."""
 
     index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyLive(NodeRequest[bool]):
+    """Whether this node's channel of a direct reply-to `token` still consumes from it."""
+
+    token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +236,14 @@ class ConsumerCancelled:
     vhost: str
     name: str
     key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A message published to a direct reply-to address of the receiving node."""
+
+    token: str
+    message: Message
 
 
 @dataclass(frozen=True, slots=True)
