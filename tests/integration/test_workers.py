@@ -156,6 +156,34 @@ def test_the_management_api_shows_every_workers_connections_and_channels(
     assert (paged["total_count"], len(paged["items"])) == (4, 3)
 
 
+def test_direct_reply_to_crosses_workers(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """An RPC client on one worker and its server on the other: the server sees the reply
+    address live (passive declare) while the client consumes, and its reply arrives."""
+    reply_to = "amq.rabbitmq.reply-to"
+    client = connections[0][0].channel()
+    replies: list[bytes] = []
+    tag = client.basic_consume(reply_to, lambda ch, m, p, body: replies.append(body), True)
+    server = connections[1][0].channel()
+    queue = server.queue_declare(f"{unique}.rpc").method.queue
+    client.basic_publish("", queue, b"question", pika.BasicProperties(reply_to=reply_to))
+    got: list[Any] = []
+    _until(lambda: bool(got.append(server.basic_get(queue, auto_ack=True)) or got[-1][0]))
+    address = got[-1][1].reply_to
+    assert server.queue_declare(address, passive=True).method.consumer_count == 1
+    server.basic_publish("", address, b"answer")
+    deadline = time.monotonic() + WAIT_S
+    while not replies and time.monotonic() < deadline:
+        connections[0][0].process_data_events(time_limit=0.1)
+    assert replies == [b"answer"]
+    client.basic_cancel(tag)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        connections[1][1].channel().queue_declare(address, passive=True)
+    assert closed.value.reply_code == 404
+    server.queue_delete(queue)
+
+
 def test_a_killed_worker_is_restarted_with_its_durable_queues(
     node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
 ) -> None:
