@@ -21,6 +21,7 @@ from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
+from warren.mgmt.workers import answered_by
 from warren.model import DestinationKind, VHost
 from warren.queue import Counters
 from warren.runtime import admin, admin_live, admin_neutral, admin_objects
@@ -267,7 +268,14 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
     homes = await home_counters(broker, [(vhost.name, params[1])])
     if params[1] not in vhost.queues:  # deleted while its home answered
         return replies.not_found()
-    return single(request, queue_json(request, broker, vhost, params[1], details=True, homes=homes))
+    body = queue_json(request, broker, vhost, params[1], details=True, homes=homes)
+    members = body.get("members", [broker.config.node_name])
+    if broker.config.node_name not in members:  # a quorum queue: a replica's counts
+        for member in members:
+            shown = await answered_by(request, member)
+            if shown is not None:
+                return shown
+    return single(request, body)
 
 
 async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

@@ -51,6 +51,7 @@ from warren.mgmt.rates import Rates, run_sampler
 from warren.mgmt.resources import route
 from warren.mgmt.workers import WORKERS_KEY
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.node import parse_nodes
 from warren.runtime.workers.layout import management_address
 
 log = logging.getLogger("warren.mgmt")
@@ -90,8 +91,11 @@ async def start_management(
     caller awaits `runner.cleanup()` to stop it."""
     app = build_app(broker)
     if worker == 0:
-        others = range(1, broker.config.workers)
-        app[WORKERS_KEY] = tuple(management_address(broker.config, i) for i in others)
+        app[WORKERS_KEY] = tuple(
+            (node, management_address(broker.config, index))
+            for index, node in enumerate(parse_nodes(broker.config.cluster_nodes))
+            if index
+        )
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     if worker:

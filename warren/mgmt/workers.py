@@ -11,7 +11,8 @@ Theory of operation:
    which apply once, to the whole list. Each worker adds its own rates.
 3. One object by name (a connection, its channels, a channel; closing a connection) is
    worker 0's when it has it, else the answer of the first other worker that does not
-   answer 404.
+   answer 404. A quorum queue with no replica on worker 0 is a replica's to show
+   (`answered_by`): only a replica counts its messages.
 4. A request goes on with the caller's ``Authorization``: each worker checks the caller
    itself (users and permissions are the node's). A worker that does not answer within
    `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
@@ -29,7 +30,8 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-WORKERS_KEY = web.AppKey("workers", tuple)  # the other workers' sockets, on worker 0 only
+# the other workers' (node name, socket), on worker 0 only
+WORKERS_KEY = web.AppKey("workers", tuple)
 ASK_TIMEOUT_S = 5.0
 LISTING_PARAMETERS = frozenset(
     ("name", "use_regex", "sort", "sort_reverse", "columns", "page", "page_size")
@@ -57,7 +59,22 @@ async def _ask(
 
 
 def _others(request: web.Request) -> Sequence[str]:
-    return request.app.get(WORKERS_KEY, ())
+    return [address for _, address in request.app.get(WORKERS_KEY, ())]
+
+
+def _response(answer: tuple[int, str, bytes]) -> web.Response:
+    status, content_type, body = answer
+    return web.Response(status=status, body=body or None, content_type=content_type)
+
+
+async def answered_by(request: web.Request, node: str) -> web.Response | None:
+    """Worker `node`'s answer to this request; None if `node` is no other worker of this
+    node's, or does not answer."""
+    for name, address in request.app.get(WORKERS_KEY, ()):
+        if name == node:
+            answer = await _ask(request, address, request.query)
+            return None if answer is None else _response(answer)
+    return None
 
 
 async def answered_elsewhere(request: web.Request) -> list[Any]:
@@ -79,6 +96,5 @@ async def found_elsewhere(request: web.Request) -> web.Response | None:
     for address in _others(request):
         answer = await _ask(request, address, request.query)
         if answer is not None and answer[0] != 404:
-            status, content_type, body = answer
-            return web.Response(status=status, body=body or None, content_type=content_type)
+            return _response(answer)
     return None
