@@ -2,8 +2,8 @@
 channels, consumers, health checks (over `warren.runtime.admin_live`).
 
 Counts are read when the request comes (never stale); rates come from `warren.mgmt.rates`.
-On worker 0 of a node of several, connections, channels and consumers are every
-worker's (`warren.mgmt.workers`); consumers are counted by their queues' homes already.
+On worker 0 of a node of several, connections, channels and consumers, and the
+overview's totals, are every worker's (`warren.mgmt.workers`).
 Health checks answer 200 ``{"status": "ok", …}`` or 503 ``{"status": "failed", …}`` as
 RabbitMQ's do.
 """
@@ -19,7 +19,7 @@ from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
-from warren.mgmt.workers import answered_elsewhere, found_elsewhere, listed_elsewhere
+from warren.mgmt.workers import answered_elsewhere, found_elsewhere, listed_elsewhere, summed
 from warren.runtime import admin, admin_live, admin_neutral, config
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
@@ -72,8 +72,11 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
         for key in ("listeners", "node"):
             body.pop(key, None)
     for other in await answered_elsewhere(request):  # the node's other workers' (module doc)
-        for key in ("connections", "channels"):
-            totals[key] += other["object_totals"][key]
+        for key in ("connections", "channels", "consumers"):
+            if key in totals:
+                totals[key] += other["object_totals"][key]
+        for key in ("message_stats", "queue_totals"):
+            body[key] = summed(body[key], other[key])
     body["statistics_db_event_queue"] = 0
     admin_neutral.fill(body["message_stats"], admin_neutral.OVERVIEW_MESSAGE_STATS)
     admin_neutral.fill(body, admin_neutral.OVERVIEW)

@@ -269,10 +269,11 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
     if params[1] not in vhost.queues:  # deleted while its home answered
         return replies.not_found()
     body = queue_json(request, broker, vhost, params[1], details=True, homes=homes)
-    members = body.get("members", [broker.config.node_name])
-    if broker.config.node_name not in members:  # a quorum queue: a replica's counts
-        for member in members:
-            shown = await answered_by(request, member)
+    # the counts and rates of a queue another worker holds are that worker's to show
+    holders = body.get("members") or [body.get("node", broker.config.node_name)]
+    if broker.config.node_name not in holders:
+        for holder in holders:
+            shown = await answered_by(request, holder)
             if shown is not None:
                 return shown
     return single(request, body)

@@ -13,7 +13,11 @@ Theory of operation:
    worker 0's when it has it, else the answer of the first other worker that does not
    answer 404. A quorum queue with no replica on worker 0 is a replica's to show
    (`answered_by`): only a replica counts its messages.
-4. A request goes on with the caller's ``Authorization``: each worker checks the caller
+4. Node-wide totals (the overview's message stats, queue totals and counts of
+   connections, channels and consumers, each worker's of its own) are the workers'
+   answers added up (`summed`): counts, rates, averages and samples alike, as each is a
+   sum over the node's objects.
+5. A request goes on with the caller's ``Authorization``: each worker checks the caller
    itself (users and permissions are the node's). A worker that does not answer within
    `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
    down. A request that came over a worker's socket is never asked further.
@@ -98,3 +102,21 @@ async def found_elsewhere(request: web.Request) -> web.Response | None:
         if answer is not None and answer[0] != 404:
             return _response(answer)
     return None
+
+
+def summed(mine: Any, other: Any) -> Any:
+    """Two workers' figures of one shape as the node's (module doc, 4): numbers added,
+    objects key by key, samples point by point (each worker's newest first, at the same
+    interval; a sample keeps worker 0's timestamp)."""
+    if isinstance(mine, bool) or isinstance(other, bool):
+        return mine
+    if isinstance(mine, int | float) and isinstance(other, int | float):
+        return mine + other
+    if isinstance(mine, dict) and isinstance(other, dict):
+        added = {**other, **mine}
+        for key in mine.keys() & other.keys() - {"timestamp"}:
+            added[key] = summed(mine[key], other[key])
+        return added
+    if isinstance(mine, list) and isinstance(other, list):
+        return [summed(a, b) for a, b in zip(mine, other, strict=False)]
+    return mine
