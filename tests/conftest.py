@@ -9,7 +9,8 @@ Theory of operation:
    extra private nodes for tests that kill or restart a server.
    With `WARREN_TEST_WORKERS=N` every node started here runs N worker processes (issue 19),
    unless a test gives its own `workers` or makes it a cluster member; such a node is ready
-   once every worker has logged its start, not when the first one listens.
+   once every worker has logged its start, not when the first one listens. A test marked
+   `one_worker(reason)` is skipped then: behaviour such a node does not have yet.
 3. Tests share one broker, so every name a test creates starts with `unique` and the test
    deletes what it creates.
 """
@@ -45,6 +46,11 @@ STOP_GRACE_S = 5.0
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not os.environ.get(TEST_URL_ENV):
+        if node_workers() > 1:  # a gap of the workers' first slice, named by the test
+            for item in items:
+                marker = item.get_closest_marker("one_worker")
+                if marker is not None:
+                    item.add_marker(pytest.mark.skip(reason=f"one worker only: {marker.args[0]}"))
         return
     skip = pytest.mark.skip(reason=f"Warren-only behaviour; {TEST_URL_ENV} points at RabbitMQ")
     for item in items:
