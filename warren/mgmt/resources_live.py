@@ -71,7 +71,7 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
         del totals["consumers"]
         for key in ("listeners", "node"):
             body.pop(key, None)
-    for other in await answered_elsewhere(request):  # the node's other workers' (module doc)
+    for other in (await answered_elsewhere(request)).values():  # the other workers'
         for key in ("connections", "channels", "consumers"):
             if key in totals:
                 totals[key] += other["object_totals"][key]

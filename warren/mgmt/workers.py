@@ -11,12 +11,13 @@ Theory of operation:
    which apply once, to the whole list. Each worker adds its own rates.
 3. One object by name (a connection, its channels, a channel; closing a connection) is
    worker 0's when it has it, else the answer of the first other worker that does not
-   answer 404. A quorum queue with no replica on worker 0 is a replica's to show
-   (`answered_by`): only a replica counts its messages.
+   answer 404. A queue another worker holds (a classic queue's home, a quorum queue's
+   replica) shows that worker's counts, rates and samples, with every worker's message
+   stats added up.
 4. Node-wide totals (the overview's message stats, queue totals and counts of
-   connections, channels and consumers, each worker's of its own) are the workers'
-   answers added up (`summed`): counts, rates, averages and samples alike, as each is a
-   sum over the node's objects.
+   connections, channels and consumers, an exchange's or a queue's message stats: each
+   worker's of its own) are the workers' answers added up (`summed`): counts, rates,
+   averages and samples alike, as each is a sum over the node's objects.
 5. A request goes on with the caller's ``Authorization``: each worker checks the caller
    itself (users and permissions are the node's). A worker that does not answer within
    `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
@@ -71,27 +72,22 @@ def _response(answer: tuple[int, str, bytes]) -> web.Response:
     return web.Response(status=status, body=body or None, content_type=content_type)
 
 
-async def answered_by(request: web.Request, node: str) -> web.Response | None:
-    """Worker `node`'s answer to this request; None if `node` is no other worker of this
-    node's, or does not answer."""
-    for name, address in request.app.get(WORKERS_KEY, ()):
-        if name == node:
-            answer = await _ask(request, address, request.query)
-            return None if answer is None else _response(answer)
-    return None
-
-
-async def answered_elsewhere(request: web.Request) -> list[Any]:
-    """The other workers' answers to this request, without its listing parameters
-    (module doc, 2): those that answered 200."""
+async def answered_elsewhere(request: web.Request) -> dict[str, Any]:
+    """The other workers' answers to this request without its listing parameters (module
+    doc, 2), by worker name: those that answered 200."""
     query = {k: v for k, v in request.query.items() if k not in LISTING_PARAMETERS}
-    answers = await asyncio.gather(*(_ask(request, a, query) for a in _others(request)))
-    return [json.loads(answer[2]) for answer in answers if answer is not None and answer[0] == 200]
+    workers = request.app.get(WORKERS_KEY, ())
+    answers = await asyncio.gather(*(_ask(request, address, query) for _, address in workers))
+    return {
+        name: json.loads(answer[2])
+        for (name, _), answer in zip(workers, answers, strict=True)
+        if answer is not None and answer[0] == 200
+    }
 
 
 async def listed_elsewhere(request: web.Request) -> list[Any]:
     """The other workers' items of the list this request asks for."""
-    return [item for items in await answered_elsewhere(request) for item in items]
+    return [item for items in (await answered_elsewhere(request)).values() for item in items]
 
 
 async def found_elsewhere(request: web.Request) -> web.Response | None:
@@ -102,6 +98,20 @@ async def found_elsewhere(request: web.Request) -> web.Response | None:
         if answer is not None and answer[0] != 404:
             return _response(answer)
     return None
+
+
+async def with_stats_elsewhere(request: web.Request, items: list[Any]) -> list[Any]:
+    """`items` (objects named by vhost and name: exchanges, queues) with the other workers'
+    message stats of each added to their own (module doc, 4)."""
+    mine = {(item["vhost"], item["name"]): item for item in items}
+    for answer in (await answered_elsewhere(request)).values():
+        for other in answer if isinstance(answer, list) else [answer]:
+            item = mine.get((other.get("vhost"), other.get("name")))
+            if item is not None and "message_stats" in other:
+                item["message_stats"] = summed(
+                    item.get("message_stats", {}), other["message_stats"]
+                )
+    return items
 
 
 def summed(mine: Any, other: Any) -> Any:
