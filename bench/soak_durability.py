@@ -5,7 +5,10 @@ confirms (a window of unconfirmed ones); optionally a consumer acks the messages
 first queues as they come (the others pile up, so log segments end up partly live and
 the journal compacts them).
 At random moments the node is killed with SIGKILL and started again on the same data
-directory; the clients reconnect. After the last kill a consumer drains every queue.
+directory; the clients reconnect. With `--workers N` the node runs N worker processes
+(issue 19): `--kill node` kills the whole node (its supervisor, whose workers die with
+it), `--kill worker` one worker at random, which the node restarts while the other
+carries on. After the last kill a consumer drains every queue.
 Every body carries its queue's sequence number and a CRC-32, so the end result says:
 
 - lost: confirmed messages that never arrived (must be 0);
@@ -20,6 +23,7 @@ aiormq. Bounded: --kills, --max-interval and --timeout cap the run. Exit status 
 anything was lost, corrupt or out of order. Example:
 
     .venv/bin/python -m bench.soak_durability --kills 20 --consume 1 --segment-max-bytes 1048576
+    .venv/bin/python -m bench.soak_durability --kills 10 --workers 2 --kill worker
 
 The default `--resident-max 100` makes the node page most queued bodies out to its log, so
 deliveries after a while read them back from there.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -52,6 +57,7 @@ from warren.runtime.ports import unused_port
 
 HEAD = struct.Struct(">QI")  # sequence number in its queue, CRC-32 of the rest
 START_TIMEOUT_S = 30.0
+STARTED_LINE = " started, data in "  # warren.server's line once a node (or worker) serves
 
 
 @dataclass
@@ -61,6 +67,7 @@ class Node:
     data_dir: Path
     segment_max_bytes: int
     resident_messages_max: int
+    workers: int = 1
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
     management_port: int = 0
@@ -70,10 +77,18 @@ class Node:
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.{self.starts}.log"
+
+    def started(self) -> int:
+        """How many times this run's workers (or its one process) logged their start."""
+        return self.log_path.read_text(errors="replace").count(STARTED_LINE)
+
     def start(self) -> None:
         self.port = unused_port()
         self.starts += 1
-        log_path = self.data_dir.parent / f"{self.data_dir.name}.{self.starts}.log"
+        log_path = self.log_path
         command = [sys.executable, "-m", "warren", "--port", str(self.port)]
         self.management_port = unused_port()
         command += ["--management-port", str(self.management_port)]
@@ -81,6 +96,7 @@ class Node:
         command += ["--bind", "127.0.0.1"]
         command += ["--log-segment-max-bytes", str(self.segment_max_bytes)]
         command += ["--queue-resident-messages-max", str(self.resident_messages_max)]
+        command += ["--workers", str(self.workers)]
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -88,7 +104,8 @@ class Node:
             if self.process.poll() is not None:
                 raise SystemExit(f"warren exited with {self.process.returncode}, see {log_path}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                return
+                if self.started() >= self.workers:  # every worker serves
+                    return
             time.sleep(0.05)
         self.kill()
         raise SystemExit(f"warren did not listen within {START_TIMEOUT_S} s, see {log_path}")
@@ -97,6 +114,17 @@ class Node:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL worker `index` and wait until the node has started it again."""
+        started = self.started()
+        lock = self.data_dir / "workers" / str(index) / "node.lock"
+        os.kill(int(lock.read_text()), signal.SIGKILL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.started() <= started:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"worker {index} did not start again, see {self.log_path}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -217,14 +245,18 @@ async def consume(
 async def run_phase(
     node: Node, queues: list[str], tally: Tally, rng: random.Random, args: argparse.Namespace
 ) -> float:
-    """Load the node, kill it after a random interval; return the interval."""
+    """Load the node, kill it (or a worker) after a random interval; return the interval."""
     interval = rng.uniform(args.min_interval, args.max_interval)
     tasks = [asyncio.create_task(publish(node.url, queues, tally, rng, args))]
     if args.consume:
         consumed = queues[: args.consume]
         tasks.append(asyncio.create_task(consume(node.url, consumed, tally, args.prefetch)))
     await asyncio.sleep(interval)
-    await asyncio.get_running_loop().run_in_executor(None, node.kill)
+    if args.kill == "worker":
+        kill = functools.partial(node.kill_worker, rng.randrange(node.workers))
+    else:
+        kill = node.kill
+    await asyncio.get_running_loop().run_in_executor(None, kill)
     await asyncio.sleep(0.2)  # let the clients see the socket close
     for task in tasks:
         task.cancel()
@@ -300,18 +332,19 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> bool:
         confirmed={queue: set() for queue in queues},
         arrivals={queue: [] for queue in queues},
     )
-    node = Node(data_dir, args.segment_max_bytes, args.resident_max)
+    node = Node(data_dir, args.segment_max_bytes, args.resident_max, args.workers)
     node.start()
     try:
         for kill in range(1, args.kills + 1):
             interval = await run_phase(node, queues, tally, rng, args)
             confirmed = sum(len(c) for c in tally.confirmed.values())
             print(f"kill {kill}/{args.kills} after {interval:.2f} s: {confirmed} confirmed so far")
-            node.start()
+            if args.kill == "node":
+                node.start()
         await drain(node.url, queues, tally, idle_s=1.0)
     finally:
         node.stop()
-    segments = sorted(p.name for p in (data_dir / "log").glob("*.wal"))
+    segments = sorted(p.name for p in data_dir.glob("**/log/*.wal"))
     print(f"log segments left: {len(segments)} ({', '.join(segments[-3:])})")
     return report(tally, queues, args.kills)
 
@@ -338,10 +371,16 @@ def main() -> None:
         default=100,
         help="ready messages a queue keeps in memory before bodies are read from the log",
     )
+    parser.add_argument("--workers", type=int, default=1, help="of the node (default 1)")
+    parser.add_argument(
+        "--kill", choices=("node", "worker"), default="node", help="what a kill kills"
+    )
     parser.add_argument("--seed", type=int, default=None, help="random seed (printed)")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary one")
     parser.add_argument("--timeout", type=float, default=900.0, help="whole run, seconds")
     args = parser.parse_args()
+    if args.kill == "worker" and args.workers < 2:
+        parser.error("--kill worker needs --workers 2 or more")
     # aiormq logs every connection the kill breaks, with a traceback: expected here
     logging.getLogger("aiormq").setLevel(logging.CRITICAL)
     if args.seed is None:

@@ -7,6 +7,10 @@ Theory of operation:
 2. Without it, the session starts one Warren node as a subprocess on free local ports and
    stops it at the end (SIGTERM, then SIGKILL after a grace period). `server_factory` starts
    extra private nodes for tests that kill or restart a server.
+   With `WARREN_TEST_WORKERS=N` every node started here runs N worker processes (issue 19),
+   unless a test gives its own `workers` or makes it a cluster member; such a node is ready
+   once every worker has logged its start, not when the first one listens. A test marked
+   `one_worker(reason)` is skipped then: behaviour such a node does not have yet.
 3. Tests share one broker, so every name a test creates starts with `unique` and the test
    deletes what it creates.
 """
@@ -32,14 +36,21 @@ import pytest
 from warren.runtime.ports import unused_port
 
 TEST_URL_ENV = "WARREN_TEST_URL"
+WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
 MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # RabbitMQ's management API, with WARREN_TEST_URL
 DEFAULT_RABBITMQ_MGMT_URL = "http://127.0.0.1:15672"
 START_TIMEOUT_S = 15.0
+STARTED_LINE = " started, data in "  # warren.server's line once a node (or worker) serves
 STOP_GRACE_S = 5.0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not os.environ.get(TEST_URL_ENV):
+        if node_workers() > 1:  # a gap of the workers' first slice, named by the test
+            for item in items:
+                marker = item.get_closest_marker("one_worker")
+                if marker is not None:
+                    item.add_marker(pytest.mark.skip(reason=f"one worker only: {marker.args[0]}"))
         return
     skip = pytest.mark.skip(reason=f"Warren-only behaviour; {TEST_URL_ENV} points at RabbitMQ")
     for item in items:
@@ -100,9 +111,25 @@ def _accepts_tcp(port: int) -> bool:
         return False
 
 
+def node_workers() -> int:
+    """How many workers a node started here runs: `WARREN_TEST_WORKERS`, default 1."""
+    return int(os.environ.get(WORKERS_ENV, "1"))
+
+
+def _started(server: WarrenServer, workers: int) -> bool:
+    """Every worker is up: each logs one start line once it serves (worker 0 serves the
+    management API too), while the AMQP port opens with the first of them."""
+    if not _accepts_tcp(server.port):
+        return False
+    return workers == 1 or server.log().count(STARTED_LINE) >= workers
+
+
 def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
-    """Start a node and return once its AMQP port accepts connections; fail with its log.
-    `settings` are more of its configuration, as command-line flags."""
+    """Start a node and return once it serves (`_started`); fail with its log. `settings`
+    are more of its configuration, as command-line flags."""
+    if node_workers() > 1 and "workers" not in settings and "cluster_nodes" not in settings:
+        settings["workers"] = node_workers()
+    workers = int(str(settings["workers"])) if "workers" in settings else 1
     data_dir.mkdir(parents=True, exist_ok=True)
     port, management_port = unused_port(), unused_port()
     log_path = data_dir.parent / f"{data_dir.name}.{port}.log"
@@ -113,13 +140,14 @@ def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     server = WarrenServer(process, port, management_port, data_dir, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _accepts_tcp(port):
+    timeout_s = START_TIMEOUT_S * workers  # each worker is a whole node's start
+    deadline = time.monotonic() + timeout_s
+    while not _started(server, workers):
         if process.poll() is not None:
             pytest.fail(f"warren exited with {process.returncode}:\n{server.log()}")
         if time.monotonic() > deadline:
             server.stop()
-            pytest.fail(f"warren did not listen within {START_TIMEOUT_S} s:\n{server.log()}")
+            pytest.fail(f"warren did not listen within {timeout_s} s:\n{server.log()}")
         time.sleep(0.05)
     return server
 

@@ -40,7 +40,7 @@ from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
-from warren.runtime.workers.supervisor import Supervisor
+from warren.runtime.workers.supervisor import Supervisor, die_with_supervisor
 from warren.runtime.workers.worker import Worker
 
 log = logging.getLogger("warren")
@@ -215,7 +215,7 @@ async def _serve(config: Config, listeners: list[Listener], worker: int | None) 
         links = workers_layout.inboxes(os.environ)
         if cluster is not None and worker is not None and links is not None:
             following = Worker(broker, cluster, worker, *links)
-        await _run(broker, stop, listeners, monitor, following)
+        await _run(broker, stop, listeners, monitor, worker, following)
     finally:
         if cluster is not None:
             await cluster.close()
@@ -259,17 +259,19 @@ async def _run(
     stop: asyncio.Event,
     listeners: list[Listener],
     monitor: ResourceMonitor,
-    worker: Worker | None,
+    worker: int | None,
+    following: Worker | None,
 ) -> None:
     config = broker.config
     monitor.start()
     management = await start_management(
         broker,
         [(item.sock, item.tls) for item in listeners if item.setting.startswith("management")],
+        worker,
     )
-    if worker is not None:
-        worker.start()
-    servers = await start_listeners(broker, listeners, worker)
+    if following is not None:
+        following.start()
+    servers = await start_listeners(broker, listeners, following)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -279,8 +281,8 @@ async def _run(
     await stop.wait()
     log.info("stopping")
     monitor.stop()
-    if worker is not None:
-        worker.stop()
+    if following is not None:
+        following.stop()
     for server in servers:
         server.close()
     await management.cleanup()
@@ -312,6 +314,8 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run a node; exit status 1 with one line on stderr if it cannot start (rule 1)."""
     worker = workers_layout.worker_index(os.environ)
+    if worker is not None:
+        die_with_supervisor(os.environ)
     try:
         config = config_module.load(argv)
         if worker is not None:

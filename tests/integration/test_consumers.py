@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import struct
 
+import pytest
+
 SETTLE_S = 0.2
 
 
@@ -59,6 +61,9 @@ def test_prefetch_per_consumer(amqp):
     assert got == {"first": ["m1", "m2"], "second": ["m3", "m4"]}
 
 
+@pytest.mark.one_worker(
+    "a channel-wide prefetch is not applied to consumers of a queue on another worker"
+)
 def test_prefetch_global_is_shared_by_the_channel(amqp):
     queue = amqp.queue("q")
     amqp.fill(queue, 10)

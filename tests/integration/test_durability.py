@@ -70,7 +70,11 @@ def exists(connection: BlockingConnection, kind: str, name: str) -> bool:
 
 
 def last_segment(data_dir: Path) -> Path:
-    return sorted((data_dir / "log").glob("*.wal"))[-1]
+    """The last segment of the node's message log; of a node of workers, the one of the
+    worker that holds the test's one queue (the others hold no message: the smaller)."""
+    logs = [data_dir / "log", *sorted(data_dir.glob("workers/*/log"))]
+    lasts = [sorted(log.glob("*.wal"))[-1] for log in logs if any(log.glob("*.wal"))]
+    return max(lasts, key=lambda segment: segment.stat().st_size)
 
 
 # --- (a) confirmed messages survive SIGKILL at random moments --------------------------------

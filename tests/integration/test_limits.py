@@ -36,6 +36,7 @@ def test_a_message_over_max_message_size_closes_the_channel_with_406(server_fact
         connection.close()
 
 
+@pytest.mark.one_worker("connection_max is counted per worker")
 def test_connections_over_connection_max_are_refused(server_factory):
     server = server_factory(connection_max=2)
     parameters = pika.URLParameters(server.broker.url)

@@ -4,8 +4,8 @@ declared them, connections handed to the worker of their queues (no message lost
 reordered or left unconfirmed, and none crossing workers), and a worker killed with
 SIGKILL restarted with its durable queues.
 
-A connection's worker is told by the management API, which worker 0 serves and which
-lists worker 0's connections only (`on_worker`)."""
+A connection's worker is told by the management API, which worker 0 serves for the whole
+node: its connection list names each connection's worker (`on_worker`)."""
 
 from __future__ import annotations
 
@@ -51,10 +51,10 @@ def _connect(server: WarrenServer) -> BlockingConnection:
 
 
 def on_worker(server: WarrenServer, connection: BlockingConnection) -> int:
-    """0 when worker 0 (the management API's) has the connection, else 1."""
+    """The index of the worker that has the connection."""
     local_port = connection._impl._transport._sock.getsockname()[1]  # pika's socket
-    ports = {item["peer_port"] for item in _api(server, "connections")}
-    return 0 if local_port in ports else 1
+    nodes = {item["peer_port"]: item["node"] for item in _api(server, "connections")}
+    return 0 if nodes[local_port].endswith("-w0@localhost") else 1
 
 
 @pytest.fixture
@@ -135,6 +135,58 @@ def test_a_queue_declared_on_one_worker_serves_connections_on_both(
     received += _bodies(connections[1][1], queue, 10)  # and one at home
     assert received == bodies
     declaring.queue_delete(queue)
+
+
+def test_the_management_api_shows_every_workers_connections_and_channels(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]]
+) -> None:
+    for held in connections.values():
+        for connection in held:
+            connection.channel()
+    listed = _api(node, "connections")
+    assert sorted(item["node"][-len("-w0@localhost") :] for item in listed) == [
+        "-w0@localhost",
+        "-w0@localhost",
+        "-w1@localhost",
+        "-w1@localhost",
+    ]
+    on_worker_1 = next(item for item in listed if item["node"].endswith("-w1@localhost"))
+    name = urllib.parse.quote(on_worker_1["name"], safe="")
+    assert _api(node, f"connections/{name}")["name"] == on_worker_1["name"]
+    assert len(_api(node, f"connections/{name}/channels")) == 1
+    assert len(_api(node, "channels")) == 4
+    totals = _api(node, "overview")["object_totals"]
+    assert (totals["connections"], totals["channels"]) == (4, 4)
+    paged = _api(node, "connections?page=1&page_size=3&sort=peer_port")
+    assert (paged["total_count"], len(paged["items"])) == (4, 3)
+
+
+def test_direct_reply_to_crosses_workers(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """An RPC client on one worker and its server on the other: the server sees the reply
+    address live (passive declare) while the client consumes, and its reply arrives."""
+    reply_to = "amq.rabbitmq.reply-to"
+    client = connections[0][0].channel()
+    replies: list[bytes] = []
+    tag = client.basic_consume(reply_to, lambda ch, m, p, body: replies.append(body), True)
+    server = connections[1][0].channel()
+    queue = server.queue_declare(f"{unique}.rpc").method.queue
+    client.basic_publish("", queue, b"question", pika.BasicProperties(reply_to=reply_to))
+    got: list[Any] = []
+    _until(lambda: bool(got.append(server.basic_get(queue, auto_ack=True)) or got[-1][0]))
+    address = got[-1][1].reply_to
+    assert server.queue_declare(address, passive=True).method.consumer_count == 1
+    server.basic_publish("", address, b"answer")
+    deadline = time.monotonic() + WAIT_S
+    while not replies and time.monotonic() < deadline:
+        connections[0][0].process_data_events(time_limit=0.1)
+    assert replies == [b"answer"]
+    client.basic_cancel(tag)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        connections[1][1].channel().queue_declare(address, passive=True)
+    assert closed.value.reply_code == 404
+    server.queue_delete(queue)
 
 
 def test_a_killed_worker_is_restarted_with_its_durable_queues(
@@ -295,3 +347,21 @@ def test_aio_pika_clients_keep_confirms_order_and_qos_wherever_they_land(
     assert sorted(_home(node, queue) for queue in queues) == [0, 0, 1, 1]
     crossed, _ = _crossings(node)
     assert crossed == crossed_before
+
+
+def test_sigkill_of_the_node_kills_every_worker(node: WarrenServer) -> None:
+    """kill -9 of the supervisor leaves no worker holding its directory (or writing on)."""
+    workers = [
+        int((Path(node.data_dir) / "workers" / str(index) / "node.lock").read_text())
+        for index in range(2)
+    ]
+    node.kill()
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    _until(lambda: all(gone(pid) for pid in workers))

@@ -2,6 +2,8 @@
 channels, consumers, health checks (over `warren.runtime.admin_live`).
 
 Counts are read when the request comes (never stale); rates come from `warren.mgmt.rates`.
+On worker 0 of a node of several, connections, channels and consumers, and the
+overview's totals, are every worker's (`warren.mgmt.workers`).
 Health checks answer 200 ``{"status": "ok", …}`` or 503 ``{"status": "failed", …}`` as
 RabbitMQ's do.
 """
@@ -17,6 +19,7 @@ from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
+from warren.mgmt.workers import answered_elsewhere, found_elsewhere, listed_elsewhere, summed
 from warren.runtime import admin, admin_live, admin_neutral, config
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
@@ -68,6 +71,12 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
         del totals["consumers"]
         for key in ("listeners", "node"):
             body.pop(key, None)
+    for other in (await answered_elsewhere(request)).values():  # the other workers'
+        for key in ("connections", "channels", "consumers"):
+            if key in totals:
+                totals[key] += other["object_totals"][key]
+        for key in ("message_stats", "queue_totals"):
+            body[key] = summed(body[key], other[key])
     body["statistics_db_event_queue"] = 0
     admin_neutral.fill(body["message_stats"], admin_neutral.OVERVIEW_MESSAGE_STATS)
     admin_neutral.fill(body, admin_neutral.OVERVIEW)
@@ -119,6 +128,11 @@ async def _node(broker: Broker, name: str) -> Any:
 # --- Connections ---
 
 
+async def _elsewhere(request: web.Request) -> web.Response:
+    """Another worker's answer for an object this one does not have, else 404."""
+    return await found_elsewhere(request) or replies.not_found()
+
+
 def connection_json(request: web.Request, broker: Broker, connection: Any) -> Any:
     body = admin_live.connection_json(broker, connection)
     body.update(
@@ -141,7 +155,7 @@ async def list_connections(request: web.Request, broker: Broker, params: list[st
     if vhost is not None and vhost not in broker.vhosts:
         return replies.not_found()
     items = [connection_json(request, broker, c) for c in _connections(request, broker, vhost)]
-    return listed(request, broker, items)
+    return listed(request, broker, items + await listed_elsewhere(request))
 
 
 def _own_connection(request: web.Request, broker: Broker, name: str) -> Any:
@@ -155,7 +169,7 @@ async def get_connection(request: web.Request, broker: Broker, params: list[str]
     try:
         connection = _own_connection(request, broker, params[0])
     except NotFound:
-        return replies.not_found()
+        return await _elsewhere(request)
     return single(request, connection_json(request, broker, connection))
 
 
@@ -166,7 +180,7 @@ async def delete_connection(
         _own_connection(request, broker, params[0])
         admin_live.close_connection(broker, params[0], request.headers.get("X-Reason"))
     except NotFound:
-        return replies.not_found()
+        return await _elsewhere(request)
     return replies.no_content()
 
 
@@ -191,7 +205,7 @@ async def list_channels(request: web.Request, broker: Broker, params: list[str])
         for ch in admin_live.channels(broker)
         if caller.sees_user(ch.connection.user) and (vhost is None or ch.vhost.name == vhost)
     ]
-    return listed(request, broker, items)
+    return listed(request, broker, items + await listed_elsewhere(request))
 
 
 async def connection_channels(
@@ -200,7 +214,7 @@ async def connection_channels(
     try:
         connection = _own_connection(request, broker, params[0])
     except NotFound:
-        return replies.not_found()
+        return await _elsewhere(request)
     items = [
         channel_json(request, broker, connection.channels[n]) for n in sorted(connection.channels)
     ]
@@ -211,7 +225,7 @@ async def get_channel(request: web.Request, broker: Broker, params: list[str]) -
     try:
         channel = admin_live.find_channel(broker, params[0])
     except NotFound:
-        return replies.not_found()
+        return await _elsewhere(request)
     if not principal(request).sees_user(channel.connection.user):
         return replies.not_found()
     return single(request, channel_json(request, broker, channel, details=True))
@@ -226,7 +240,7 @@ async def list_consumers(request: web.Request, broker: Broker, params: list[str]
     else:
         vhosts = caller.visible_vhosts(broker)
     items = [c for vhost in vhosts for c in admin_live.consumers(broker, vhost)]
-    return listed(request, broker, items)
+    return listed(request, broker, items + await listed_elsewhere(request))
 
 
 # --- Health checks ---

@@ -21,6 +21,7 @@ from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
+from warren.mgmt.workers import answered_elsewhere, summed, with_stats_elsewhere
 from warren.model import DestinationKind, VHost
 from warren.queue import Counters
 from warren.runtime import admin, admin_live, admin_neutral, admin_objects
@@ -57,8 +58,8 @@ async def list_exchanges(request: web.Request, broker: Broker, params: list[str]
     vhosts = visible(request, broker, params)
     if vhosts is None:
         return replies.not_found()
-    items = admin_objects.list_exchanges(broker, vhosts)
-    return listed(request, broker, [_with_rates(request, item) for item in items])
+    items = [_with_rates(request, item) for item in admin_objects.list_exchanges(broker, vhosts)]
+    return listed(request, broker, await with_stats_elsewhere(request, items))
 
 
 async def get_exchange(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -66,7 +67,8 @@ async def get_exchange(request: web.Request, broker: Broker, params: list[str]) 
         found = admin_objects.get_exchange(broker, params[0], _exchange_name(params[1]))
     except NotFound:
         return replies.not_found()
-    return single(request, _with_rates(request, found))
+    (found,) = await with_stats_elsewhere(request, [_with_rates(request, found)])
+    return single(request, found)
 
 
 def _with_rates(request: web.Request, exchange: Json) -> Json:
@@ -253,8 +255,11 @@ async def list_queues(request: web.Request, broker: Broker, params: list[str]) -
         return replies.not_found()
     names = [(v, name) for v in vhosts for name in sorted(v.queues)]
     homes = await home_counters(broker, [(v.name, name) for v, name in names])
-    items = [queue_json(request, broker, v, name, homes=homes) for v, name in names]
-    return listed(request, broker, items)
+    # a queue deleted while its home answered (it expired, say) is no longer listed
+    items = [
+        queue_json(request, broker, v, name, homes=homes) for v, name in names if name in v.queues
+    ]
+    return listed(request, broker, await with_stats_elsewhere(request, items))
 
 
 async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -262,7 +267,19 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
     if vhost is None or params[1] not in vhost.queues:
         return replies.not_found()
     homes = await home_counters(broker, [(vhost.name, params[1])])
-    return single(request, queue_json(request, broker, vhost, params[1], details=True, homes=homes))
+    if params[1] not in vhost.queues:  # deleted while its home answered
+        return replies.not_found()
+    body = queue_json(request, broker, vhost, params[1], details=True, homes=homes)
+    others = await answered_elsewhere(request)  # the node's other workers' (workers.py, 3)
+    stats = body.get("message_stats", {})
+    for other in others.values():
+        stats = summed(stats, other.get("message_stats", {}))
+    holders = body.get("members") or [body.get("node", broker.config.node_name)]
+    if broker.config.node_name not in holders:
+        body = next((others[h] for h in holders if h in others), body)
+    if stats:
+        body["message_stats"] = stats
+    return single(request, body)
 
 
 async def put_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

@@ -20,6 +20,10 @@ Theory of operation:
    on its API calls.
 5. `start_management` also starts the rate sampler (`rates.run_sampler`) and stops it
    on cleanup.
+7. A worker of a node of several (issue 19): worker 0 serves the node's ports and asks
+   the others for what lives in them (`warren.mgmt.workers`); each other worker serves
+   its API on its own Unix socket only, where every caller is local (loopback users may
+   log in).
 6. In a cluster a request that changed definitions is answered once every node it can
    reach applied the changes (`Broker.definitions_settled`), as a channel's -ok is.
 """
@@ -45,7 +49,10 @@ from warren.mgmt.authz import VHOST_REFUSED, Level, Principal
 from warren.mgmt.context import BROKER_KEY, PRINCIPAL, RATES_KEY
 from warren.mgmt.rates import Rates, run_sampler
 from warren.mgmt.resources import route
+from warren.mgmt.workers import WORKERS_KEY
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.node import parse_nodes
+from warren.runtime.workers.layout import management_address
 
 log = logging.getLogger("warren.mgmt")
 
@@ -75,12 +82,24 @@ async def _sampler(app: web.Application) -> AsyncIterator[None]:
 
 
 async def start_management(
-    broker: Broker, sockets: Sequence[tuple[socket.socket, ssl.SSLContext | None]]
+    broker: Broker,
+    sockets: Sequence[tuple[socket.socket, ssl.SSLContext | None]],
+    worker: int | None = None,
 ) -> web.AppRunner:
-    """Serve the management API on bound `sockets` (HTTPS on those with a TLS context); the
+    """Serve the management API on bound `sockets` (HTTPS on those with a TLS context), and
+    as `worker` of a node of several on its socket for worker 0 (module doc, 7); the
     caller awaits `runner.cleanup()` to stop it."""
-    runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
+    app = build_app(broker)
+    if worker == 0:
+        app[WORKERS_KEY] = tuple(
+            (node, management_address(broker.config, index))
+            for index, node in enumerate(parse_nodes(broker.config.cluster_nodes))
+            if index
+        )
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
+    if worker:
+        await web.UnixSite(runner, management_address(broker.config, worker)).start()
     for sock, context in sockets:
         await web.SockSite(runner, sock, ssl_context=context).start()
         host, port = sock.getsockname()[:2]
@@ -107,7 +126,8 @@ async def authenticate(
         user = await loop.run_in_executor(None, access.authenticate, name, password)
     if user is None:
         return replies.unauthorized("Login failed")
-    if name in broker.config.loopback_users and not _is_loopback(request.remote):
+    local = _is_loopback(request.remote) or _on_unix(request)
+    if name in broker.config.loopback_users and not local:
         return replies.unauthorized("User can only log in via localhost")
     caller = Principal(user)
     if not caller.has(Level.MANAGEMENT):
@@ -126,6 +146,12 @@ def _credentials(header: str) -> tuple[str, str] | None:
         return None
     user, colon, password = decoded.partition(":")
     return (user, password) if colon else None
+
+
+def _on_unix(request: web.Request) -> bool:
+    """The request came over a worker's Unix socket (module doc, 7)."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    return sock is not None and sock.family == socket.AF_UNIX
 
 
 def _is_loopback(address: str | None) -> bool:

@@ -33,6 +33,7 @@ from warren.runtime.queues.paging import release
 from warren.runtime.stats import MessageStats
 
 if TYPE_CHECKING:
+    from warren.amqp.content import Message
     from warren.runtime.config import Config
     from warren.runtime.durability import Durability
 
@@ -92,6 +93,13 @@ class Cluster(Protocol):
 
     def queue_columns(self, host: object) -> dict[str, object]:
         """The management API's cluster columns of a queue (leader, members, home)."""
+
+    def send_reply(self, node: str, token: str, message: Message) -> None:
+        """A publish to a direct reply-to address of `node`'s: delivered there."""
+
+    def reply_live(self, node: str, token: str) -> asyncio.Future[bool]:
+        """Whether `node`'s channel of a direct reply-to address still consumes from it
+        (False when `node` does not answer)."""
 
 
 class Broker:

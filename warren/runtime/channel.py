@@ -28,6 +28,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import re
 import secrets
@@ -140,8 +141,20 @@ class Connection(Protocol):
     def forget_exclusive(self, name: str) -> None: ...
 
 
-def _token() -> str:
-    return secrets.token_urlsafe(16)
+def _token(node: str) -> str:
+    """A direct reply-to token: random, then the node of its channel, so that a publish
+    on another node (or worker) of the cluster knows where to send the reply."""
+    encoded = base64.urlsafe_b64encode(node.encode()).decode().rstrip("=")
+    return f"{secrets.token_urlsafe(16)}.{encoded}"
+
+
+def _token_node(token: str) -> str | None:
+    """The node of a direct reply-to token (`_token`); None if it names none."""
+    encoded = token.partition(".")[2]
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 class _Consumer:
@@ -482,14 +495,29 @@ class Channel:
         reply-to pseudo-queue, or of the address of a live reply consumer, is answered as
         for a queue with no messages and one consumer; other such names do not exist."""
         name = method.queue
-        live = name == REPLY_TO or (
-            name.startswith(REPLY_TO_PREFIX)
-            and name[len(REPLY_TO_PREFIX) :] in self.broker.reply_to
-        )
+        token = name[len(REPLY_TO_PREFIX) :] if name.startswith(REPLY_TO_PREFIX) else ""
+        node = self._reply_node(token)
+        if node is not None and self.broker.cluster is not None:  # its channel is there
+            live = self.broker.cluster.reply_live(node, token)
+            then = functools.partial(self._declared_reply_to, method)
+            self.connection.suspend(self, live, lambda done: then(done.result()))
+            return
+        self._declared_reply_to(method, name == REPLY_TO or token in self.broker.reply_to)
+
+    def _declared_reply_to(self, method: m.QueueDeclare, live: bool) -> None:
         if not live:
-            raise queue_not_found(name, self.vhost.name)
-        self.last_queue = name
-        self._reply(method, m.QueueDeclareOk(name, 0, 1))
+            raise queue_not_found(method.queue, self.vhost.name)
+        self.last_queue = method.queue
+        self._reply(method, m.QueueDeclareOk(method.queue, 0, 1))
+
+    def _reply_node(self, token: str) -> str | None:
+        """The other node of the cluster whose channel a direct reply-to token is (None:
+        this node's, or no node's)."""
+        node = _token_node(token)
+        cluster = self.broker.cluster
+        if cluster is None or node is None or node not in cluster.nodes:
+            return None
+        return None if node == self.broker.config.node_name else node
 
     def _declare_again(self, method: m.QueueDeclare, done: asyncio.Future[object]) -> None:
         done.result()
@@ -625,7 +653,7 @@ class Channel:
             raise precondition_failed("reply consumer cannot acknowledge")
         if self.reply_token is not None:
             raise precondition_failed("reply consumer already set")
-        self.reply_token = _token()
+        self.reply_token = _token(self.broker.config.node_name)
         self.broker.reply_to[self.reply_token] = self
         self.consumers[tag] = _Consumer(tag, None, True)
         self._reply(method, m.BasicConsumeOk(tag))
@@ -700,7 +728,7 @@ class Channel:
             )
         )
 
-    def _deliver_reply(self, message: Message) -> None:
+    def deliver_reply(self, message: Message) -> None:
         for consumer in self.consumers.values():
             if consumer.host is None:
                 tag = self.next_tag
@@ -976,8 +1004,11 @@ class Channel:
     def _publish_reply(self, method: m.BasicPublish, message: Message) -> None:
         token = method.routing_key[len(REPLY_TO_PREFIX) :]
         target = self.broker.reply_to.get(token)
+        node = self._reply_node(token)
         if target is not None:
-            target._deliver_reply(message)
+            target.deliver_reply(message)
+        elif node is not None and self.broker.cluster is not None:
+            self.broker.cluster.send_reply(node, token, message)  # routed: its node delivers
         elif method.mandatory:
             self._return(message, ReplyCode.NO_ROUTE, "NO_ROUTE")
         if self.confirms is not None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import warren
 from warren.amqp.content import Message
 from warren.cluster.metadata import ClassicQueue, PutBinding
-from warren.cluster.queue_entries import to_record
+from warren.cluster.queue_entries import message_record, to_record
 from warren.errors import ReplyCode, SoftError, access_refused, queue_not_found
 from warren.queue import Counters, Enqueue, Entry, Get, Got, Refused, Settle
 from warren.runtime.cluster.calls import (
@@ -48,6 +48,8 @@ from warren.runtime.cluster.calls import (
     RaftTraffic,
     Redirect,
     RemoveMember,
+    Reply,
+    ReplyLive,
     Request,
     Status,
     Transfer,
@@ -107,6 +109,7 @@ MESSAGES: list[PeerMessage] = [
     CallError(4, 404, "no queue 'q1' in vhost '/'"),
     Delivery("/", "q1", KEY, EntryRecord.of(an_entry()), 12),
     ConsumerCancelled("/", "q1", KEY),
+    Reply("token", message_record(MESSAGE)),
     Definitions(
         [
             ClassicQueue(QUEUE, "n1", True, False),
@@ -119,6 +122,7 @@ REQUESTS: list[Request] = [
     NodeDetails(),
     GroupStatus("g"),
     AppliedThrough(9),
+    ReplyLive("token"),
     Campaign("g"),
     Forward(AddMember("g", "n4", "127.0.0.1", 25673)),
     Propose("g", (b"\x01a", b"\x01b")),
@@ -165,6 +169,7 @@ def test_items_cross_a_frame_as_themselves() -> None:
         (NodeDetails(), None),
         (GroupStatus("g"), {"role": "leader", "match_index": {"n2": 7}}),
         (AppliedThrough(9), True),
+        (ReplyLive("token"), False),
         (Campaign("g"), None),
         (Forward(AddMember("g", "n4")), ["n1", "n4"]),
         (AddMember("g", "n4"), Led(["n1", "n4"])),

@@ -2,8 +2,9 @@
 
 Theory of operation:
 1. Requests a node answers itself (`NodeRequest`): `Status`, `NodeDetails`, `GroupStatus`,
-   `Campaign`, `AppliedThrough` (the metadata group's barrier), and `Forward`, which asks
-   a node to pass a leader request on to whichever node leads.
+   `Campaign`, `AppliedThrough` (the metadata group's barrier), `ReplyLive` (is a direct
+   reply-to address of this node's live), and `Forward`, which asks a node to pass a
+   leader request on to whichever node leads.
 2. Requests for a Raft group's leader (`LeaderRequest`, `ClusterNode.leader_call`):
    `Propose` (a batch of commands), `AddMember`, `RemoveMember`, `Transfer`, `Counts`,
    `Consumers`. A node answers `Led` with the value when it leads the group, else
@@ -15,7 +16,8 @@ Theory of operation:
    `CancelConsumer`, `DeleteQueue`) and a call number (0: no answer wanted), answered by
    `CallReply` or `CallError`; a home (or a quorum leader) sends `Delivery` and
    `ConsumerCancelled` to a consumer's node, and a node whose link came up sends
-   `Definitions`. `RaftTraffic` carries a round's Raft messages.
+   `Definitions`. A publish to a direct reply-to address of another node goes to that
+   node as a `Reply`. `RaftTraffic` carries a round's Raft messages.
 4. Every request names the type of its reply as its generic parameter
    (`NodeRequest[R]`, `QueueRequest[R]`); `reply_type` reads it (a leader request's reply is
    `Led[R] | Redirect`). The answering side encodes its reply on its own, the asking side
@@ -164,6 +166,12 @@ class AppliedThrough(NodeRequest[bool], frozen=True, tag=13):
     index: int
 
 
+class ReplyLive(NodeRequest[bool], frozen=True, tag=16):
+    """Whether this node's channel of a direct reply-to `token` still consumes from it."""
+
+    token: str
+
+
 class Campaign(NodeRequest[None], frozen=True, tag=14):
     """The leader locator chose this node to lead a new queue's group."""
 
@@ -228,7 +236,14 @@ class Redirect(_Wire, frozen=True, tag=46):
 
 
 Request: TypeAlias = (
-    Status | NodeDetails | GroupStatus | AppliedThrough | Campaign | Forward[Any] | GroupRequest
+    Status
+    | NodeDetails
+    | GroupStatus
+    | AppliedThrough
+    | ReplyLive
+    | Campaign
+    | Forward[Any]
+    | GroupRequest
 )
 
 
@@ -317,6 +332,13 @@ class ConsumerCancelled(_Wire, frozen=True, tag=6):
     key: ConsumerKey
 
 
+class Reply(_Wire, frozen=True, tag=8):
+    """A message published to a direct reply-to address of the receiving node."""
+
+    token: str
+    message: MessageRecord
+
+
 class Definitions(_Wire, frozen=True, tag=7):
     """A node's own classic queues, non-durable exchanges and bindings, as operations."""
 
@@ -324,7 +346,7 @@ class Definitions(_Wire, frozen=True, tag=7):
 
 
 PeerMessage: TypeAlias = (
-    RaftTraffic | Call | CallReply | CallError | Delivery | ConsumerCancelled | Definitions
+    RaftTraffic | Call | CallReply | CallError | Delivery | ConsumerCancelled | Reply | Definitions
 )
 
 

@@ -45,6 +45,7 @@ from warren.cluster.metadata import (
 )
 from warren.cluster.nodes import METADATA_GROUP
 from warren.cluster.placement import place_replicas
+from warren.cluster.queue_entries import message_record
 from warren.model import QueueRecord, QueueType
 from warren.runtime.cluster import operations
 from warren.runtime.cluster.calls import (
@@ -64,6 +65,8 @@ from warren.runtime.cluster.calls import (
     Propose,
     Redirect,
     RemoveMember,
+    Reply,
+    ReplyLive,
     Request,
     Retry,
     Status,
@@ -86,6 +89,7 @@ from warren.runtime.queues.classic import ClassicHost
 from warren.runtime.queues.host import Placement, QueueHost
 
 if TYPE_CHECKING:
+    from warren.amqp.content import Message
     from warren.runtime.broker import Broker
     from warren.runtime.config import Config
     from warren.runtime.durability import Durability
@@ -100,6 +104,7 @@ TRANSFER_WAIT_S: Final = 2.0  # for the leader the locator chose, when another w
 JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
 REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
+REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -703,6 +708,18 @@ class ClusterNode:
             if hint is None:
                 await asyncio.sleep(RETRY_S)
 
+    def send_reply(self, node: str, token: str, message: Message) -> None:
+        self.peers.send(node, Reply(token, message_record(message)))
+
+    def reply_live(self, node: str, token: str) -> asyncio.Future[bool]:
+        return asyncio.ensure_future(self._reply_live(node, token))
+
+    async def _reply_live(self, node: str, token: str) -> bool:
+        try:
+            return await self.ask(node, ReplyLive(token), REPLY_LIVE_WAIT_S)
+        except (PeerUnavailable, RemoteError, TimeoutError):
+            return False  # as RabbitMQ: a reply consumer on a node that is gone is not live
+
     async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R:
         """A request to another node; its answer is the type the request names (the link
         decodes it as that type: `warren.runtime.cluster.calls.reply_type`)."""
@@ -728,6 +745,8 @@ class ClusterNode:
             return self.status()
         if kind is NodeDetails:
             return self.describe() if self.describe is not None else None
+        if isinstance(request, ReplyLive):
+            return request.token in self.broker.reply_to
         if isinstance(request, Forward):  # from a node that does not know the leader (join)
             return await self.leader_call(cast("LeaderRequest[object]", request.request))
         if isinstance(request, GroupStatus):

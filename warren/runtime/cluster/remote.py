@@ -96,6 +96,7 @@ from warren.runtime.cluster.calls import (
     QueueCounters,
     QueueCounts,
     QueueRequest,
+    Reply,
     call_reply,
     call_value,
 )
@@ -614,6 +615,10 @@ class RemoteQueues:
             self._cancelled(node, item)
         elif type(item) is Definitions:
             self._definitions(node, item.operations)
+        elif type(item) is Reply:  # to a direct reply-to address of this node's
+            target = self.broker.reply_to.get(item.token)
+            if target is not None:
+                target.deliver_reply(message(item.message))
 
     def _link(self, node: str, up: bool) -> None:
         """A link went down: each side lets go of what the other held (module doc, 4).

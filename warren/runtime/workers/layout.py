@@ -12,7 +12,9 @@ Theory of operation:
    cluster ports and cookie are chosen on the node's first start and kept in
    ``<data_dir>/workers.json``, so a restarted worker comes back as the same member.
 3. Every worker listens on the node's AMQP (and AMQPS) port with ``SO_REUSEPORT``, so the
-   kernel spreads connections over them; only worker 0 serves the management API.
+   kernel spreads connections over them; only worker 0 serves the management API on the
+   node's ports, and asks the others, over a Unix socket in each one's directory
+   (`management_address`, `warren.mgmt.workers`), for what lives in them.
 4. The workers hand connections to each other (`warren.runtime.workers.worker`) through
    inboxes, one Unix datagram socket pair per worker that the supervisor makes
    (`make_inboxes`) and every worker inherits: its own receiving end and every worker's
@@ -41,6 +43,7 @@ INBOXES_VARIABLE = "WARREN_WORKER_INBOXES"  # likewise: the inboxes' descriptors
 LAYOUT_FILE = "workers.json"
 LAYOUT_VERSION = 1
 WORKERS_DIR = "workers"
+MANAGEMENT_SOCKET = "management.sock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,12 @@ def worker_index(environ: Mapping[str, str]) -> int | None:
 def worker_name(node_name: str, index: int) -> str:
     name, at, host = node_name.partition("@")
     return f"{name}-w{index}{at}{host}"
+
+
+def management_address(config: Config, index: int) -> str:
+    """Where worker `index` serves its management API for worker 0: a Unix socket in its
+    data directory (`config` is a worker's, `worker_config`: the others' are siblings)."""
+    return str(config.data_dir.parent / str(index) / MANAGEMENT_SOCKET)
 
 
 def load_or_create(config: Config) -> Layout:

@@ -16,13 +16,18 @@ Theory of operation:
    restarted worker inherits the same ones.
 4. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
    them all. Its exit status is 0 when every worker stopped cleanly.
+5. A worker dies with its supervisor (`die_with_supervisor`: the kernel's parent-death
+   signal, SIGKILL), so kill -9 of the node kills all of it, as it does a one-process
+   node: no orphaned worker keeps its data directory locked or writes on after the crash.
 It never touches a worker's data: recovery is each worker's own start-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -33,6 +38,9 @@ from warren.runtime.workers.layout import (
     inboxes_setting,
     make_inboxes,
 )
+
+SUPERVISOR_VARIABLE = "WARREN_SUPERVISOR_PID"  # set by the supervisor for each worker
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 log = logging.getLogger("warren.workers")
 
@@ -74,6 +82,7 @@ class Supervisor:
             **self.environ,
             WORKER_INDEX_VARIABLE: str(index),
             INBOXES_VARIABLE: inboxes_setting(inbox, self.sending),
+            SUPERVISOR_VARIABLE: str(os.getpid()),
         }
         inherited = [sock.fileno() for sock in (inbox, *self.sending)]
         while True:
@@ -113,3 +122,15 @@ class Supervisor:
         status = await exited
         stopping.cancel()
         return status if status >= 0 else 128 - status  # killed by a signal: as a shell says
+
+
+def die_with_supervisor(environ: Mapping[str, str]) -> None:
+    """In a worker: be killed (SIGKILL) when the supervisor that started it dies, and die
+    now if it already has (its parent is no longer the pid it was given). Linux's prctl;
+    where there is none a worker outlives a supervisor killed with SIGKILL."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None:
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(environ[SUPERVISOR_VARIABLE]):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,132 @@
+"""Worker 0's management API answers for the whole node (issue 19): what lives in one
+worker (its connections, channels and consumers) is asked of every other worker.
+
+Theory of operation:
+1. Every worker of a node runs the management app; worker 0 serves it on the node's
+   management ports, each other worker on a Unix socket in its data directory
+   (`warren.runtime.workers.layout.management_address`), where worker 0 asks it.
+2. A list (``GET /api/connections``, ``/api/channels``, ``/api/consumers`` and their
+   per-vhost forms) is worker 0's items and every other worker's answer to the same
+   request without the listing parameters (``sort``, ``page``, ``columns``, ``name`` …),
+   which apply once, to the whole list. Each worker adds its own rates.
+3. One object by name (a connection, its channels, a channel; closing a connection) is
+   worker 0's when it has it, else the answer of the first other worker that does not
+   answer 404. A queue another worker holds (a classic queue's home, a quorum queue's
+   replica) shows that worker's counts, rates and samples, with every worker's message
+   stats added up.
+4. Node-wide totals (the overview's message stats, queue totals and counts of
+   connections, channels and consumers, an exchange's or a queue's message stats: each
+   worker's of its own) are the workers' answers added up (`summed`): counts, rates,
+   averages and samples alike, as each is a sum over the node's objects.
+5. A request goes on with the caller's ``Authorization``: each worker checks the caller
+   itself (users and permissions are the node's). A worker that does not answer within
+   `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
+   down. A request that came over a worker's socket is never asked further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+# the other workers' (node name, socket), on worker 0 only
+WORKERS_KEY = web.AppKey("workers", tuple)
+ASK_TIMEOUT_S = 5.0
+LISTING_PARAMETERS = frozenset(
+    ("name", "use_regex", "sort", "sort_reverse", "columns", "page", "page_size")
+)
+
+
+async def _ask(
+    request: web.Request, address: str, query: Mapping[str, str]
+) -> tuple[int, str, bytes] | None:
+    """The worker's (status, content type, body) for this request; None if it is down."""
+    url = URL("http://worker" + request.rel_url.raw_path, encoded=True).with_query(query)
+    headers = {"Authorization": request.headers.get("Authorization", "")}
+    if "X-Reason" in request.headers:
+        headers["X-Reason"] = request.headers["X-Reason"]
+    timeout = aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)
+    connector = aiohttp.UnixConnector(path=address)
+    try:
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.request(request.method, url, headers=headers) as response,
+        ):
+            return response.status, response.content_type, await response.read()
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None
+
+
+def _others(request: web.Request) -> Sequence[str]:
+    return [address for _, address in request.app.get(WORKERS_KEY, ())]
+
+
+def _response(answer: tuple[int, str, bytes]) -> web.Response:
+    status, content_type, body = answer
+    return web.Response(status=status, body=body or None, content_type=content_type)
+
+
+async def answered_elsewhere(request: web.Request) -> dict[str, Any]:
+    """The other workers' answers to this request without its listing parameters (module
+    doc, 2), by worker name: those that answered 200."""
+    query = {k: v for k, v in request.query.items() if k not in LISTING_PARAMETERS}
+    workers = request.app.get(WORKERS_KEY, ())
+    answers = await asyncio.gather(*(_ask(request, address, query) for _, address in workers))
+    return {
+        name: json.loads(answer[2])
+        for (name, _), answer in zip(workers, answers, strict=True)
+        if answer is not None and answer[0] == 200
+    }
+
+
+async def listed_elsewhere(request: web.Request) -> list[Any]:
+    """The other workers' items of the list this request asks for."""
+    return [item for items in (await answered_elsewhere(request)).values() for item in items]
+
+
+async def found_elsewhere(request: web.Request) -> web.Response | None:
+    """Another worker's answer for the one object this request names (module doc, 3);
+    None when no other worker has it."""
+    for address in _others(request):
+        answer = await _ask(request, address, request.query)
+        if answer is not None and answer[0] != 404:
+            return _response(answer)
+    return None
+
+
+async def with_stats_elsewhere(request: web.Request, items: list[Any]) -> list[Any]:
+    """`items` (objects named by vhost and name: exchanges, queues) with the other workers'
+    message stats of each added to their own (module doc, 4)."""
+    mine = {(item["vhost"], item["name"]): item for item in items}
+    for answer in (await answered_elsewhere(request)).values():
+        for other in answer if isinstance(answer, list) else [answer]:
+            item = mine.get((other.get("vhost"), other.get("name")))
+            if item is not None and "message_stats" in other:
+                item["message_stats"] = summed(
+                    item.get("message_stats", {}), other["message_stats"]
+                )
+    return items
+
+
+def summed(mine: Any, other: Any) -> Any:
+    """Two workers' figures of one shape as the node's (module doc, 4): numbers added,
+    objects key by key, samples point by point (each worker's newest first, at the same
+    interval; a sample keeps worker 0's timestamp)."""
+    if isinstance(mine, bool) or isinstance(other, bool):
+        return mine
+    if isinstance(mine, int | float) and isinstance(other, int | float):
+        return mine + other
+    if isinstance(mine, dict) and isinstance(other, dict):
+        added = {**other, **mine}
+        for key in mine.keys() & other.keys() - {"timestamp"}:
+            added[key] = summed(mine[key], other[key])
+        return added
+    if isinstance(mine, list) and isinstance(other, list):
+        return [summed(a, b) for a, b in zip(mine, other, strict=False)]
+    return mine
