@@ -1,42 +1,51 @@
 """A quorum queue's Raft entries: the queue commands its replicas apply, as versioned bytes.
 
 Theory of operation:
-1. What a quorum queue proposes is a `Sequenced` queue command (`warren.queue`): who sent
-   it (node, the node process's incarnation, host number), its number, and the command,
-   for a publish the whole `Message` (exchange, routing key, raw properties, body).
-   `encode` writes it as one record, `decode` reads it back as the same objects. The
-   Raft host puts its stamp (the leader's clock) before these bytes
-   (`warren.runtime.cluster.raft_host`, point 8); what is described here follows it.
-2. Layout, version 1: the byte ``FORMAT`` (0x01), then one MessagePack array, written by
-   msgspec from the array-like Structs below (fields in the order they are declared,
-   no names)::
+1. What a quorum queue proposes is a batch of `Sequenced` queue commands (`warren.queue`)
+   of one sender (node, the node process's incarnation, host number): the commands its
+   host sent in one turn of the event loop, each with its number, a publish with its whole
+   `Message` (exchange, routing key, raw properties, body). One entry for many commands
+   is one Raft append, one WAL record and one acknowledgement per follower for all of
+   them. `encode` writes a batch, `decode` reads an entry of any format back as the
+   list of commands it holds, in order. The Raft host puts its stamp (the leader's clock)
+   before these bytes (`warren.runtime.cluster.raft_host`, point 8); what is described
+   here follows it.
+2. Layout, version 2 (``BATCH``, 0x02, what this release writes): the format byte, then
+   one MessagePack array, written by msgspec from the array-like Structs below (fields in
+   the order they are declared, no names)::
 
-       [sender [node, incarnation, number], seq, command [kind, field, ...]]
+       [sender [node, incarnation, number], [seq, ...], [command, ...]]
 
-   where ``kind`` tags the command (`_KINDS`: 1 Enqueue, 2 Checkout, 3 Cancel, 4 Settle,
-   5 Return, 6 Discard, 7 Get, 8 SettleDeadLetter, 9 Purge, 10 Touch, 11 Tick,
-   12 Configure) and the fields are the command's, in its dataclass's order. An
-   Enqueue's message is ``[exchange, routing_key, properties, body]`` (properties and body
-   as MessagePack bin, the bytes the publisher sent); consumer keys (`Checkout`,
-   `Cancel`, `Get.holder`) are ``[node, incarnation, number]``; `Configure`'s settings
-   are a map of `QueueSettings`' fields (enums by value). A 128-byte publish is an entry
-   of about 180 bytes.
-3. A later layout gets the next format byte; a reader knows every one it ever wrote.
-   Bytes opening with pickle's PROTO opcode (0x80) were written by Warren 0.3 or earlier
-   (a pickled `Sequenced`, or before stamps a pickled ``(time, command)``): `decode`
-   hands them to `warren.legacy`, once, when such a log is applied after an upgrade.
+   the n-th command with the n-th number. A command is ``[kind, field, ...]`` where
+   ``kind`` tags it (`_KINDS`: 1 Enqueue, 2 Checkout, 3 Cancel, 4 Settle, 5 Return,
+   6 Discard, 7 Get, 8 SettleDeadLetter, 9 Purge, 10 Touch, 11 Tick, 12 Configure) and
+   the fields are the command's, in its dataclass's order. An Enqueue's message is
+   ``[exchange, routing_key, properties, body]`` (properties and body as MessagePack bin,
+   the bytes the publisher sent); consumer keys (`Checkout`, `Cancel`, `Get.holder`) are
+   ``[node, incarnation, number]``; `Configure`'s settings are a map of
+   `QueueSettings`' fields (enums by value). A 128-byte publish adds about 170 bytes.
+3. Version 1 (``FORMAT``, 0x01, written by the release before) held one command:
+   ``[sender, seq, command]``; it is still read, as a batch of one. A later layout gets
+   the next format byte; a reader knows every one it ever wrote. Bytes opening with
+   pickle's PROTO opcode (0x80) were written by Warren 0.3 or earlier (a pickled
+   `Sequenced`, or before stamps a pickled ``(time, command)``): `decode` hands them to
+   `warren.legacy`, once, when such a log is applied after an upgrade.
 4. Records are decoded into today's objects (`from_record`): the machine applies
    dataclasses. A publish's message stays the decoded `MessageRecord` until something
    hands it out (`message`): a replica keeps the bodies of recent publishes at hand,
    and most of them (all, on a node without consumers) are never read from there. A
-   proposer that still holds the command it encoded skips decoding altogether
-   (`QuorumHost.apply_entry`).
+   proposer that still holds the commands it encoded skips decoding them altogether
+   (`QuorumHost.apply_entry`): only the sender and the numbers are read.
+5. A queue machine keeps, in place of a message, where its publish is: the entry's Raft
+   index and the command's slot in the entry, as one int (`position`: the slot above
+   bit 48, so slot 0 is the index itself, which is what a version 1 entry's publish and
+   the machines and snapshots of the release before hold).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 import msgspec
 
@@ -60,8 +69,13 @@ from warren.queue import (
     Touch,
 )
 
-FORMAT: Final = 0x01  # point 2
+FORMAT: Final = 0x01  # one command (point 3), read only
+BATCH: Final = 0x02  # a batch of commands (point 2), written
+BATCH_MAX: Final = 4096  # commands in one entry at most; a slot fits in 15 bits
+_SLOT_SHIFT: Final = 48  # point 5
+_INDEX_MASK: Final = (1 << _SLOT_SHIFT) - 1
 Key: TypeAlias = tuple[str, str, int]  # a sender or consumer key: node, incarnation, number
+_R = TypeVar("_R")
 
 
 class MessageRecord(msgspec.Struct, array_like=True):
@@ -148,9 +162,27 @@ CommandRecord: TypeAlias = (
 
 
 class _Sequenced(msgspec.Struct, array_like=True):
+    """Version 1: one command (point 3)."""
+
     sender: Key
     seq: int
     command: CommandRecord
+
+
+class _Batch(msgspec.Struct, array_like=True):
+    """Version 2: the commands of one sender (point 2)."""
+
+    sender: Key
+    seqs: list[int]
+    commands: list[_Record]
+
+
+class _BatchHead(msgspec.Struct, array_like=True):
+    """A version 2 entry with its commands left undecoded (point 4)."""
+
+    sender: Key
+    seqs: list[int]
+    commands: msgspec.Raw
 
 
 # each command's record, and back; fields match by name and order (point 2)
@@ -170,19 +202,21 @@ _KINDS: Final[dict[type[Command], type[CommandRecord]]] = {
 }
 _COMMANDS: Final = {record: command for command, record in _KINDS.items()}
 _FIELDS: Final = {command: tuple(f.name for f in fields(command)) for command in _KINDS}  # type: ignore[arg-type]
-_FORMAT_BYTE: Final = bytes((FORMAT,))
+_BATCH_BYTE: Final = bytes((BATCH,))
 _encoder: Final = msgspec.msgpack.Encoder()
-_decoder: Final = msgspec.msgpack.Decoder(_Sequenced)
+_one_decoder: Final = msgspec.msgpack.Decoder(_Sequenced)
+_batch_decoder: Final = msgspec.msgpack.Decoder(_Batch)
+_head_decoder: Final = msgspec.msgpack.Decoder(_BatchHead)
 
 
 class EntryError(ValueError):
     """Bytes that are no quorum queue entry of a known format."""
 
 
-def encode(numbered: Sequenced) -> bytes:
-    """`numbered` as an entry's bytes (point 2)."""
-    return _FORMAT_BYTE + _encoder.encode(
-        _Sequenced(numbered.sender, numbered.seq, to_record(numbered.command))  # type: ignore[arg-type]
+def encode(sender: Key, commands: list[tuple[int, Command]]) -> bytes:
+    """The commands of `sender`, each with its number, as one entry's bytes (point 2)."""
+    return _BATCH_BYTE + _encoder.encode(
+        _Batch(sender, [seq for seq, _ in commands], [to_record(c) for _, c in commands])
     )
 
 
@@ -199,22 +233,59 @@ def to_record(command: Command) -> CommandRecord:
 
 def decode(
     data: bytes | memoryview, sender: Key | None = None, sent: dict[int, Command] | None = None
-) -> object:
-    """The `Sequenced` command an entry's bytes hold, or what `warren.legacy` reads from an
-    earlier release's (point 3). The commands of `sender` (the host decoding) are taken
-    from `sent` (its commands by number) while it holds them, not decoded (point 4)."""
-    if data[0] != FORMAT:
-        if legacy.is_pickle(data):
-            return legacy.loads(data)
-        raise EntryError(f"quorum queue entry of unknown format 0x{data[0]:02x}")
+) -> list[object]:
+    """The `Sequenced` commands an entry's bytes hold, in order, or what `warren.legacy`
+    reads from an earlier release's (point 3). The commands of `sender` (the host
+    decoding) are taken from `sent` (its commands by number) while it holds all of them,
+    not decoded (point 4)."""
+    kind = data[0]
+    if kind == BATCH and sent and sender is not None:
+        head = _decode(_head_decoder, data)
+        seqs = head.seqs
+        if head.sender == sender and all(seq in sent for seq in seqs):
+            return [Sequenced(sender, seq, sent.pop(seq)) for seq in seqs]
+    if kind == BATCH:
+        batch = _decode(_batch_decoder, data)
+        if len(batch.seqs) != len(batch.commands):
+            raise EntryError("malformed quorum queue entry: a number for every command expected")
+        return [
+            Sequenced(batch.sender, seq, from_record(command))
+            for seq, command in zip(batch.seqs, batch.commands, strict=True)
+        ]
+    if kind == FORMAT:
+        one = _decode(_one_decoder, data)
+        return [Sequenced(one.sender, one.seq, from_record(one.command))]
+    if legacy.is_pickle(data):
+        return [legacy.loads(data)]
+    raise EntryError(f"quorum queue entry of unknown format 0x{kind:02x}")
+
+
+def batched(data: bytes | memoryview) -> bool:
+    """Whether the entry is a batch (its proposer is answered a list, one per command)
+    rather than one command of version 1 or an earlier release."""
+    return data[0] == BATCH
+
+
+def _decode(decoder: msgspec.msgpack.Decoder[_R], data: bytes | memoryview) -> _R:
     try:
-        record = _decoder.decode(memoryview(data)[1:])
+        return decoder.decode(memoryview(data)[1:])
     except msgspec.DecodeError as error:
         raise EntryError(f"malformed quorum queue entry: {error}") from error
-    command = sent.pop(record.seq, None) if sent and record.sender == sender else None
-    if command is None:
-        command = from_record(record.command)
-    return Sequenced(record.sender, record.seq, command)
+
+
+def position(index: int, slot: int) -> int:
+    """Where a publish is: its entry's Raft index and its slot in the entry (point 5)."""
+    return index | slot << _SLOT_SHIFT
+
+
+def index_of(held: int) -> int:
+    """The Raft index of the entry at `position` `held`."""
+    return held & _INDEX_MASK
+
+
+def slot_of(held: int) -> int:
+    """The command's slot in the entry at `position` `held`."""
+    return held >> _SLOT_SHIFT
 
 
 def from_record(record: CommandRecord) -> Command:

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from itertools import repeat
@@ -413,7 +413,9 @@ class _Sender:
     def __init__(self, now_ms: int) -> None:
         self.applied_to = 0  # every number up to this one was applied
         self.above: set[int] = set()  # applied numbers above `applied_to`
-        self.replies: dict[int, Reply] = {}  # the latest ones, oldest first
+        # the latest ones, oldest first (an OrderedDict: a dict's oldest key is found by
+        # scanning past every one deleted before it)
+        self.replies: OrderedDict[int, Reply] = OrderedDict()
         self.last_ms = now_ms
 
     def applied(self, seq: int) -> bool:
@@ -423,8 +425,11 @@ class _Sender:
         replies = self.replies
         replies[seq] = reply
         if len(replies) > SEQUENCED_REPLIES_KEPT:
-            del replies[next(iter(replies))]
+            replies.popitem(last=False)
         above = self.above
+        if seq == self.applied_to + 1 and not above:  # the usual case: the next one
+            self.applied_to = seq
+            return
         above.add(seq)
         if len(above) > SEQUENCED_GAP_MAX:
             self.applied_to = min(above) - 1  # the sender gave up what is missing

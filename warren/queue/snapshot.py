@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import fields
 from typing import Any, Final, TypeAlias, cast
@@ -251,7 +251,7 @@ def loads(data: bytes) -> QueueMachine:
     for s in record.senders:
         sender = machine._senders[s.key] = _Sender(s.last_ms)
         sender.applied_to, sender.above = s.applied_to, set(s.above)
-        sender.replies = {seq: _reply(reply) for seq, reply in s.replies.items()}
+        sender.replies = OrderedDict((seq, _reply(reply)) for seq, reply in s.replies.items())
     machine._fetched_by = dict[int, Hashable](record.fetched_by)
     return machine
 

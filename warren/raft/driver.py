@@ -23,6 +23,16 @@ Theory of operation:
    away meanwhile leaves the round with `drop`.
 5. If the sync fails (a crash, a full disk), the caller must not call `finish`: nothing is
    sent, no node advances, and every node of the round is rebuilt from storage.
+6. `send_early()`, between `begin` and the sync, sends what a leader may send before its
+   writes are durable (its appends and heartbeats, `RaftNode.may_send_early`), so the
+   followers write while the leader does; `send()` then sends the rest. Responses and
+   vote requests always wait for the sync: they promise what was persisted.
+7. `apply_early()`, likewise, applies the committed entries that an earlier round
+   already made durable here (up to the log's `stable_index`; a Ready that restores a
+   snapshot waits): what this round writes is only newer entries and the commit index,
+   which nothing needs durable to apply what is committed (a restarted node learns the
+   commit index again from the leader). So a commit costs no sync of its own before it
+   is applied. `apply()` then applies the rest.
 """
 
 from __future__ import annotations
@@ -30,7 +40,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from warren.raft.messages import Entry, HardState, Message, ReadState, Ready, Snapshot
+from warren.raft.messages import (
+    Entry,
+    HardState,
+    Message,
+    MessageType,
+    ReadState,
+    Ready,
+    Snapshot,
+)
 from warren.raft.node import RaftNode
 
 
@@ -85,16 +103,20 @@ class Driven(Protocol):
 
 
 G = TypeVar("G", bound=Driven)
+# what a leader may send before its writes are durable (point 6)
+_EARLY = frozenset({MessageType.APPEND, MessageType.HEARTBEAT})
 
 
 class Round(Generic[G]):
     """One `Ready` of each of several groups, between `begin` and `finish` (point 1)."""
 
-    __slots__ = ("_readies", "wrote")
+    __slots__ = ("_applied", "_early", "_readies", "wrote")
 
     def __init__(self, readies: list[tuple[G, Ready]], wrote: bool) -> None:
         self._readies = readies
         self.wrote = wrote  # something was persisted: the caller must sync before finish
+        self._early: set[int] = set()  # ids of the Readies whose early messages went
+        self._applied: dict[int, int] = {}  # id of a Ready: its entries applied early
 
     @property
     def groups(self) -> list[G]:
@@ -108,18 +130,54 @@ class Round(Generic[G]):
         self.send()
         self.apply()
 
+    def send_early(self) -> None:
+        """Before the sync: every leader's appends and heartbeats (point 6)."""
+        for group, ready in self._readies:
+            if ready.messages and group.node.may_send_early(ready):
+                self._early.add(id(ready))
+                transport = group.transport
+                for message in ready.messages:
+                    if message.type in _EARLY:
+                        transport.send(message)
+
     def send(self) -> None:
+        early = self._early
         for group, ready in self._readies:
             transport = group.transport
-            for message in ready.messages:
-                transport.send(message)
+            if id(ready) in early:
+                for message in ready.messages:
+                    if message.type not in _EARLY:
+                        transport.send(message)
+            else:
+                for message in ready.messages:
+                    transport.send(message)
+
+    def apply_early(self) -> None:
+        """Before the sync: committed entries already durable here (point 7)."""
+        for group, ready in self._readies:
+            committed = ready.committed
+            if not committed or ready.snapshot is not None:
+                continue
+            stable = group.node.log.stable_index
+            state_machine = group.state_machine
+            count = 0
+            for entry in committed:
+                if entry.index > stable:
+                    break
+                state_machine.apply(entry)
+                count += 1
+            if count:
+                self._applied[id(ready)] = count
 
     def apply(self) -> None:
+        applied = self._applied
         for group, ready in self._readies:
             state_machine = group.state_machine
             if ready.snapshot is not None:
                 state_machine.restore(ready.snapshot)
-            for entry in ready.committed:
+            committed = ready.committed
+            done = applied.get(id(ready), 0) if applied else 0
+            for entry in committed[done:] if done else committed:
                 state_machine.apply(entry)
             for read_state in ready.read_states:
                 # Read states come from a commit index the leader already had, which this

@@ -36,6 +36,13 @@ Theory of operation:
     commit index, confirms with a heartbeat round that a majority still follows it, and
     returns a `ReadState`; the application reads once it has applied that index
     (bookkeeping in `warren.raft.reads`).
+11. A leader writes its log in parallel with replicating it (dissertation section
+    10.2.1): its APPEND and HEARTBEAT messages promise nothing about its own disk (it
+    counts its own log towards a commit only once persisted, point 5), so a driver may
+    send them before the Ready's writes are durable (`may_send_early`). Not when the
+    same Ready persists a new term or vote: a leader of one voter elected in one Ready
+    could otherwise crash, come back at the old term, win the same term again and send
+    other entries under it.
 """
 
 from __future__ import annotations
@@ -270,6 +277,14 @@ class RaftNode:
         self._messages = []
         self._read_states = []
         return ready
+
+    def may_send_early(self, ready: Ready) -> bool:
+        """Whether `ready`'s appends and heartbeats may go before its writes are durable
+        (point 11): between `ready()` and `advance(ready)`, while `ready` persists no new
+        term or vote."""
+        hard = ready.hard_state
+        prev = self._prev_hard_state
+        return hard is None or (hard.term == prev.term and hard.vote == prev.vote)
 
     def advance(self, ready: Ready) -> None:
         log = self.log

@@ -959,8 +959,10 @@ class Channel:
 
     def _count_replicating(self, outcome: asyncio.Future[bool]) -> None:
         """Flow control (RabbitMQ's quorum_commands_soft_limit): past the limit of publishes
-        to quorum queues waiting for their commit, the connection stops reading until half
-        of them are done, so a fast publisher cannot pile up commands in memory."""
+        to quorum queues waiting for their commit, the connection stops reading until fewer
+        than the limit wait (rabbit_fifo_client unblocks below its soft limit, not at half
+        of it: with half, a confirmed publisher ran at three quarters of the window), so a
+        fast publisher cannot pile up commands in memory."""
         self.replicating += 1
         if self.replicating > self.broker.config.quorum_commands_soft_limit:
             self.connection.hold_flow(self, True)
@@ -968,7 +970,7 @@ class Channel:
 
     def _replication_done(self, _done: asyncio.Future[bool]) -> None:
         self.replicating -= 1
-        if self.replicating <= self.broker.config.quorum_commands_soft_limit // 2:
+        if self.replicating < self.broker.config.quorum_commands_soft_limit:
             self.connection.hold_flow(self, False)
 
     def _inspect_properties(self, message: Message, routing_keys: list[str]) -> Any:

@@ -55,15 +55,14 @@ class _Cluster:
         self.sent: list[Command] = []
 
     def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
-        numbered = queue_entries.decode(data)
-        assert type(numbered) is Sequenced
-        self.sent.append(numbered.command)
+        batch = queue_entries.decode(data)
+        self.sent.extend(numbered.command for numbered in batch if type(numbered) is Sequenced)
         future = asyncio.get_running_loop().create_future()
         if self.failing:
             self.failing -= 1
             future.set_exception(PeerUnavailable("rabbit@a", "no answer in time"))
         else:
-            future.set_result(None)
+            future.set_result([None] * len(batch))
         return future
 
     def forget_queue(self, host: QuorumHost) -> None:

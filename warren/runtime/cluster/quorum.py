@@ -10,6 +10,10 @@ Theory of operation:
    publishes (the confirm waits for a majority), basic.get, purge. The reply a committed
    entry gives the proposer is already the outcome's value (a publish's: True unless the
    queue rejected it).
+   The commands a host sends in one turn of the event loop go as one entry (a batch:
+   `queue_entries`, point 1), so a burst of publishes costs one proposal, one Raft append
+   per follower and one reply; each command's outcome is its own future, answered from
+   the batch's reply (a list, one per command).
    Every command is numbered by the host that sends it (`Sequenced`): when a leader
    change makes the node send a command again that had committed after all, the machine
    applies it once and answers the copy as it answered the first. Settles and cancels,
@@ -46,14 +50,15 @@ Theory of operation:
    process (`Get.holder`, a key numbered 0), and returned by the same rules.
 4. Settings (arguments, policies) are applied by the leader as a replicated `Configure`
    when it is elected and whenever a policy changes, so every replica limits the same way.
-5. Bodies stay on disk, as in RabbitMQ's quorum queues: the machine keeps the Raft index
-   of an `Enqueue`'s entry (`Meta.index`) in place of its message, so it holds only a
-   small record per message (`Entry`: ids, size, deadline, that index). The body is read back
+5. Bodies stay on disk, as in RabbitMQ's quorum queues: the machine keeps the position
+   of an `Enqueue` (`Meta.index`: its entry's Raft index and its slot in the batch,
+   `queue_entries.position`) in place of its message, so it holds only a small record
+   per message (`Entry`: ids, size, deadline, that position). The body is read back
    from the entry when the message is handed out (delivered to a consumer of this node,
    fetched, dead-lettered), from the log in memory or from the WAL
    (`RaftGroup.entry_data`); the last `RECENT_BODIES_MAX` bodies applied are kept at
    hand, so that a consumer that keeps up never waits for a read. What is handed out is a
-   copy of the entry with the message in it: the machine's entry keeps its index.
+   copy of the entry with the message in it: the machine's entry keeps its position.
 6. Snapshots are the machine with its entries as columns (`warren.queue.snapshot`,
    `MACHINE_VERSION` 2: small records only). The indexes it holds are `kept_indexes`: the Raft
    host keeps the WAL from the lowest of them on, and sends a follower that needs the
@@ -131,6 +136,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.quorum")
 R = TypeVar("R")
 
+# commands sent in one turn of the event loop: number, command, its outcome
+_Batch = list[tuple[int, Command, "asyncio.Future[object]"]]
 _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
 # bodies of the latest enqueues kept in memory, so a consumer that keeps up reads no disk
 RECENT_BODIES_MAX: Final = 4096
@@ -198,6 +205,7 @@ class QuorumHost(HostFields):
         # what this host proposed and has not seen applied, by number: applied as it is
         # rather than decoded again (`queue_entries.decode`)
         self._sent: dict[int, Command] = {}
+        self._batch: _Batch = []  # sent in this turn of the event loop, not yet proposed
         self._delivered_through = 0  # the last index whose deliveries this node made,
         self._delivered_by: str | None = None  # from its replica (its name) or a leader's
         # holds what this node process takes with basic.get (consumers count from 1)
@@ -213,7 +221,7 @@ class QuorumHost(HostFields):
         self._applying = 0  # likewise: the entry's Raft index
         self.replica = Replica(self)
         self._replicas: tuple[int, ...] = ()  # the Raft configuration the leader last saw
-        # Raft index: body (a `Message`, or as the entry holds it: `queue_entries.message`)
+        # position: body (a `Message`, or as the entry holds it: `queue_entries.message`)
         self._recent: OrderedDict[int, object] = OrderedDict()
         self.refresh_policies()
 
@@ -290,21 +298,55 @@ class QuorumHost(HostFields):
         return self._send(next(self._seq), command)
 
     def _send(self, seq: int, command: Command) -> asyncio.Future[object]:
-        data = queue_entries.encode(Sequenced(self._sender, seq, command))
+        """Into the batch of this turn of the event loop: every command the host sends in
+        one turn goes as one entry (`queue_entries`, point 1), proposed once the turn's
+        other callbacks ran (`_flush`)."""
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        batch = self._batch
+        if not batch:
+            asyncio.get_running_loop().call_soon(self._flush)
+        batch.append((seq, command, future))
         self._sent[seq] = command
-        future = self.cluster.submit(self.group_id, data)
-        self._outstanding.add(future)
-        future.add_done_callback(partial(self._settled, seq))
+        if len(batch) >= queue_entries.BATCH_MAX:
+            self._flush()
         return future
 
-    def _settled(self, seq: int, future: asyncio.Future[object]) -> None:
-        self._sent.pop(seq, None)  # failed, or applied elsewhere: a later copy is decoded
-        self._outstanding.discard(future)
-        _observe(future)
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return  # flushed early (full, or a count waits for it)
+        data = queue_entries.encode(self._sender, [(seq, command) for seq, command, _ in batch])
+        submitted = self.cluster.submit(self.group_id, data)
+        self._outstanding.add(submitted)
+        submitted.add_done_callback(partial(self._answered, batch))
+
+    def _answered(self, batch: _Batch, submitted: asyncio.Future[object]) -> None:
+        """The batch's entry was applied (a reply per command), or its submit failed."""
+        self._outstanding.discard(submitted)
+        sent = self._sent
+        for seq, _command, _future in batch:
+            sent.pop(seq, None)  # failed, or applied elsewhere: a later copy is decoded
+        if submitted.cancelled():
+            for _seq, _command, future in batch:
+                future.cancel()
+            return
+        error = submitted.exception()
+        if error is not None:
+            log.debug("%s: %s commands failed: %s", self.group_id, len(batch), error)
+            for _seq, _command, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # seen: those nobody waits for fail quietly
+            return
+        replies = cast("list[object]", submitted.result())
+        for (_seq, _command, future), reply in zip(batch, replies, strict=True):
+            if not future.done():
+                future.set_result(reply)
 
     async def _counts(self) -> tuple[int, int]:
         """declare-ok's message and consumer counts, read after every command this node
         sent has been applied, from the leader's state (read your writes)."""
+        self._flush()
         if self._outstanding:
             await asyncio.gather(*self._outstanding, return_exceptions=True)
         if self.leader:
@@ -314,6 +356,7 @@ class QuorumHost(HostFields):
     async def recheck_consumers(self) -> None:
         """On a node without a replica, once a link is back: consumers the leader cancelled
         meanwhile (the word of it went with the link) are cancelled here too."""
+        self._flush()
         if self._outstanding:
             await asyncio.gather(*self._outstanding, return_exceptions=True)
         ours = list(self._consumers)
@@ -427,33 +470,46 @@ class QuorumHost(HostFields):
     # --- the Raft group's state machine --------------------------------------------------------
 
     def apply_entry(self, meta: EntryMeta, data: bytes) -> object:
-        """Apply a committed entry; the reply is the proposer's outcome value (a publish's
-        bool, basic.get's `Got` or None, purge's count)."""
+        """Apply a committed entry: its commands in order, each with its own position
+        (`queue_entries.position`); the reply is the proposer's outcome value for each
+        (a publish's bool, basic.get's `Got` or None, purge's count), a list of them
+        for a batch."""
         index = meta.index
-        time_ms = meta.time_ms
-        numbered = queue_entries.decode(data, self._sender, self._sent)
-        if time_ms is None:  # written before the leader stamped entries: (proposer's time, command)
-            time_ms, numbered = cast("tuple[int, Command]", numbered)
-        command = numbered.command if type(numbered) is Sequenced else numbered
-        if type(command) is Enqueue:  # the machine keeps the entry's index (point 5)
-            recent = self._recent
-            recent[index] = command.message
-            if len(recent) > RECENT_BODIES_MAX:
-                recent.popitem(last=False)
-        reply, effects = self.machine.apply(Meta(time_ms, index=index), cast("Command", numbered))
+        commands = queue_entries.decode(data, self._sender, self._sent)
         leader = self.leader
         if leader:
             self._check_replicas()
-        if type(command) is Enqueue:
-            reply = type(reply) is not Rejected
-        elif leader and type(reply) is Got:  # to the proposer, maybe on another node
-            reply = Got(self.with_body(reply.entry), reply.remaining)
         # a replica started again in this process (its node was a member, then not, then
         # again) applies the log from the start: its consumers had what came before
         mine = None
         if index > self._delivered_through:
             mine = self.cluster.name
-            self._delivered_through, self._delivered_by = index, self.cluster.name
+            self._delivered_through, self._delivered_by = index, mine
+        replies = [
+            self._apply_command(meta, slot, numbered, leader, mine)
+            for slot, numbered in enumerate(commands)
+        ]
+        return replies if queue_entries.batched(data) else replies[0]
+
+    def _apply_command(
+        self, meta: EntryMeta, slot: int, numbered: object, leader: bool, mine: str | None
+    ) -> object:
+        index = meta.index
+        time_ms = meta.time_ms
+        if time_ms is None:  # written before the leader stamped entries: (proposer's time, command)
+            time_ms, numbered = cast("tuple[int, Command]", numbered)
+        command = numbered.command if type(numbered) is Sequenced else numbered
+        held = queue_entries.position(index, slot)
+        if type(command) is Enqueue:  # the machine keeps the entry's position (point 5)
+            recent = self._recent
+            recent[held] = command.message
+            if len(recent) > RECENT_BODIES_MAX:
+                recent.popitem(last=False)
+        reply, effects = self.machine.apply(Meta(time_ms, index=held), cast("Command", numbered))
+        if type(command) is Enqueue:
+            reply = type(reply) is not Rejected
+        elif leader and type(reply) is Got:  # to the proposer, maybe on another node
+            reply = Got(self.with_body(reply.entry), reply.remaining)
         if type(command) is Cancel:
             cancelled = cast("ConsumerKey", command.consumer)
             if cancelled in self._consumers:
@@ -506,22 +562,27 @@ class QuorumHost(HostFields):
         copy.delivery_count = entry.delivery_count
         return copy
 
-    def read_body(self, index: int) -> Message:
-        """The message enqueued by the entry at Raft `index`."""
-        held = self._recent.get(index)
-        if held is None:
+    def read_body(self, held: int) -> Message:
+        """The message enqueued by the command at `position` `held` (point 5)."""
+        recent = self._recent.get(held)
+        if recent is None:
             assert self.group is not None, "a replica without its Raft group holds no message"
-            command = queue_entries.decode(self.group.entry_data(index))
+            data = self.group.entry_data(queue_entries.index_of(held))
+            command = queue_entries.decode(data)[queue_entries.slot_of(held)]
             if type(command) is tuple:  # written before stamps: (proposer's time, command)
                 command = command[1]
             if type(command) is Sequenced:
                 command = command.command
             assert type(command) is Enqueue
-            held = command.message
-        return queue_entries.message(held)
+            recent = command.message
+        return queue_entries.message(recent)
 
     def kept_indexes(self) -> list[int]:
-        return [e.message for e in self.machine.held_entries() if type(e.message) is int]
+        """The Raft indexes of the entries holding the messages the machine holds."""
+        index_of = queue_entries.index_of
+        return list(
+            {index_of(e.message) for e in self.machine.held_entries() if type(e.message) is int}
+        )
 
     def snapshot(self) -> bytes:
         return queue_snapshot.dumps(self.machine)
@@ -711,11 +772,3 @@ class Replica:
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:
         self.host.role_changed(leader, leader_node)
-
-
-def _observe(future: asyncio.Future[object]) -> None:
-    """Fire-and-forget proposals fail quietly; the ones a caller waits for are seen there."""
-    if not future.cancelled():
-        error = future.exception()
-        if error is not None:
-            log.debug("quorum proposal failed: %s", error)

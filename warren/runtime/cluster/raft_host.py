@@ -9,8 +9,12 @@ Theory of operation:
 2. Rounds are `warren.raft.Round`s, the driver the simulator checks, over every group
    touched since the last round: `begin` takes each one's `ready()` and persists it
    through the group's `storage` (the WAL, `_WalStorage`); the host seals the WAL and
-   syncs ONCE on a worker thread while the event loop goes on. When the sync returns: the
-   host reclaims WAL space, `Round.send` hands every message to its group (`RaftGroup.send`
+   syncs ONCE on a worker thread while the event loop goes on; a leader's appends and
+   heartbeats go before that sync (`Round.send_early`), so its followers write while it
+   does, and committed entries an earlier round made durable are applied before it
+   (`Round.apply_early`), so a commit waits for no sync of its own. When the sync
+   returns: the
+   host reclaims WAL space, `Round.send` hands every other message to its group (`RaftGroup.send`
    batches them per destination node), the host sends one `RaftTraffic` per destination,
    and `Round.apply` restores snapshots and applies committed entries to the groups
    (resolving the proposers' futures) and advances them; then each group takes its
@@ -669,6 +673,10 @@ class RaftHost:
             for group in round_.groups:
                 group.taken()
             batch = wal.seal()
+            if batch is not None:  # the followers write while this node syncs
+                round_.send_early()
+                self._flush()
+                round_.apply_early()  # what an earlier round made durable
         except Exception as error:
             self._fail(error)
             return

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from warren.cluster import queue_entries
 from warren.cluster.nodes import METADATA_GROUP
 from warren.queue import machine
 from warren.runtime.cluster.quorum import QuorumHost
@@ -49,7 +50,8 @@ def confirm_before_commit() -> Iterator[None]:
         for index, (_term, waiting) in list(self._proposals.items()):
             if waiting is future and not future.done():
                 del self._proposals[index]
-                future.set_result(True)
+                # a batch's reply: every command of it accepted (`QuorumHost.apply_entry`)
+                future.set_result([True] * len(queue_entries.decode(data)))
 
     with _patched(RaftGroup, "_propose", propose):
         yield
