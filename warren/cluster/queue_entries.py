@@ -174,7 +174,7 @@ class _Batch(msgspec.Struct, array_like=True):
 
     sender: Key
     seqs: list[int]
-    commands: list[_Record]
+    commands: list[CommandRecord]
 
 
 class _BatchHead(msgspec.Struct, array_like=True):

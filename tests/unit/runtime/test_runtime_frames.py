@@ -40,6 +40,7 @@ from warren.runtime.cluster.calls import (
     GroupStatus,
     Led,
     NodeDetails,
+    Outcomes,
     PeerMessage,
     Propose,
     QueueCommand,
@@ -177,6 +178,7 @@ def test_items_cross_a_frame_as_themselves() -> None:
         (Counts("g"), Led((3, 1))),
         (Consumers("g"), Led([KEY])),
         (Propose("g", (b"a",)), Led([True, None, 4, RETRY, Applied(3, None)])),
+        (Propose("g", (b"a", b"b")), Led([Outcomes([True, None, 2]), RETRY])),
     ],
 )
 def test_an_answer_is_decoded_as_its_request_s_reply_type(request_: Request, reply: object) -> None:
@@ -211,6 +213,16 @@ def test_live_replies_cross_as_records_and_come_back() -> None:
     assert back[0].remaining == 4
     assert type(back[1]) is Refused and back[1].error.code is ReplyCode.ACCESS_REFUSED
     assert back[2:] == [None, 7, True]
+
+
+def test_a_batched_entry_s_replies_cross_as_one_list() -> None:
+    replies = [True, Got(an_entry(), 0), None, 3]  # a format 2 entry's commands, in order
+    wire = msgspec.msgpack.encode(Led([to_wire(replies)]))
+    led = msgspec.msgpack.decode(wire, type=reply_type(Propose("g", ())))
+    assert type(led) is Led
+    (back,) = [from_wire(o) for o in led.value]
+    assert type(back) is list and back[0] is True and back[2:] == [None, 3]
+    assert type(back[1]) is Got and same_entry(back[1].entry, an_entry())
     refused = Applied(8, to_wire(queue_not_found("q", "/")))  # type: ignore[arg-type]
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(refused), type=Applied)
     error = from_wire(decoded.value)

@@ -110,9 +110,18 @@ class Applied(_Wire, frozen=True, tag=44):
     value: Outcome
 
 
+class Outcomes(_Wire, frozen=True, tag=47):
+    """The replies of a batched entry's commands, in order (`warren.cluster.queue_entries`
+    format 2): a list cannot stand in a union beside the tagged records."""
+
+    values: list[Outcome]
+
+
 # an entry's reply as it crosses the link: a publish's bool, basic.get's `Got` or None,
-# purge's count, a settlement's count, a metadata operation's `Applied`, ...
-Outcome: TypeAlias = bool | int | Retry | GotRecord | RefusedRecord | ErrorRecord | Applied | None
+# purge's count, a settlement's count, a metadata operation's `Applied`, a batch's replies
+Outcome: TypeAlias = (
+    bool | int | Retry | GotRecord | RefusedRecord | ErrorRecord | Applied | Outcomes | None
+)
 
 
 def to_wire(value: object) -> object:
@@ -125,6 +134,9 @@ def to_wire(value: object) -> object:
         return RefusedRecord(error_fields(cast("Refused", value).error))
     if isinstance(value, AmqpError):
         return ErrorRecord(error_fields(value))
+    if kind is list:
+        replies = [to_wire(one) for one in cast("list[object]", value)]
+        return Outcomes(cast("list[Outcome]", replies))
     return value
 
 
@@ -138,6 +150,8 @@ def from_wire(value: object) -> object:
         return Refused(cast("SoftError", error_from_fields(cast("RefusedRecord", value).error)))
     if kind is ErrorRecord:
         return error_from_fields(cast("ErrorRecord", value).error)
+    if kind is Outcomes:
+        return [from_wire(one) for one in cast("Outcomes", value).values]
     return value
 
 
