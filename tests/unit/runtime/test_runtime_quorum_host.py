@@ -152,6 +152,7 @@ def test_a_consumer_removed_with_requeue_returns_what_it_holds() -> None:
         keys = list(host._consumers)
         host.unsubscribe("cancelled")
         host.unsubscribe("gone", requeue=True)
+        await asyncio.sleep(0)  # a turn's commands are proposed once it ends, as one entry
         return keys, cluster.sent[2:]
 
     (cancelled, gone), sent = asyncio.run(scenario())
