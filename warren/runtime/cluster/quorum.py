@@ -301,10 +301,11 @@ class QuorumHost(HostFields):
         """Into the batch of this turn of the event loop: every command the host sends in
         one turn goes as one entry (`queue_entries`, point 1), proposed once the turn's
         other callbacks ran (`_flush`)."""
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
         batch = self._batch
         if not batch:
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
         batch.append((seq, command, future))
         self._sent[seq] = command
         if len(batch) >= queue_entries.BATCH_MAX:
@@ -343,12 +344,16 @@ class QuorumHost(HostFields):
             if not future.done():
                 future.set_result(reply)
 
-    async def _counts(self) -> tuple[int, int]:
-        """declare-ok's message and consumer counts, read after every command this node
-        sent has been applied, from the leader's state (read your writes)."""
+    async def _all_sent(self) -> None:
+        """Once every command this host sent so far was applied (or failed)."""
         self._flush()
         if self._outstanding:
             await asyncio.gather(*self._outstanding, return_exceptions=True)
+
+    async def _counts(self) -> tuple[int, int]:
+        """declare-ok's message and consumer counts, read after every command this node
+        sent has been applied, from the leader's state (read your writes)."""
+        await self._all_sent()
         if self.leader:
             return self.machine.ready_count, self.machine.consumer_count
         return await self.cluster.leader_call(Counts(self.group_id))
@@ -356,9 +361,7 @@ class QuorumHost(HostFields):
     async def recheck_consumers(self) -> None:
         """On a node without a replica, once a link is back: consumers the leader cancelled
         meanwhile (the word of it went with the link) are cancelled here too."""
-        self._flush()
-        if self._outstanding:
-            await asyncio.gather(*self._outstanding, return_exceptions=True)
+        await self._all_sent()
         ours = list(self._consumers)
         if self.group is not None or not ours:
             return
