@@ -14,6 +14,7 @@ import uvloop
 from warren.amqp import methods as m
 from warren.amqp.content import content_frames
 from warren.amqp.methods import encode_method
+from warren.amqp.table import encode_table
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import EVENTS_PER_TURN_MAX
@@ -33,7 +34,9 @@ def _state(**changes: object) -> ConnectionState:
         "user": "guest",
         "vhost": "/",
         "auth_mechanism": "PLAIN",
-        "client_properties": {"product": "pika", "capabilities": {"publisher_confirms": True}},
+        "client_properties": encode_table(
+            {"product": "pika", "capabilities": {"publisher_confirms": True}}
+        ),
         "cancel_notify": True,
         "blocked_capability": False,
         "failure_close": True,

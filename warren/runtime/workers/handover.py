@@ -9,9 +9,10 @@ Theory of operation:
    capabilities, each open channel's prefetch, confirm and tx modes and last declared
    queue, and the bytes received and not yet read (the event that caused the move,
    re-encoded as it came, first).
-2. `encode` writes that state as ``MAGIC``, a version octet, a JSON head, the client
-   properties as an AMQP field table and the unread bytes; `decode` refuses another
-   version. The message travels in a memfd beside the socket (`warren.runtime.workers.worker`).
+2. `encode` writes that state as ``MAGIC``, a version octet and the state as msgspec
+   MessagePack (the client properties inside as an AMQP field table, so every field type
+   survives); `decode` refuses another version. The message travels in a memfd beside
+   the socket (`warren.runtime.workers.worker`).
 3. The receiving worker's `TakenOver` connection replays what the client negotiated
    through the connection's own handlers (tune-ok, connection.open, channel.open,
    basic.qos, confirm.select, tx.select) with their replies discarded, so the same checks
@@ -24,16 +25,15 @@ Theory of operation:
 
 from __future__ import annotations
 
-import json
-import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from warren.amqp import methods as m
 from warren.amqp.connection import Content, MethodReceived
 from warren.amqp.content import content_frames, method_frame
 from warren.amqp.methods import encode_method
-from warren.amqp.table import FieldTable, decode_table, encode_table
+from warren.amqp.table import decode_table, encode_table
 from warren.errors import HardError
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.transactions import Transaction
@@ -44,12 +44,10 @@ if TYPE_CHECKING:
     from warren.runtime.broker import Broker
 
 MAGIC = b"WHND"
-VERSION = 1
-_PREFIX = struct.Struct(">4sBII")  # magic, version, JSON head and field table lengths
+VERSION = 2  # 1: a JSON head, then the field table and the unread bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ChannelState:
+class ChannelState(msgspec.Struct, frozen=True, array_like=True):
     number: int
     prefetch_count: int
     global_prefetch: int
@@ -58,12 +56,11 @@ class ChannelState:
     last_queue: str
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionState:
+class ConnectionState(msgspec.Struct, frozen=True, array_like=True):
     user: str
     vhost: str
     auth_mechanism: str
-    client_properties: FieldTable
+    client_properties: bytes  # an encoded AMQP field table (module doc, 2)
     cancel_notify: bool
     blocked_capability: bool
     failure_close: bool
@@ -115,7 +112,7 @@ def capture(connection: AmqpConnection, event: object, moves: int) -> Connection
         user=connection.user,
         vhost=connection.vhost.name,
         auth_mechanism=connection.auth_mechanism,
-        client_properties=connection.client_properties,
+        client_properties=encode_table(connection.client_properties),
         cancel_notify=connection.cancel_notify,
         blocked_capability=connection._blocked_capability,
         failure_close=connection._failure_close,
@@ -148,69 +145,23 @@ def _frames(event: object, frame_max: int) -> bytes:
     return method_frame(event.channel, event.method)
 
 
+_decoder: Final = msgspec.msgpack.Decoder(ConnectionState)
+
+
 def encode(state: ConnectionState) -> bytes:
-    head = {
-        "user": state.user,
-        "vhost": state.vhost,
-        "auth_mechanism": state.auth_mechanism,
-        "cancel_notify": state.cancel_notify,
-        "blocked_capability": state.blocked_capability,
-        "failure_close": state.failure_close,
-        "frame_max": state.frame_max,
-        "channel_max": state.channel_max,
-        "heartbeat": state.heartbeat,
-        "connected_at_ms": state.connected_at_ms,
-        "moves": state.moves,
-        "channels": [
-            [
-                channel.number,
-                channel.prefetch_count,
-                channel.global_prefetch,
-                channel.confirm,
-                channel.transactional,
-                channel.last_queue,
-            ]
-            for channel in state.channels
-        ],
-    }
-    encoded_head = json.dumps(head).encode()
-    table = encode_table(state.client_properties)
-    prefix = _PREFIX.pack(MAGIC, VERSION, len(encoded_head), len(table))
-    return b"".join((prefix, encoded_head, table, state.unread))
+    return MAGIC + bytes((VERSION,)) + msgspec.msgpack.encode(state)
 
 
 def decode(data: bytes) -> ConnectionState:
     """Raises ValueError for anything but an `encode`d state of this version."""
-    if len(data) < _PREFIX.size:
+    if len(data) < len(MAGIC) + 1:
         raise ValueError("hand-over message too short")
-    magic, version, head_size, table_size = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise ValueError(f"not a hand-over message: it starts {magic!r}")
+    if data[: len(MAGIC)] != MAGIC:
+        raise ValueError(f"not a hand-over message: it starts {data[: len(MAGIC)]!r}")
+    version = data[len(MAGIC)]
     if version != VERSION:
         raise ValueError(f"hand-over message of version {version}: expected {VERSION}")
-    start = _PREFIX.size
-    head: dict[str, Any] = json.loads(data[start : start + head_size])
-    start += head_size
-    properties = decode_table(data[start : start + table_size])
-    return ConnectionState(
-        user=str(head["user"]),
-        vhost=str(head["vhost"]),
-        auth_mechanism=str(head["auth_mechanism"]),
-        client_properties=properties,
-        cancel_notify=bool(head["cancel_notify"]),
-        blocked_capability=bool(head["blocked_capability"]),
-        failure_close=bool(head["failure_close"]),
-        frame_max=int(head["frame_max"]),
-        channel_max=int(head["channel_max"]),
-        heartbeat=int(head["heartbeat"]),
-        connected_at_ms=int(head["connected_at_ms"]),
-        moves=int(head["moves"]),
-        channels=tuple(
-            ChannelState(int(n), int(prefetch), int(shared), bool(confirm), bool(tx), str(last))
-            for n, prefetch, shared, confirm, tx, last in head["channels"]
-        ),
-        unread=data[start + table_size :],
-    )
+    return _decoder.decode(data[len(MAGIC) + 1 :])  # msgspec.DecodeError is a ValueError
 
 
 class TakenOver(AmqpConnection):
@@ -226,7 +177,7 @@ class TakenOver(AmqpConnection):
             return  # refused (connection_max)
         state = self.taken
         self.user = state.user
-        self.client_properties = state.client_properties
+        self.client_properties = decode_table(state.client_properties)
         self.auth_mechanism = state.auth_mechanism
         self.cancel_notify = state.cancel_notify
         self._blocked_capability = state.blocked_capability
