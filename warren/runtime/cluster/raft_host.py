@@ -32,7 +32,9 @@ Theory of operation:
    then retires the segments it made dead. A snapshot costs as much as the state it
    holds, so the quarter keeps the work linear (every entry of a growing queue is in
    about five snapshots). Between snapshots the log keeps in memory only the last
-   `snapshot_entries` applied entries (and those not yet applied, stable or committed):
+   `snapshot_entries` applied entries, or fewer when they would take more than about
+   2 MiB (an entry may carry thousands of messages), and those not yet applied, stable
+   or committed:
    older ones are released (`RaftLog.release`) and read from the WAL when needed, so a
    queue that only grows holds no whole entries in memory for its messages. Nor is the
    snapshot's data kept once its record is durable: sending it to a follower reads it
@@ -114,6 +116,8 @@ _INSTALL_COUNT: Final = struct.Struct("<I")
 _INSTALL_ENTRY: Final = struct.Struct("<QI")
 # compact once the log holds more than this share of the entries the machine retains
 _RETAINED_PER_SNAPSHOT: Final = 4
+# about how many bytes of applied entries a group keeps in memory between snapshots (point 5)
+_TAIL_BYTES: Final = 1 << 21
 
 
 class NotLeader(Exception):
@@ -427,13 +431,19 @@ class RaftGroup:
         self._host.save_snapshot(self.group_id, snapshot, min(kept, default=applied + 2) - 1)
 
     def _maybe_release(self) -> None:
-        """Keep `snapshot_entries` applied entries in memory, at most twice that, and no
-        snapshot data that the WAL has (point 5)."""
+        """Keep the last applied entries in memory (`snapshot_entries` of them, or fewer
+        if they would take more than `_TAIL_BYTES`), at most twice that, and no snapshot
+        data that the WAL has (point 5)."""
         raft_log = self.node.log
-        tail = self._host.snapshot_entries
-        floor = min(raft_log.applied, raft_log.stable_index) - tail
-        if floor - raft_log.released_index >= tail:
-            raft_log.release(floor)
+        newest = min(raft_log.applied, raft_log.stable_index)
+        if newest > raft_log.released_index:
+            # sized by the newest entry: a quorum entry carries one loop turn's commands,
+            # from one to thousands of messages
+            size = len(raft_log.entry_at(newest).data) or 1
+            tail = max(1, min(self._host.snapshot_entries, _TAIL_BYTES // size))
+            floor = newest - tail
+            if floor - raft_log.released_index >= tail:
+                raft_log.release(floor)
         snapshot = self.node.snapshot
         if (
             snapshot is not None
