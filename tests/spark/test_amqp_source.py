@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -184,3 +185,32 @@ def test_a_missing_queue_fails_the_query_with_the_brokers_words(
     )
     with pytest.raises(PySparkException, match=f"404 NOT_FOUND - no queue '{re.escape(missing)}'"):
         query.awaitTermination()
+
+
+def test_a_first_micro_batch_hands_out_what_arrived_without_waiting_to_fill(
+    spark: SparkSession, amqp, tmp_path
+):
+    """Reader rule 7: room for 1,000 messages and 20 s to fill them, 5 in the queue: the
+    query's first batch takes the 5 without waiting the 20 s out."""
+    queue = amqp.queue("q")
+    amqp.publish(queue, 5)
+    query = (
+        spark.readStream.format("amqp")
+        .option("uri", amqp.url)
+        .option("queue", queue)
+        .option("maxMessagesPerTrigger", 1_000)
+        .option("maxWaitMs", 20_000)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        while not query.recentProgress:
+            assert query.exception() is None
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    first = query.recentProgress[0]
+    assert first["numInputRows"] == 5
+    assert first["durationMs"]["latestOffset"] < 10_000

@@ -4,6 +4,8 @@ read where the batch ends."""
 
 from __future__ import annotations
 
+import time
+
 from warren.spark.message import Deliveries
 from warren.spark.reader import Inbox
 
@@ -30,3 +32,12 @@ def test_a_batch_takes_whole_reads_then_splits_the_next():
     ]
     assert len(inbox) == 0
     assert inbox.take(1, wait_s=0) == []
+
+
+def test_a_take_with_enough_returns_once_that_many_arrived():
+    inbox = Inbox()
+    inbox.put(0, read("a", range(1, 4)))
+    started = time.monotonic()
+    taken = inbox.take(100, wait_s=30, enough=1)  # a query's first batch (reader rule 7)
+    assert time.monotonic() - started < 5
+    assert [part.delivery_tags for _index, part in taken] == [[1, 2, 3]]

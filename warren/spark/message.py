@@ -38,6 +38,7 @@ import decimal
 import itertools
 import json
 import struct
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -186,6 +187,13 @@ class Deliveries:
 
     def sliced(self, start: int, stop: int) -> Deliveries:
         return Deliveries(*(column[start:stop] for column in self.columns()))
+
+
+def import_pandas_ahead() -> None:
+    """Start, on a thread, the pandas import pyarrow makes on the first array it builds from
+    Python values (every such call asks whether its input is a pandas object): 1-2 s that a
+    reader can spend while it waits for the broker rather than in its first `record_batch`."""
+    threading.Thread(target=pa.array, args=([],), name="warren-import-pandas", daemon=True).start()
 
 
 def record_batch(messages: Deliveries, schema: pa.Schema) -> pa.RecordBatch:

@@ -37,6 +37,13 @@ Theory of operation (streaming, `QueueStreamReader`):
    arriving, closing only when the queues have been quiet for `maxWaitMs`. Once the target
    was handed out (or the queues stayed quiet), `latestOffset` acknowledges the last batch
    (rule 4) and reports no new data, so the query stops.
+7. Start-up. A query's first micro-batch costs Spark seconds whatever its size (the tasks'
+   Python workers, code generation), so it does not wait to fill: it hands out what has
+   arrived as soon as anything has, and the consumers keep receiving (up to `prefetch`)
+   while Spark runs it; the batches after it fill as rule 3 says. And pyarrow imports pandas
+   on the first array it builds from Python values (1-2 s), so the planner starts that import
+   on a thread once its consumers are subscribed, while they wait for the broker, instead of
+   inside the first batch's `record_batch`.
 
 Batch reads (`QueuePeekReader`) peek, as a streaming read consumes, on the driver: when
 Spark plans the read, `partitions` consumes every queue of the read on one connection without
@@ -74,7 +81,7 @@ from warren.amqp.methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from warren.spark.message import Deliveries, record_batch
+from warren.spark.message import Deliveries, import_pandas_ahead, record_batch
 from warren.spark.options import ReadOptions
 from warren.spark.wire import CHANNEL, Client
 
@@ -125,14 +132,22 @@ class Inbox:
         with self._arrived:
             self._arrived.notify_all()
 
-    def take(self, count_max: int, wait_s: float, while_arriving: bool = False) -> list[Taken]:
-        """Up to `count_max` deliveries, waiting until that many arrived or `wait_s` passed;
-        `while_arriving`: or until `wait_s` passed without a new delivery (rule 6)."""
+    def take(
+        self,
+        count_max: int,
+        wait_s: float,
+        while_arriving: bool = False,
+        enough: int | None = None,
+    ) -> list[Taken]:
+        """Up to `count_max` deliveries, waiting until `enough` (default `count_max`) arrived
+        or `wait_s` passed; `while_arriving`: or until `wait_s` passed without a new
+        delivery (rule 6)."""
+        enough = count_max if enough is None else min(enough, count_max)
         deadline = time.monotonic() + wait_s
         with self._arrived:
-            self._wanted = count_max
+            self._wanted = enough
             buffered = self._count
-            while self._count < count_max and self.failure is None:
+            while self._count < enough and self.failure is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     if not while_arriving or self._count == buffered:
@@ -255,6 +270,7 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
                 raise
             self._ready_at_start = self._consumers[0].ready_at_start
             self._inbox = inbox
+            import_pandas_ahead()  # rule 7
         return self._inbox
 
     def _offset(self) -> dict[str, Any]:
@@ -283,7 +299,8 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
         if count_max > 0:
             available_now = self._remaining is not None
             wait_s = self._options.max_wait_ms / 1000
-            taken = inbox.take(count_max, wait_s, while_arriving=available_now)
+            enough = 1 if self._seq == 0 else count_max  # rule 7: a first batch does not fill
+            taken = inbox.take(count_max, wait_s, while_arriving=available_now, enough=enough)
         if self._remaining is not None:
             # Under AvailableNow a quiet queue ends the run: what was there has been read.
             self._remaining = self._remaining - len(taken) if taken else 0
@@ -339,6 +356,7 @@ class QueuePeekReader(ReadsMessages, DataSourceReader):
         try:
             client.delivered = Deliveries()
             expected = _subscribe(client, self._options.queues, prefetch=0)  # all, unacked
+            import_pandas_ahead()  # as a stream reader does (rule 7)
             quiet_s = self._options.max_wait_ms / 1000
             inbox.put(0, client.take_delivered())  # what arrived with basic.consume-ok
             while len(inbox) < expected and client.receive(quiet_s):
