@@ -40,6 +40,7 @@ from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
+from warren.runtime.workers.board import Board
 from warren.runtime.workers.supervisor import Supervisor, die_with_supervisor
 from warren.runtime.workers.worker import Worker
 
@@ -185,7 +186,11 @@ async def serve(config: Config, worker: int | None = None) -> int:
 
 
 async def _serve(config: Config, listeners: list[Listener], worker: int | None) -> int:
-    broker = Broker(config)
+    if worker is None:
+        broker = Broker(config)
+    else:  # one node to the outside: its name, its limits counted across the workers
+        board = Board.inherited(os.environ, len(config.cluster_nodes), worker)
+        broker = Broker(config, workers_layout.node_of(config.node_name, worker), board)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
     try:

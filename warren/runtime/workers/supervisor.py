@@ -12,8 +12,10 @@ Theory of operation:
    the node: the failure is the operator's to fix, and the worker said why on stderr. A
    worker killed by a signal is restarted however young the node is.
 3. It makes each worker's inbox, the Unix socket pair the workers hand connections over
-   with (`warren.runtime.workers.layout`), and holds them for the node's life, so a
-   restarted worker inherits the same ones.
+   with (`warren.runtime.workers.layout`), and the board of figures they share
+   (`warren.runtime.workers.board`), and holds them for the node's life, so a restarted
+   worker inherits the same ones. It clears a worker's slot of the board once the worker
+   exited: its connections and memory went with it.
 4. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
    them all. Its exit status is 0 when every worker stopped cleanly.
 5. A worker dies with its supervisor (`die_with_supervisor`: the kernel's parent-death
@@ -32,6 +34,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+from warren.runtime.workers.board import BOARD_VARIABLE, Board
 from warren.runtime.workers.layout import (
     INBOXES_VARIABLE,
     WORKER_INDEX_VARIABLE,
@@ -57,6 +60,7 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self.failed_status = 0  # a worker's status when it failed the node's start
         self.receiving, self.sending = make_inboxes(workers)
+        self.board = Board.create(workers)
 
     async def run(self) -> int:
         """Run the workers until SIGINT/SIGTERM (or one fails the start); the exit status."""
@@ -68,6 +72,7 @@ class Supervisor:
         finally:
             for sock in (*self.receiving, *self.sending):
                 sock.close()
+            self.board.close()
         if self.failed_status:
             return self.failed_status
         return 0 if not any(statuses) else 1
@@ -83,8 +88,9 @@ class Supervisor:
             WORKER_INDEX_VARIABLE: str(index),
             INBOXES_VARIABLE: inboxes_setting(inbox, self.sending),
             SUPERVISOR_VARIABLE: str(os.getpid()),
+            BOARD_VARIABLE: str(self.board.fd),
         }
-        inherited = [sock.fileno() for sock in (inbox, *self.sending)]
+        inherited = [sock.fileno() for sock in (inbox, *self.sending)] + [self.board.fd]
         while True:
             started = loop.time()
             process = await asyncio.create_subprocess_exec(
@@ -92,6 +98,7 @@ class Supervisor:
             )
             log.info("worker %d started (pid %d)", index, process.pid)
             status = await self._wait(process)
+            self.board.clear(index)
             if self.stopping.is_set():
                 return status
             if 0 < status < 128 and loop.time() - node_started < STARTUP_S:
