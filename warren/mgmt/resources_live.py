@@ -260,7 +260,7 @@ async def check_alarms(request: web.Request, broker: Broker, params: list[str]) 
     alarms = broker.alarms
     if not alarms:
         return replies.ok({"status": "ok"})
-    node = broker.config.node_name
+    node = broker.node_name
     return _failed(
         "There are alarms in effect in the cluster",
         alarms=[{"node": node, "resource": resource} for resource in sorted(alarms)],
@@ -271,7 +271,7 @@ async def node_health(request: web.Request, broker: Broker, params: list[str]) -
     """/api/healthchecks/node[/{node}] (RabbitMQ 3.10's older check): 200 with
     ``"status": "failed"`` and RabbitMQ's reason while an alarm is in force. Another node
     of the cluster is checked for being reachable only (its alarms are its own)."""
-    node = broker.config.node_name
+    node = broker.node_name
     cluster = broker.cluster
     if params and params[0] != node:
         if cluster is None or params[0] not in cluster.nodes:
