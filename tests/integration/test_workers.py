@@ -16,6 +16,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -60,18 +62,49 @@ def on_worker(server: WarrenServer, connection: BlockingConnection) -> int:
 @pytest.fixture
 def node(server_factory: Callable[..., WarrenServer]) -> Iterator[WarrenServer]:
     server = server_factory(workers=2, bind="127.0.0.1")
-    _until(lambda: _both_running(server))
+    _until(lambda: _answering(server))
     yield server
 
 
-def _both_running(server: WarrenServer) -> bool:
+def _answering(server: WarrenServer) -> bool:
     """The AMQP port opens with the first worker to listen; worker 0's management API may
     come a moment later, refusing connections until then."""
     try:
         nodes = _api(server, "nodes")
     except urllib.error.URLError:
         return False
-    return len(nodes) == 2 and all(n["running"] for n in nodes)
+    return [n["running"] for n in nodes] == [True]
+
+
+def test_the_node_is_one_node_to_the_outside(node: WarrenServer) -> None:
+    """Its workers are no cluster: one node in the API and in cluster_status, by its name."""
+    nodes = _api(node, "nodes")
+    assert [item["name"] for item in nodes] == ["warren@localhost"]
+    assert _api(node, "overview")["node"] == "warren@localhost"
+    assert _api(node, "nodes/warren%40localhost")["name"] == "warren@localhost"
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        _api(node, "nodes/warren-w1%40localhost")
+    missing.value.close()
+    assert missing.value.code == 404
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "warren.cli",
+            "--url",
+            node.broker.management_url or "",
+            "cluster_status",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Cluster status of node warren@localhost ..."
+    disk = lines.index("Disk Nodes")
+    assert lines[disk : disk + 4] == ["Disk Nodes", "", "warren@localhost", ""]
 
 
 @pytest.fixture
