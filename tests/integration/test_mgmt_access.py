@@ -240,7 +240,6 @@ def test_list_queries(api: Api, broker: Any, unique: str) -> None:
 
 
 @pytest.mark.warren_only
-@pytest.mark.one_worker("/metrics shows worker 0's objects only")
 def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) -> None:
     connection = amqp(broker, "guest", "guest", "/")
     channel = connection.channel()

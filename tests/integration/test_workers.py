@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import http.client
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,15 +39,34 @@ pytestmark = pytest.mark.warren_only
 
 CONNECT_ATTEMPTS_MAX = 64  # each lands on a worker at random: both seen long before this
 WAIT_S = 30.0
+_AUTHORIZATION = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 
 
 def _api(server: WarrenServer, path: str) -> Any:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{server.management_port}/api/{path}",
-        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+        f"http://127.0.0.1:{server.management_port}/api/{path}", headers=_AUTHORIZATION
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
+
+
+def _worker_api(server: WarrenServer, index: int, path: str) -> Any:
+    """Worker `index`'s own answer, on the socket where worker 0 asks it."""
+    address = server.data_dir / "workers" / str(index) / "management.sock"
+    connection = http.client.HTTPConnection("worker")
+    connection.sock = socket.socket(socket.AF_UNIX)
+    connection.sock.connect(str(address))
+    try:
+        connection.request("GET", f"/api/{path}", headers=_AUTHORIZATION)
+        return json.load(connection.getresponse())
+    finally:
+        connection.close()
+
+
+def _metrics(server: WarrenServer, path: str) -> str:
+    address = f"http://127.0.0.1:{server.management_port}/{path}"
+    with urllib.request.urlopen(address, timeout=10) as response:
+        return str(response.read().decode())
 
 
 def _connect(server: WarrenServer) -> BlockingConnection:
@@ -157,8 +178,9 @@ def test_a_queue_declared_on_one_worker_serves_connections_on_both(
     queue = f"{unique}.q"
     declaring = connections[1][0].channel()
     declaring.queue_declare(queue)
-    info = _api(node, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
-    assert info["node"].endswith("-w1@localhost")  # its home: the declaring worker
+    path = f"queues/%2F/{urllib.parse.quote(queue, safe='')}"
+    assert _api(node, path)["node"] == "warren@localhost"  # one node to the outside
+    assert _worker_api(node, 1, path)["node"] == "warren-w1@localhost"  # its home
     publisher = connections[0][0].channel()  # the other worker
     publisher.confirm_delivery()
     bodies = [f"m{number}".encode() for number in range(20)]
@@ -192,6 +214,35 @@ def test_the_management_api_shows_every_workers_connections_and_channels(
     assert (totals["connections"], totals["channels"]) == (4, 4)
     paged = _api(node, "connections?page=1&page_size=3&sort=peer_port")
     assert (paged["total_count"], len(paged["items"])) == (4, 3)
+
+
+def test_metrics_are_the_nodes(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """Worker 0's /metrics adds up every worker's: connections on both, queues on both."""
+    channel = connections[1][0].channel()
+    queues = [f"{unique}.m{number}" for number in range(4)]  # spread 2/2 over the workers
+    for queue in queues:
+        channel.queue_declare(queue)
+    assert {_worker_api(node, 1, f"queues/%2F/{q}")["node"] for q in queues} == {
+        "warren-w0@localhost",
+        "warren-w1@localhost",
+    }
+    channel.confirm_delivery()
+    for queue in queues:
+        for number in range(5):
+            channel.basic_publish("", queue, f"m{number}".encode())
+    text = _metrics(node, "metrics")
+    assert "\nrabbitmq_connections 4\n" in text
+    assert "\nrabbitmq_queues 4\n" in text
+    assert "\nrabbitmq_queue_messages_ready 20\n" in text
+    assert "\nrabbitmq_channel_messages_published_total 20\n" in text
+    assert 'rabbitmq_node="warren@localhost"' in text
+    per_object = _metrics(node, "metrics/per-object")
+    for queue in queues:
+        assert f'rabbitmq_queue_messages_ready{{vhost="/",queue="{queue}"}} 5\n' in per_object
+    for queue in queues:
+        channel.queue_delete(queue)
 
 
 def test_direct_reply_to_crosses_workers(

@@ -76,17 +76,27 @@ def _response(answer: tuple[int, str, bytes]) -> web.Response:
     return web.Response(status=status, body=body or None, content_type=content_type)
 
 
-async def answered_elsewhere(request: web.Request) -> dict[str, Any]:
+async def _bodies_elsewhere(request: web.Request) -> dict[str, bytes]:
     """The other workers' answers to this request without its listing parameters (module
     doc, 2), by worker name: those that answered 200."""
     query = {k: v for k, v in request.query.items() if k not in LISTING_PARAMETERS}
     workers = request.app.get(WORKERS_KEY, ())
     answers = await asyncio.gather(*(_ask(request, address, query) for _, address in workers))
     return {
-        name: json.loads(answer[2])
+        name: answer[2]
         for (name, _), answer in zip(workers, answers, strict=True)
         if answer is not None and answer[0] == 200
     }
+
+
+async def answered_elsewhere(request: web.Request) -> dict[str, Any]:
+    """The other workers' JSON answers to this request, by worker name (`_bodies_elsewhere`)."""
+    return {name: json.loads(body) for name, body in (await _bodies_elsewhere(request)).items()}
+
+
+async def texts_elsewhere(request: web.Request) -> list[str]:
+    """The other workers' text answers to this request (Prometheus metrics)."""
+    return [body.decode() for body in (await _bodies_elsewhere(request)).values()]
 
 
 async def listed_elsewhere(request: web.Request) -> list[Any]:
