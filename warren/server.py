@@ -274,10 +274,12 @@ async def _run(
         [(item.sock, item.tls) for item in listeners if item.setting.startswith("management")],
         worker,
     )
-    if following is not None:
-        following.start()
-    servers = await start_listeners(broker, listeners, following)
     loop = asyncio.get_running_loop()
+    if following is not None:
+        following.start()  # SIGUSR1: log the messages that crossed workers
+    else:  # what asks a worker for its crossings leaves a node of one process be
+        loop.add_signal_handler(signal.SIGUSR1, log.info, "one process: no message crosses workers")
+    servers = await start_listeners(broker, listeners, following)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     log.info(

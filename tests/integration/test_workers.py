@@ -299,7 +299,7 @@ def test_a_killed_worker_is_restarted_with_its_durable_queues(
 
 
 def _home(server: WarrenServer, queue: str) -> int:
-    node = _api(server, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")["node"]
+    node = _worker_api(server, 1, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")["node"]
     return int(node.split("@")[0].rsplit("-w", 1)[1])
 
 
@@ -318,6 +318,44 @@ def _crossings(server: WarrenServer) -> tuple[int, int]:
         for worker, crossed, handed in CROSSED.findall(server.log())
     }
     return sum(c for c, _ in latest.values()), sum(h for _, h in latest.values())
+
+
+def test_quorum_publishes_to_another_workers_leader_are_crossings(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """Published on worker 0 through an exchange (so the connection stays there) to a
+    quorum queue led on worker 1: each publish is forwarded to the leader, and counted."""
+    queue = f"{unique}.qq"
+    declaring = connections[1][0].channel()
+    declaring.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    declaring.queue_bind(queue, "amq.direct", routing_key=queue)
+    assert _home(node, queue) == 1
+    crossed_before, _ = _crossings(node)
+    publisher = connections[0][0].channel()
+    publisher.confirm_delivery()
+    bodies = [f"q{number}".encode() for number in range(10)]
+    for body in bodies:
+        publisher.basic_publish("amq.direct", queue, body)
+    assert _crossings(node)[0] - crossed_before == 10
+    assert _bodies(connections[1][1], queue, 10) == bodies
+    declaring.queue_delete(queue)
+
+
+def test_sigusr1_to_the_supervisor_reaches_every_worker(node: WarrenServer) -> None:
+    reports = len(CROSSED.findall(node.log()))
+    os.kill(node.process.pid, signal.SIGUSR1)
+    _until(lambda: len(CROSSED.findall(node.log())) >= reports + 2)
+    assert node.process.poll() is None
+
+
+def test_sigusr1_leaves_a_node_of_one_process_running(
+    server_factory: Callable[..., WarrenServer],
+) -> None:
+    server = server_factory(workers=1)
+    os.kill(server.process.pid, signal.SIGUSR1)
+    _until(lambda: "no message crosses workers" in server.log())
+    assert server.process.poll() is None
+    _connect(server).close()
 
 
 def test_connections_move_to_their_queues_worker_and_no_message_crosses(

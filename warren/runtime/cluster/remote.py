@@ -391,8 +391,9 @@ class RemoteQueues:
         self.broker = cluster.broker
         self.peers = cluster.peers
         self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
-        # messages that crossed to or from other nodes: publishes sent to their queues and
-        # deliveries from them (a node's workers log these: `warren.runtime.workers`)
+        # messages that crossed to or from other nodes: publishes sent to their queues (a
+        # quorum queue's: to its leader's node) and deliveries from them (a node's workers
+        # log these: `warren.runtime.workers`)
         self.sent = self.received = 0
         self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any], AnyQueueRequest]] = {}
         # as a home: other nodes' consumers and unsettled basic.gets, by node

@@ -17,7 +17,8 @@ Theory of operation:
    worker inherits the same ones. It clears a worker's slot of the board once the worker
    exited: its connections and memory went with it.
 4. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
-   them all. Its exit status is 0 when every worker stopped cleanly.
+   them all. Its exit status is 0 when every worker stopped cleanly. SIGUSR1 goes on to
+   every running worker (each logs the messages that crossed workers).
 5. A worker dies with its supervisor (`die_with_supervisor`: the kernel's parent-death
    signal, SIGKILL), so kill -9 of the node kills all of it, as it does a one-process
    node: no orphaned worker keeps its data directory locked or writes on after the crash.
@@ -27,6 +28,7 @@ It never touches a worker's data: recovery is each worker's own start-up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -61,12 +63,14 @@ class Supervisor:
         self.failed_status = 0  # a worker's status when it failed the node's start
         self.receiving, self.sending = make_inboxes(workers)
         self.board = Board.create(workers)
+        self.running: dict[int, asyncio.subprocess.Process] = {}  # by worker index
 
     async def run(self) -> int:
         """Run the workers until SIGINT/SIGTERM (or one fails the start); the exit status."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self.stopping.set)
+        loop.add_signal_handler(signal.SIGUSR1, self._forward, signal.SIGUSR1)
         try:
             statuses = await asyncio.gather(*(self._keep(index) for index in range(self.workers)))
         finally:
@@ -97,7 +101,9 @@ class Supervisor:
                 sys.executable, "-m", "warren", *self.argv, env=environ, pass_fds=inherited
             )
             log.info("worker %d started (pid %d)", index, process.pid)
+            self.running[index] = process
             status = await self._wait(process)
+            del self.running[index]
             self.board.clear(index)
             if self.stopping.is_set():
                 return status
@@ -116,6 +122,11 @@ class Supervisor:
             except TimeoutError:
                 continue
             return status
+
+    def _forward(self, signum: int) -> None:
+        for process in self.running.values():
+            with contextlib.suppress(ProcessLookupError):  # exited, not yet waited for
+                process.send_signal(signum)
 
     async def _wait(self, process: asyncio.subprocess.Process) -> int:
         """The process's exit status; SIGTERM to it first if the node stops meanwhile."""
