@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from warren.amqp.content import Message
     from warren.runtime.config import Config
     from warren.runtime.durability import Durability
-    from warren.runtime.workers.board import Board
 
 log = logging.getLogger("warren.broker")
 
@@ -106,6 +105,26 @@ class Cluster(Protocol):
     def reply_live(self, node: str, token: str) -> asyncio.Future[bool]:
         """Whether `node`'s channel of a direct reply-to address still consumes from it
         (False when `node` does not answer)."""
+
+
+class Board(Protocol):
+    """What the workers of a node share, as the broker and its readers use it
+    (`warren.runtime.workers.board.Board`; rule 4)."""
+
+    def admit(self, limit: int) -> bool:
+        """Whether the node takes one more connection (`limit` 0: none); counted if so."""
+
+    def count(self) -> None:
+        """A connection another worker admitted, handed here."""
+
+    def left(self) -> None: ...
+
+    def connections(self) -> int: ...
+
+    def report_memory(self, used_bytes: int) -> int:
+        """This worker's memory in use written; the node's returned."""
+
+    def memory(self) -> int: ...
 
 
 class Broker:
