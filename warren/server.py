@@ -48,6 +48,7 @@ from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import open_durability
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
+from warren.runtime.workers.board import Board
 from warren.runtime.workers.supervisor import Supervisor, die_with_supervisor
 from warren.runtime.workers.worker import Worker
 
@@ -193,7 +194,11 @@ async def serve(config: Config, worker: int | None = None) -> int:
 
 
 async def _serve(config: Config, listeners: list[Listener], worker: int | None) -> int:
-    broker = Broker(config)
+    if worker is None:
+        broker = Broker(config)
+    else:  # one node to the outside: its name, its limits counted across the workers
+        board = Board.inherited(os.environ, len(config.cluster_nodes), worker)
+        broker = Broker(config, workers_layout.node_of(config.node_name, worker), board)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
     try:
@@ -277,10 +282,12 @@ async def _run(
         [(item.sock, item.tls) for item in listeners if item.setting.startswith("management")],
         worker,
     )
-    if following is not None:
-        following.start()
-    servers = await start_listeners(broker, listeners, following)
     loop = asyncio.get_running_loop()
+    if following is not None:
+        following.start()  # SIGUSR1: log the messages that crossed workers
+    else:  # what asks a worker for its crossings leaves a node of one process be
+        loop.add_signal_handler(signal.SIGUSR1, log.info, "one process: no message crosses workers")
+    servers = await start_listeners(broker, listeners, following)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     log.info(

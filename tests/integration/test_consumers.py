@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 import struct
 
-import pytest
-
 SETTLE_S = 0.2
 
 
@@ -61,9 +59,6 @@ def test_prefetch_per_consumer(amqp):
     assert got == {"first": ["m1", "m2"], "second": ["m3", "m4"]}
 
 
-@pytest.mark.one_worker(
-    "a channel-wide prefetch is not applied to consumers of a queue on another worker"
-)
 def test_prefetch_global_is_shared_by_the_channel(amqp):
     queue = amqp.queue("q")
     amqp.fill(queue, 10)
@@ -75,6 +70,33 @@ def test_prefetch_global_is_shared_by_the_channel(amqp):
     deliveries.consume("second", queue)
     got = consume_until(amqp, connection, deliveries, 3)
     assert got == {"first": ["m1", "m2", "m3"], "second": []}
+
+
+def test_prefetch_global_is_shared_by_the_channels_queues(amqp):
+    queues = [amqp.queue(name) for name in ("a", "b", "c", "d")]  # on both workers, if two
+    for queue in queues:
+        amqp.fill(queue, 5)
+    connection = amqp.connect()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=3, global_qos=True)
+    deliveries = Deliveries(channel)
+    for queue in queues:
+        deliveries.consume(queue, queue)
+    got = consume_until(amqp, connection, deliveries, 3)
+    assert sum(len(bodies) for bodies in got.values()) == 3
+    for count in range(4, 21):  # each ack lets exactly one more through
+        newest = max(tag for got in deliveries.by_consumer.values() for _, tag, _ in got)
+        channel.basic_ack(newest - 2)  # the oldest of the three unacked
+        assert (
+            sum(
+                len(bodies)
+                for bodies in consume_until(amqp, connection, deliveries, count).values()
+            )
+            == count
+        )
+    assert consume_until(amqp, connection, deliveries, 20) == {
+        queue: ["m1", "m2", "m3", "m4", "m5"] for queue in queues
+    }
 
 
 def test_ack_gives_credit_back(amqp):

@@ -36,13 +36,13 @@ def test_a_message_over_max_message_size_closes_the_channel_with_406(server_fact
         connection.close()
 
 
-@pytest.mark.one_worker("connection_max is counted per worker")
 def test_connections_over_connection_max_are_refused(server_factory):
     server = server_factory(connection_max=2)
     parameters = pika.URLParameters(server.broker.url)
     first, second = BlockingConnection(parameters), BlockingConnection(parameters)
-    with pytest.raises(pika.exceptions.AMQPConnectionError):
-        BlockingConnection(parameters)
+    for _ in range(4):  # the node's limit, whichever worker takes the connection
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            BlockingConnection(parameters)
     first.close()
     third = BlockingConnection(parameters)
     assert third.is_open

@@ -240,7 +240,6 @@ def test_list_queries(api: Api, broker: Any, unique: str) -> None:
 
 
 @pytest.mark.warren_only
-@pytest.mark.one_worker("/metrics shows worker 0's objects only")
 def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) -> None:
     connection = amqp(broker, "guest", "guest", "/")
     channel = connection.channel()
@@ -276,7 +275,6 @@ def test_counters_are_live_and_rates_follow(api: Api, broker: Any, unique: str) 
 
 
 @pytest.mark.warren_only
-@pytest.mark.one_worker("alarms are per worker, named by the worker")
 def test_alarm_health_check_fails_while_an_alarm_is_up(
     server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -100,7 +100,6 @@ def test_status_has_an_alarms_section(ctl: Ctl) -> None:
     assert "\nAlarms\n\n(none)\n\n" in done.stdout
 
 
-@pytest.mark.one_worker("the workers show as the nodes of a cluster")
 def test_cluster_status_of_a_node_on_its_own_is_a_cluster_of_one(ctl: Ctl) -> None:
     done = ctl("cluster_status")
     assert (done.returncode, done.stderr) == (0, "")

@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import http.client
 import json
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -35,15 +39,34 @@ pytestmark = pytest.mark.warren_only
 
 CONNECT_ATTEMPTS_MAX = 64  # each lands on a worker at random: both seen long before this
 WAIT_S = 30.0
+_AUTHORIZATION = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 
 
 def _api(server: WarrenServer, path: str) -> Any:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{server.management_port}/api/{path}",
-        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+        f"http://127.0.0.1:{server.management_port}/api/{path}", headers=_AUTHORIZATION
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
+
+
+def _worker_api(server: WarrenServer, index: int, path: str) -> Any:
+    """Worker `index`'s own answer, on the socket where worker 0 asks it."""
+    address = server.data_dir / "workers" / str(index) / "management.sock"
+    connection = http.client.HTTPConnection("worker")
+    connection.sock = socket.socket(socket.AF_UNIX)
+    connection.sock.connect(str(address))
+    try:
+        connection.request("GET", f"/api/{path}", headers=_AUTHORIZATION)
+        return json.load(connection.getresponse())
+    finally:
+        connection.close()
+
+
+def _metrics(server: WarrenServer, path: str) -> str:
+    address = f"http://127.0.0.1:{server.management_port}/{path}"
+    with urllib.request.urlopen(address, timeout=10) as response:
+        return str(response.read().decode())
 
 
 def _connect(server: WarrenServer) -> BlockingConnection:
@@ -60,18 +83,49 @@ def on_worker(server: WarrenServer, connection: BlockingConnection) -> int:
 @pytest.fixture
 def node(server_factory: Callable[..., WarrenServer]) -> Iterator[WarrenServer]:
     server = server_factory(workers=2, bind="127.0.0.1")
-    _until(lambda: _both_running(server))
+    _until(lambda: _answering(server))
     yield server
 
 
-def _both_running(server: WarrenServer) -> bool:
+def _answering(server: WarrenServer) -> bool:
     """The AMQP port opens with the first worker to listen; worker 0's management API may
     come a moment later, refusing connections until then."""
     try:
         nodes = _api(server, "nodes")
     except urllib.error.URLError:
         return False
-    return len(nodes) == 2 and all(n["running"] for n in nodes)
+    return [n["running"] for n in nodes] == [True]
+
+
+def test_the_node_is_one_node_to_the_outside(node: WarrenServer) -> None:
+    """Its workers are no cluster: one node in the API and in cluster_status, by its name."""
+    nodes = _api(node, "nodes")
+    assert [item["name"] for item in nodes] == ["warren@localhost"]
+    assert _api(node, "overview")["node"] == "warren@localhost"
+    assert _api(node, "nodes/warren%40localhost")["name"] == "warren@localhost"
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        _api(node, "nodes/warren-w1%40localhost")
+    missing.value.close()
+    assert missing.value.code == 404
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "warren.cli",
+            "--url",
+            node.broker.management_url or "",
+            "cluster_status",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Cluster status of node warren@localhost ..."
+    disk = lines.index("Disk Nodes")
+    assert lines[disk : disk + 4] == ["Disk Nodes", "", "warren@localhost", ""]
 
 
 @pytest.fixture
@@ -124,8 +178,9 @@ def test_a_queue_declared_on_one_worker_serves_connections_on_both(
     queue = f"{unique}.q"
     declaring = connections[1][0].channel()
     declaring.queue_declare(queue)
-    info = _api(node, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
-    assert info["node"].endswith("-w1@localhost")  # its home: the declaring worker
+    path = f"queues/%2F/{urllib.parse.quote(queue, safe='')}"
+    assert _api(node, path)["node"] == "warren@localhost"  # one node to the outside
+    assert _worker_api(node, 1, path)["node"] == "warren-w1@localhost"  # its home
     publisher = connections[0][0].channel()  # the other worker
     publisher.confirm_delivery()
     bodies = [f"m{number}".encode() for number in range(20)]
@@ -159,6 +214,35 @@ def test_the_management_api_shows_every_workers_connections_and_channels(
     assert (totals["connections"], totals["channels"]) == (4, 4)
     paged = _api(node, "connections?page=1&page_size=3&sort=peer_port")
     assert (paged["total_count"], len(paged["items"])) == (4, 3)
+
+
+def test_metrics_are_the_nodes(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """Worker 0's /metrics adds up every worker's: connections on both, queues on both."""
+    channel = connections[1][0].channel()
+    queues = [f"{unique}.m{number}" for number in range(4)]  # spread 2/2 over the workers
+    for queue in queues:
+        channel.queue_declare(queue)
+    assert {_worker_api(node, 1, f"queues/%2F/{q}")["node"] for q in queues} == {
+        "warren-w0@localhost",
+        "warren-w1@localhost",
+    }
+    channel.confirm_delivery()
+    for queue in queues:
+        for number in range(5):
+            channel.basic_publish("", queue, f"m{number}".encode())
+    text = _metrics(node, "metrics")
+    assert "\nrabbitmq_connections 4\n" in text
+    assert "\nrabbitmq_queues 4\n" in text
+    assert "\nrabbitmq_queue_messages_ready 20\n" in text
+    assert "\nrabbitmq_channel_messages_published_total 20\n" in text
+    assert 'rabbitmq_node="warren@localhost"' in text
+    per_object = _metrics(node, "metrics/per-object")
+    for queue in queues:
+        assert f'rabbitmq_queue_messages_ready{{vhost="/",queue="{queue}"}} 5\n' in per_object
+    for queue in queues:
+        channel.queue_delete(queue)
 
 
 def test_direct_reply_to_crosses_workers(
@@ -215,7 +299,7 @@ def test_a_killed_worker_is_restarted_with_its_durable_queues(
 
 
 def _home(server: WarrenServer, queue: str) -> int:
-    node = _api(server, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")["node"]
+    node = _worker_api(server, 1, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")["node"]
     return int(node.split("@")[0].rsplit("-w", 1)[1])
 
 
@@ -234,6 +318,44 @@ def _crossings(server: WarrenServer) -> tuple[int, int]:
         for worker, crossed, handed in CROSSED.findall(server.log())
     }
     return sum(c for c, _ in latest.values()), sum(h for _, h in latest.values())
+
+
+def test_quorum_publishes_to_another_workers_leader_are_crossings(
+    node: WarrenServer, connections: dict[int, list[BlockingConnection]], unique: str
+) -> None:
+    """Published on worker 0 through an exchange (so the connection stays there) to a
+    quorum queue led on worker 1: each publish is forwarded to the leader, and counted."""
+    queue = f"{unique}.qq"
+    declaring = connections[1][0].channel()
+    declaring.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    declaring.queue_bind(queue, "amq.direct", routing_key=queue)
+    assert _home(node, queue) == 1
+    crossed_before, _ = _crossings(node)
+    publisher = connections[0][0].channel()
+    publisher.confirm_delivery()
+    bodies = [f"q{number}".encode() for number in range(10)]
+    for body in bodies:
+        publisher.basic_publish("amq.direct", queue, body)
+    assert _crossings(node)[0] - crossed_before == 10
+    assert _bodies(connections[1][1], queue, 10) == bodies
+    declaring.queue_delete(queue)
+
+
+def test_sigusr1_to_the_supervisor_reaches_every_worker(node: WarrenServer) -> None:
+    reports = len(CROSSED.findall(node.log()))
+    os.kill(node.process.pid, signal.SIGUSR1)
+    _until(lambda: len(CROSSED.findall(node.log())) >= reports + 2)
+    assert node.process.poll() is None
+
+
+def test_sigusr1_leaves_a_node_of_one_process_running(
+    server_factory: Callable[..., WarrenServer],
+) -> None:
+    server = server_factory(workers=1)
+    os.kill(server.process.pid, signal.SIGUSR1)
+    _until(lambda: "no message crosses workers" in server.log())
+    assert server.process.poll() is None
+    _connect(server).close()
 
 
 def test_connections_move_to_their_queues_worker_and_no_message_crosses(

@@ -10,6 +10,13 @@ Theory of operation:
 3. Read at scrape time from the broker (counts) and the channels' counters (totals that
    include closed channels), so nothing is cached or stale. No credentials are needed,
    as on RabbitMQ's port 15692.
+4. On a node of several workers, worker 0 answers for the node (`warren.mgmt.workers`):
+   it asks every other worker for the same page and adds each sample up with the same
+   sample of the others (`merged`): connections, channels, consumers, message totals and
+   the processes' memory and descriptors are each worker's own, and a queue's counts are
+   its holder's (the others' proxies of it count nothing). Only what every worker has
+   whole is worker 0's alone: the queues (every worker knows them all), the descriptor
+   limit, the identity (the node's name) and the build.
 """
 
 from __future__ import annotations
@@ -22,12 +29,15 @@ from aiohttp import web
 
 from warren import __version__
 from warren.mgmt.context import BROKER_KEY
+from warren.mgmt.workers import texts_elsewhere
 from warren.runtime import admin_live, alarms
 from warren.runtime.admin import RABBITMQ_VERSION
 from warren.runtime.broker import Broker
 
 CONTENT_TYPE = "text/plain"
 PREFIX = "rabbitmq_"
+# on a node of several workers, worker 0's sample of these is the node's (module doc, 4)
+WHOLE_ON_EVERY_WORKER = frozenset(("queues", "process_max_fds", "identity_info", "build_info"))
 
 QUEUE_GAUGES = (
     ("queue_messages_ready", "Messages ready to be delivered to consumers", "ready"),
@@ -135,7 +145,6 @@ def _family(lines: list[str], name: str, kind: str, help_text: str) -> None:
 
 
 def render(broker: Broker, *, per_object: bool) -> str:
-    config = broker.config
     lines: list[str] = []
     connections = admin_live.connections(broker)
     channels = list(admin_live.channels(broker))
@@ -173,7 +182,7 @@ def render(broker: Broker, *, per_object: bool) -> str:
         lines.append(f"{PREFIX}{name} {counts[key]}")
     _process(lines)
     _family(lines, "identity_info", "untyped", "RabbitMQ node & cluster identity info")
-    node, cluster = _label(config.node_name), _label(broker.cluster_name)
+    node, cluster = _label(broker.node_name), _label(broker.cluster_name)
     lines.append(f'{PREFIX}identity_info{{rabbitmq_node="{node}",rabbitmq_cluster="{cluster}"}} 1')
     _family(lines, "build_info", "untyped", "RabbitMQ & Erlang/OTP version info")
     lines.append(
@@ -199,11 +208,34 @@ def _process(lines: list[str]) -> None:
         lines.append(f"{PREFIX}{name} {value}")
 
 
-async def serve(request: web.Request) -> web.Response:
-    text = render(request.app[BROKER_KEY], per_object=False)
+def merged(mine: str, others: list[str]) -> str:
+    """Worker 0's page with the other workers' samples added (module doc, 4)."""
+    added: dict[str, int] = {}
+    for text in others:
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                sample, _, value = line.rpartition(" ")
+                added[sample] = added.get(sample, 0) + int(value)
+    lines = []
+    for line in mine.splitlines():
+        if line and not line.startswith("#"):
+            sample, _, value = line.rpartition(" ")
+            if sample.partition("{")[0].removeprefix(PREFIX) not in WHOLE_ON_EVERY_WORKER:
+                line = f"{sample} {int(value) + added.get(sample, 0)}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+async def _page(request: web.Request, per_object: bool) -> web.Response:
+    text = merged(
+        render(request.app[BROKER_KEY], per_object=per_object), await texts_elsewhere(request)
+    )
     return web.Response(text=text, content_type=CONTENT_TYPE, charset="utf-8")
+
+
+async def serve(request: web.Request) -> web.Response:
+    return await _page(request, per_object=False)
 
 
 async def serve_per_object(request: web.Request) -> web.Response:
-    text = render(request.app[BROKER_KEY], per_object=True)
-    return web.Response(text=text, content_type=CONTENT_TYPE, charset="utf-8")
+    return await _page(request, per_object=True)

@@ -36,8 +36,9 @@ ADMINISTRATOR = Level.ADMINISTRATOR
 
 def _cluster(broker: Broker) -> ClusterNode | web.Response:
     """The node's cluster side, whose operators' verbs these are (the broker knows it as a
-    `Cluster`, a protocol, so that it imports no cluster module)."""
-    if not isinstance(broker.cluster, ClusterNode):
+    `Cluster`, a protocol, so that it imports no cluster module). The workers of a node of
+    several are no cluster to the outside: such a node is on its own."""
+    if not isinstance(broker.cluster, ClusterNode) or broker.board is not None:
         return replies.bad_request("not_clustered")
     return broker.cluster
 

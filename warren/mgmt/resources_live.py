@@ -82,7 +82,7 @@ async def overview(request: web.Request, broker: Broker, params: list[str]) -> w
     admin_neutral.fill(body, admin_neutral.OVERVIEW)
     if caller.sees_all:
         context = admin_live.management_context(broker)
-        body["contexts"] = [{"ssl_opts": [], "node": broker.config.node_name, **context}]
+        body["contexts"] = [{"ssl_opts": [], "node": broker.node_name, **context}]
     return single(request, body)
 
 
@@ -92,9 +92,9 @@ async def extensions(request: web.Request, broker: Broker, params: list[str]) ->
 
 async def list_nodes(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     """Every node of the cluster, as RabbitMQ lists them: a node that cannot be reached
-    is named with ``"running": false`` only."""
+    is named with ``"running": false`` only. A node of several workers is one node."""
     cluster = broker.cluster
-    if cluster is None:
+    if cluster is None or broker.board is not None:
         return listed(request, broker, [admin_live.node_json(broker)])
     names = sorted({*cluster.nodes, broker.config.node_name})
     return listed(request, broker, [await _node(broker, name) for name in names])
@@ -103,12 +103,14 @@ async def list_nodes(request: web.Request, broker: Broker, params: list[str]) ->
 async def environment(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     """Warren's own: the node's settings for `warrenctl environment` (secrets hidden)."""
     settings = config.environment(broker.config)
-    return replies.ok({"node": broker.config.node_name, "settings": settings})
+    return replies.ok({"node": broker.node_name, "settings": settings})
 
 
 async def get_node(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
     cluster = broker.cluster
-    if params[0] != broker.config.node_name and (cluster is None or params[0] not in cluster.nodes):
+    if params[0] == broker.node_name:
+        return single(request, admin_live.node_json(broker))
+    if cluster is None or broker.board is not None or params[0] not in cluster.nodes:
         return replies.not_found()
     return single(request, await _node(broker, params[0]))
 
@@ -260,7 +262,7 @@ async def check_alarms(request: web.Request, broker: Broker, params: list[str]) 
     alarms = broker.alarms
     if not alarms:
         return replies.ok({"status": "ok"})
-    node = broker.config.node_name
+    node = broker.node_name
     return _failed(
         "There are alarms in effect in the cluster",
         alarms=[{"node": node, "resource": resource} for resource in sorted(alarms)],
@@ -271,7 +273,7 @@ async def node_health(request: web.Request, broker: Broker, params: list[str]) -
     """/api/healthchecks/node[/{node}] (RabbitMQ 3.10's older check): 200 with
     ``"status": "failed"`` and RabbitMQ's reason while an alarm is in force. Another node
     of the cluster is checked for being reachable only (its alarms are its own)."""
-    node = broker.config.node_name
+    node = broker.node_name
     cluster = broker.cluster
     if params and params[0] != node:
         if cluster is None or params[0] not in cluster.nodes:

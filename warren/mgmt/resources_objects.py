@@ -21,7 +21,7 @@ from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import queue_counts, queue_message_stats
 from warren.mgmt.resources import read_body
-from warren.mgmt.workers import answered_elsewhere, summed, with_stats_elsewhere
+from warren.mgmt.workers import answered_elsewhere, as_one_node, summed, with_stats_elsewhere
 from warren.model import DestinationKind, VHost
 from warren.queue import Counters
 from warren.runtime import admin, admin_live, admin_neutral, admin_objects
@@ -259,7 +259,9 @@ async def list_queues(request: web.Request, broker: Broker, params: list[str]) -
     items = [
         queue_json(request, broker, v, name, homes=homes) for v, name in names if name in v.queues
     ]
-    return listed(request, broker, await with_stats_elsewhere(request, items))
+    items = await with_stats_elsewhere(request, items)
+    as_one_node(request, broker.node_name, items)
+    return listed(request, broker, items)
 
 
 async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> web.Response:
@@ -279,6 +281,7 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
         body = next((others[h] for h in holders if h in others), body)
     if stats:
         body["message_stats"] = stats
+    as_one_node(request, broker.node_name, [body])
     return single(request, body)
 
 

@@ -18,7 +18,11 @@ Theory of operation:
    connections, channels and consumers, an exchange's or a queue's message stats: each
    worker's of its own) are the workers' answers added up (`summed`): counts, rates,
    averages and samples alike, as each is a sum over the node's objects.
-5. A request goes on with the caller's ``Authorization``: each worker checks the caller
+5. The node is one node to the outside: a queue's ``node``, ``leader``, ``members`` and
+   ``online`` name it, not the worker that holds the queue (`as_one_node`), in worker 0's
+   answers only: the other workers' name their own, which is how worker 0 finds the one
+   that holds a queue.
+6. A request goes on with the caller's ``Authorization``: each worker checks the caller
    itself (users and permissions are the node's). A worker that does not answer within
    `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
    down. A request that came over a worker's socket is never asked further.
@@ -72,17 +76,27 @@ def _response(answer: tuple[int, str, bytes]) -> web.Response:
     return web.Response(status=status, body=body or None, content_type=content_type)
 
 
-async def answered_elsewhere(request: web.Request) -> dict[str, Any]:
+async def _bodies_elsewhere(request: web.Request) -> dict[str, bytes]:
     """The other workers' answers to this request without its listing parameters (module
     doc, 2), by worker name: those that answered 200."""
     query = {k: v for k, v in request.query.items() if k not in LISTING_PARAMETERS}
     workers = request.app.get(WORKERS_KEY, ())
     answers = await asyncio.gather(*(_ask(request, address, query) for _, address in workers))
     return {
-        name: json.loads(answer[2])
+        name: answer[2]
         for (name, _), answer in zip(workers, answers, strict=True)
         if answer is not None and answer[0] == 200
     }
+
+
+async def answered_elsewhere(request: web.Request) -> dict[str, Any]:
+    """The other workers' JSON answers to this request, by worker name (`_bodies_elsewhere`)."""
+    return {name: json.loads(body) for name, body in (await _bodies_elsewhere(request)).items()}
+
+
+async def texts_elsewhere(request: web.Request) -> list[str]:
+    """The other workers' text answers to this request (Prometheus metrics)."""
+    return [body.decode() for body in (await _bodies_elsewhere(request)).values()]
 
 
 async def listed_elsewhere(request: web.Request) -> list[Any]:
@@ -112,6 +126,21 @@ async def with_stats_elsewhere(request: web.Request, items: list[Any]) -> list[A
                     item.get("message_stats", {}), other["message_stats"]
                 )
     return items
+
+
+def as_one_node(request: web.Request, node: str, queues: list[Any]) -> None:
+    """On worker 0: the queues' workers named as the node `node` (module doc, 5)."""
+    if WORKERS_KEY not in request.app:
+        return
+    for info in queues:
+        for key in ("node", "leader"):
+            if info.get(key):
+                info[key] = node
+        for key in ("members", "online"):
+            if info.get(key):
+                info[key] = [node]
+        if "open_files" in info:
+            info["open_files"] = dict.fromkeys(info["online"], 0)
 
 
 def summed(mine: Any, other: Any) -> Any:

@@ -265,7 +265,6 @@ def plain_value(value: object) -> Any:
 
 
 def overview(broker: Broker) -> Json:
-    config = broker.config
     return {
         "management_version": __version__,
         "rates_mode": "none",
@@ -274,7 +273,7 @@ def overview(broker: Broker) -> Json:
         "rabbitmq_version": RABBITMQ_VERSION,
         "python_version": platform.python_version(),
         "cluster_name": broker.cluster_name,
-        "node": config.node_name,
+        "node": broker.node_name,
         "exchange_types": [
             {"name": name, "description": text, "enabled": True} for name, text in EXCHANGE_TYPES
         ],
@@ -321,7 +320,7 @@ def _listeners(broker: Broker) -> list[Json]:
     http_options = {"cowboy_opts": {"sendfile": False}, "port": config.management_port}
     return [
         {
-            "node": config.node_name,
+            "node": broker.node_name,
             "protocol": protocol,
             "ip_address": address,
             "port": port,
@@ -423,7 +422,7 @@ def export_definitions(broker: Broker, vhost: str | None = None) -> Json:
 
 def _global_parameters(broker: Broker) -> list[Json]:
     """``internal_cluster_id``, and ``cluster_name`` once one was set (as RabbitMQ)."""
-    node = broker.config.node_name
+    node = broker.node_name
     found = [{"name": "internal_cluster_id", "value": f"warren-{node}"}]
     if broker.cluster_name != node:
         found.insert(0, {"name": CLUSTER_NAME, "value": broker.cluster_name})

@@ -150,7 +150,7 @@ def vhost_json(broker: Broker, name: str) -> Json:
         "default_queue_type": info.default_queue_type or "undefined",
         "metadata": {"description": info.description, "tags": tags},
         "tracing": False,
-        "cluster_state": {broker.config.node_name: "running"},
+        "cluster_state": {broker.node_name: "running"},
     }
 
 

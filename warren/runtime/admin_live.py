@@ -60,7 +60,7 @@ def connection_json(broker: Broker, connection: AmqpConnection) -> Json:
     provided = properties.get("connection_name") if isinstance(properties, dict) else None
     json: Json = {
         "name": name,
-        "node": broker.config.node_name,
+        "node": broker.config.node_name,  # on a node of several: the worker
         "vhost": connection.vhost.name,
         "user": connection.user,
         "user_who_performed_action": connection.user,
@@ -131,7 +131,7 @@ def channel_json(broker: Broker, channel: Channel, *, details: bool = False) -> 
     confirms = channel.confirms
     json: Json = {
         "name": channel_name(channel),
-        "node": broker.config.node_name,
+        "node": broker.config.node_name,  # on a node of several: the worker
         "number": channel.number,
         "vhost": channel.vhost.name,
         "user": connection.user,
@@ -198,7 +198,7 @@ def consumer_json(broker: Broker, channel: Channel, tag: str) -> Json:
             "peer_host": peer_host,
             "peer_port": peer_port,
             "user": connection.user,
-            "node": broker.config.node_name,
+            "node": broker.config.node_name,  # on a node of several: the worker
         },
     }
 
@@ -255,8 +255,9 @@ def node_json(broker: Broker) -> Json:
         disk_free = stat.f_bavail * stat.f_frsize
     except OSError:
         disk_free = 0
+    board = broker.board  # on a node of several workers: the node's figures
     node: Json = {
-        "name": config.node_name,
+        "name": broker.node_name,
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),
@@ -264,7 +265,7 @@ def node_json(broker: Broker) -> Json:
         "processors": os.cpu_count() or 1,
         "rates_mode": "basic",
         "partitions": [],
-        "mem_used": alarms.used_memory_bytes(),
+        "mem_used": alarms.used_memory_bytes() if board is None else board.memory(),
         "mem_limit": sizes.memory_limit_bytes(
             config.vm_memory_high_watermark, alarms.total_memory_bytes()
         ),
@@ -274,7 +275,7 @@ def node_json(broker: Broker) -> Json:
         "disk_free_alarm": "disk" in broker.alarms,
         "fd_used": fd_used,
         "fd_total": soft_fds,
-        "sockets_used": len(broker.connections),
+        "sockets_used": len(broker.connections) if board is None else board.connections(),
         "sockets_total": soft_fds,
         "proc_used": len(broker.queues) + len(broker.connections),
         "proc_total": 1_048_576,

@@ -25,6 +25,10 @@ Theory of operation (RabbitMQ's "Memory and Disk Alarms" guide):
    missing (not glibc) it is the resident size.
 4. A blocked connection is not dropped for missed heartbeats: its peer's frames wait in
    the socket unread.
+5. On a node of several workers the memory reading is the node's: each worker's monitor
+   adds up every worker's (`warren.runtime.workers.board`), so every worker raises and
+   clears the alarm (and sets the paging pressure) on the node's figure. The disk alarm
+   reads the one file system that holds the node's data directory, as it is.
 """
 
 from __future__ import annotations
@@ -142,6 +146,8 @@ class ResourceMonitor:
 
     def check(self) -> None:
         memory = used_memory_bytes()
+        if self.broker.board is not None:  # a worker: the node's memory is every worker's
+            memory = self.broker.board.report_memory(memory)
         pressed = memory > self.paging_limit_bytes
         if pressed != self.broker.memory_pressure:
             log.info(

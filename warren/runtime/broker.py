@@ -12,6 +12,11 @@ Theory of operation:
    connection as a `Client` and the cluster as a `Cluster`, protocols of what the node's
    registry and its readers need of them, so that nothing here imports either (the
    runtime has no import cycle, `docs/DESIGN.md`).
+4. On a worker of a node of several (`warren.runtime.workers`), the node's limits are
+   counted on the board the workers share (`board`): `admit` takes a connection only
+   while the node has fewer than ``connection_max``, and `node_name` is the node's name,
+   which clients and operators see, while ``config.node_name`` is the worker's, which
+   the workers' internal cluster uses.
 """
 
 from __future__ import annotations
@@ -102,11 +107,35 @@ class Cluster(Protocol):
         (False when `node` does not answer)."""
 
 
+class Board(Protocol):
+    """What the workers of a node share, as the broker and its readers use it
+    (`warren.runtime.workers.board.Board`; rule 4)."""
+
+    def admit(self, limit: int) -> bool:
+        """Whether the node takes one more connection (`limit` 0: none); counted if so."""
+
+    def count(self) -> None:
+        """A connection another worker admitted, handed here."""
+
+    def left(self) -> None: ...
+
+    def connections(self) -> int: ...
+
+    def report_memory(self, used_bytes: int) -> int:
+        """This worker's memory in use written; the node's returned."""
+
+    def memory(self) -> int: ...
+
+
 class Broker:
     """Everything one node holds: vhosts, queues, users, connections."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self, config: Config, node_name: str | None = None, board: Board | None = None
+    ) -> None:
         self.config = config
+        self.node_name = node_name or config.node_name  # the node's, as seen outside (rule 4)
+        self.board = board  # a worker's: what the node's workers share (rule 4)
         self.vhosts: dict[str, VHost] = {"/": VHost("/")}
         self.queues: dict[tuple[str, str], QueueHost] = {}
         # users, permissions and vhost metadata; recovery replaces it with the stored ones
@@ -114,7 +143,7 @@ class Broker:
             config.default_user, config.default_pass, config.password_hashing_module
         )
         # RabbitMQ's cluster_name global parameter: the node's name until one is set
-        self.cluster_name = config.node_name
+        self.cluster_name = self.node_name
         # message counters of closed channels, per vhost (live channels keep their own)
         self.retired_stats: dict[str, MessageStats] = {}
         self.started_at_ms = now_ms()
@@ -126,6 +155,26 @@ class Broker:
         self.durability: Durability | None = None
         self.cluster: Cluster | None = None  # None: a single node
         self.hosts: HostFactory = ClassicHosts(self)  # the cluster layer puts in its own
+
+    def admit(self, client: Client, handed: bool = False) -> bool:
+        """Whether the node takes `client` (``connection_max``; one `handed` over by
+        another worker was admitted there); it is counted if so (rule 4)."""
+        if self.board is not None:
+            if handed:
+                self.board.count()
+            elif not self.board.admit(self.config.connection_max):
+                return False
+        elif self.config.connection_max and len(self.connections) >= self.config.connection_max:
+            return False
+        self.connections.add(client)
+        return True
+
+    def release(self, client: Client) -> None:
+        """`client` is gone (closed, or handed to another worker)."""
+        if client in self.connections:
+            self.connections.remove(client)
+            if self.board is not None:
+                self.board.left()
 
     def queue(self, vhost: str, name: str) -> QueueHost | None:
         return self.queues.get((vhost, name))

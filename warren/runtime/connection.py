@@ -78,6 +78,8 @@ CAPABILITIES = {
 class AmqpConnection(asyncio.Protocol):
     """One client connection."""
 
+    handed = False  # handed over by another worker, which admitted it (connection_max)
+
     def __init__(self, broker: Broker) -> None:
         config = broker.config
         self.broker = broker
@@ -137,7 +139,7 @@ class AmqpConnection(asyncio.Protocol):
         # a verified client certificate (empty without one): it allows EXTERNAL logins
         self._peer_certificate = tls.getpeercert() if tls is not None else None
         config = self.broker.config
-        if config.connection_max and len(self.broker.connections) >= config.connection_max:
+        if not self.broker.admit(self, self.handed):
             log.warning(
                 "refusing connection %s: the node has %s (connection_max)",
                 self.peer,
@@ -145,7 +147,6 @@ class AmqpConnection(asyncio.Protocol):
             )
             transport.close()
             return
-        self.broker.connections.add(self)
         timeout_s = config.handshake_timeout / 1000
         self._timer = self.loop.call_later(timeout_s, self._handshake_timeout)
 
@@ -638,7 +639,7 @@ class AmqpConnection(asyncio.Protocol):
             for name in self.exclusive_queues:
                 self.broker.delete_queue(self.vhost, name)
         self.exclusive_queues.clear()
-        self.broker.connections.discard(self)
+        self.broker.release(self)
 
     def _linger(self) -> None:
         """After close-ok the client closes the socket, as RabbitMQ expects: until then,

@@ -4,6 +4,7 @@ connection does when they change, with a recording transport instead of a socket
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from warren.runtime import alarms, sizes
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
+from warren.runtime.workers.board import BOARD_VARIABLE, Board
 
 
 def test_sizes_are_read_as_rabbitmq_writes_them():
@@ -106,3 +108,34 @@ def test_memory_in_use_falls_when_freed_memory_stays_with_the_process():
     after = alarms.used_memory_bytes()
     assert held - before > 40_000_000
     assert after - before < 10_000_000
+
+
+def test_a_worker_raises_the_memory_alarm_on_the_nodes_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each worker under the watermark, the node over it: every worker's alarm is up."""
+    monkeypatch.setattr(alarms, "used_memory_bytes", lambda: 60)
+    monkeypatch.setattr(alarms, "free_disk_bytes", lambda path: 10**12)
+    supervisor = Board.create(2)
+    boards = [
+        Board.inherited({BOARD_VARIABLE: str(os.dup(supervisor.fd))}, 2, index) for index in (0, 1)
+    ]
+
+    async def test() -> None:
+        config = Config(data_dir=tmp_path, vm_memory_high_watermark="100")
+        monitors = [alarms.ResourceMonitor(Broker(config, board=board)) for board in boards]
+        monitors[0].check()
+        assert monitors[0].broker.alarms == set()  # 60 of 100: the other worker not counted yet
+        monitors[1].check()
+        monitors[0].check()
+        assert monitors[0].broker.alarms == monitors[1].broker.alarms == {"memory"}
+        supervisor.clear(1)  # the other worker exited
+        monitors[0].check()
+        assert monitors[0].broker.alarms == set()
+        for monitor in monitors:
+            monitor.stop()
+
+    asyncio.run(test())
+    for board in (supervisor, *boards):
+        assert board is not None
+        board.close()

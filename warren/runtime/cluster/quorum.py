@@ -239,6 +239,9 @@ class QuorumHost(HostFields):
     # which one, as the future comes through `ClusterNode.submit` for any group
 
     def publish(self, command: Enqueue) -> Published:
+        group = self.group
+        if group is None or not group.is_leader:  # forwarded to the leader's node
+            self.cluster.remote.sent += 1
         return Pending(cast("asyncio.Future[bool]", self.submit(command)))
 
     def get(self, no_ack: bool) -> Answer[Got | None]:

@@ -18,6 +18,13 @@ Theory of operation:
    subscriber for it, which sends each delivery to the consumer's node; the queue machine
    applies the consumer's prefetch as for a local one, and the node settles through its
    proxy. Deliveries that arrive before the channel sent consume-ok wait in the proxy.
+   A channel-wide prefetch (basic.qos global) is its channel's, on the consumer's node:
+   the home sends at most that many unacknowledged messages to the consumer (its prefetch
+   there is the smaller of the two), and the proxy holds what arrives while the channel
+   has no credit left, handing it on in order as acks give credit back (`dispatch`), so
+   the client never has more than the channel's prefetch unacknowledged across all its
+   queues. What the proxy holds is unacknowledged at the home (no other consumer gets
+   it) and goes back there if the consumer is cancelled.
 4. Failures. When the link to a node goes down (or comes up: the other side may have
    seen a link go that this side saw replaced), the home cancels that node's consumers
    and returns what they and that node's basic.gets held (``Cancel(requeue=True)``). The
@@ -163,6 +170,8 @@ class RemoteConsumer:
     def credit(self) -> int | None:
         return None  # the consumer's prefetch is the machine's; a channel-wide one stays local
 
+    global_prefetch = 0  # the consumer's node applies its channel's (module doc, 3)
+
     def blocked(self) -> bool:
         return False
 
@@ -189,6 +198,8 @@ class RemoteHost(HostFields):
         self._consumers: dict[Hashable, ConsumerRef] = {}  # by our key
         self._wire_keys: dict[Hashable, ConsumerKey] = {}  # a channel's key -> ours
         self._waiting: dict[Hashable, list[Entry]] = {}  # deliveries before consume-ok
+        # deliveries past the channel's global prefetch (module doc, 3), by our key
+        self._held: dict[Hashable, deque[Entry]] = {}
 
     @property
     def placement(self) -> Placement:
@@ -264,10 +275,13 @@ class RemoteHost(HostFields):
         self._consumers[key] = ConsumerRef(channel, tag, command.no_ack)
         self._wire_keys[command.consumer] = key
         self._waiting[key] = []
+        prefetch = command.prefetch_count
+        if channel.global_prefetch and not command.no_ack:
+            prefetch = min(prefetch or channel.global_prefetch, channel.global_prefetch)
         request = Consume(
             *self._where,
             key,
-            command.prefetch_count,
+            prefetch,
             command.no_ack,
             command.exclusive,
             command.priority,
@@ -297,6 +311,10 @@ class RemoteHost(HostFields):
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.append(entry)
+            return
+        held = self._held.get(key)
+        if held is not None or not _has_credit(ref):
+            self._held.setdefault(key, deque()).append(entry)
         else:
             ref.channel.deliver(ref.tag, entry, self)
 
@@ -308,6 +326,7 @@ class RemoteHost(HostFields):
 
     def _forget(self, key: Hashable) -> ConsumerRef | None:
         self._waiting.pop(key, None)
+        self._held.pop(key, None)
         for wire, ours in list(self._wire_keys.items()):
             if ours == key:
                 del self._wire_keys[wire]
@@ -317,15 +336,21 @@ class RemoteHost(HostFields):
         ours = self._wire_keys.pop(key, None)
         if ours is None:
             return
-        waiting = self._waiting.pop(ours, None) or []
+        waiting = [*(self._waiting.pop(ours, None) or ()), *self._held.pop(ours, ())]
         self._consumers.pop(ours, None)
         self._send(CancelConsumer(*self._where, ours, [entry.msg_id for entry in waiting]))
 
     def limit(self, channel: Subscriber) -> None:
-        """A channel-wide prefetch is not applied to consumers of a queue on another node."""
+        """What arrives past the channel's credit is held (`delivered`)."""
 
     def dispatch(self) -> None:
-        pass
+        """Hand on what was held while the channels had no credit (module doc, 3)."""
+        for key, held in list(self._held.items()):
+            ref = self._consumers[key]
+            while held and _has_credit(ref):
+                ref.channel.deliver(ref.tag, held.popleft(), self)
+            if not held:
+                del self._held[key]
 
     def cancel_all(self) -> None:
         for key in list(self._consumers):
@@ -344,6 +369,14 @@ class RemoteHost(HostFields):
         self.policy, self.operator_policy = self.broker.policies_of(self.record)
         settings = self.broker.settings_of(self.record, self.policy, self.operator_policy)
         self.machine.apply(Meta(now_ms()), Configure(settings))
+
+
+def _has_credit(ref: ConsumerRef) -> bool:
+    """Whether the consumer's channel takes one more delivery (module doc, 3)."""
+    if ref.no_ack:
+        return True
+    credit = ref.channel.credit()
+    return credit is None or credit > 0
 
 
 class LocalDefinitions(Protocol):
@@ -391,8 +424,9 @@ class RemoteQueues:
         self.broker = cluster.broker
         self.peers = cluster.peers
         self.numbers = itertools.count(1)  # consumer keys and call numbers of this node
-        # messages that crossed to or from other nodes: publishes sent to their queues and
-        # deliveries from them (a node's workers log these: `warren.runtime.workers`)
+        # messages that crossed to or from other nodes: publishes sent to their queues (a
+        # quorum queue's: to its leader's node) and deliveries from them (a node's workers
+        # log these: `warren.runtime.workers`)
         self.sent = self.received = 0
         self._calls: dict[int, tuple[RemoteHost, asyncio.Future[Any], AnyQueueRequest]] = {}
         # as a home: other nodes' consumers and unsettled basic.gets, by node

@@ -105,6 +105,10 @@ class Subscriber(Protocol):
     def credit(self) -> int | None:
         """Ack-requiring deliveries this channel can take across all queues; None: no limit."""
 
+    @property
+    def global_prefetch(self) -> int:
+        """The channel-wide prefetch that `credit` counts down from (0: none)."""
+
     def blocked(self) -> bool:
         """Whether the channel can take no delivery at all now (its socket is full)."""
 

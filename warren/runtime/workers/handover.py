@@ -171,10 +171,10 @@ class TakenOver(AmqpConnection):
         super().__init__(broker)
         self.taken = state
 
+    handed = True  # counted by the node when accepted, never refused here
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if self not in self.broker.connections:
-            return  # refused (connection_max)
         state = self.taken
         self.user = state.user
         self.client_properties = decode_table(state.client_properties)

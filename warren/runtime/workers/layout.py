@@ -69,6 +69,12 @@ def worker_name(node_name: str, index: int) -> str:
     return f"{name}-w{index}{at}{host}"
 
 
+def node_of(worker: str, index: int) -> str:
+    """The node's name, from worker `index`'s (`worker_name`'s inverse)."""
+    name, at, host = worker.partition("@")
+    return f"{name.removesuffix(f'-w{index}')}{at}{host}"
+
+
 def management_address(config: Config, index: int) -> str:
     """Where worker `index` serves its management API for worker 0: a Unix socket in its
     data directory (`config` is a worker's, `worker_config`: the others' are siblings)."""

@@ -12,10 +12,13 @@ Theory of operation:
    the node: the failure is the operator's to fix, and the worker said why on stderr. A
    worker killed by a signal is restarted however young the node is.
 3. It makes each worker's inbox, the Unix socket pair the workers hand connections over
-   with (`warren.runtime.workers.layout`), and holds them for the node's life, so a
-   restarted worker inherits the same ones.
+   with (`warren.runtime.workers.layout`), and the board of figures they share
+   (`warren.runtime.workers.board`), and holds them for the node's life, so a restarted
+   worker inherits the same ones. It clears a worker's slot of the board once the worker
+   exited: its connections and memory went with it.
 4. SIGINT and SIGTERM stop the node: each worker gets SIGTERM and the supervisor waits for
-   them all. Its exit status is 0 when every worker stopped cleanly.
+   them all. Its exit status is 0 when every worker stopped cleanly. SIGUSR1 goes on to
+   every running worker (each logs the messages that crossed workers).
 5. A worker dies with its supervisor (`die_with_supervisor`: the kernel's parent-death
    signal, SIGKILL), so kill -9 of the node kills all of it, as it does a one-process
    node: no orphaned worker keeps its data directory locked or writes on after the crash.
@@ -25,6 +28,7 @@ It never touches a worker's data: recovery is each worker's own start-up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -32,6 +36,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+from warren.runtime.workers.board import BOARD_VARIABLE, Board
 from warren.runtime.workers.layout import (
     INBOXES_VARIABLE,
     WORKER_INDEX_VARIABLE,
@@ -57,17 +62,21 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self.failed_status = 0  # a worker's status when it failed the node's start
         self.receiving, self.sending = make_inboxes(workers)
+        self.board = Board.create(workers)
+        self.running: dict[int, asyncio.subprocess.Process] = {}  # by worker index
 
     async def run(self) -> int:
         """Run the workers until SIGINT/SIGTERM (or one fails the start); the exit status."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self.stopping.set)
+        loop.add_signal_handler(signal.SIGUSR1, self._forward, signal.SIGUSR1)
         try:
             statuses = await asyncio.gather(*(self._keep(index) for index in range(self.workers)))
         finally:
             for sock in (*self.receiving, *self.sending):
                 sock.close()
+            self.board.close()
         if self.failed_status:
             return self.failed_status
         return 0 if not any(statuses) else 1
@@ -83,15 +92,19 @@ class Supervisor:
             WORKER_INDEX_VARIABLE: str(index),
             INBOXES_VARIABLE: inboxes_setting(inbox, self.sending),
             SUPERVISOR_VARIABLE: str(os.getpid()),
+            BOARD_VARIABLE: str(self.board.fd),
         }
-        inherited = [sock.fileno() for sock in (inbox, *self.sending)]
+        inherited = [sock.fileno() for sock in (inbox, *self.sending)] + [self.board.fd]
         while True:
             started = loop.time()
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "warren", *self.argv, env=environ, pass_fds=inherited
             )
             log.info("worker %d started (pid %d)", index, process.pid)
+            self.running[index] = process
             status = await self._wait(process)
+            del self.running[index]
+            self.board.clear(index)
             if self.stopping.is_set():
                 return status
             if 0 < status < 128 and loop.time() - node_started < STARTUP_S:
@@ -109,6 +122,11 @@ class Supervisor:
             except TimeoutError:
                 continue
             return status
+
+    def _forward(self, signum: int) -> None:
+        for process in self.running.values():
+            with contextlib.suppress(ProcessLookupError):  # exited, not yet waited for
+                process.send_signal(signum)
 
     async def _wait(self, process: asyncio.subprocess.Process) -> int:
         """The process's exit status; SIGTERM to it first if the node stops meanwhile."""

@@ -25,9 +25,11 @@ Theory of operation:
 4. Inboxes: the supervisor makes one Unix datagram socket pair per worker and every
    worker inherits them all (`warren.runtime.workers.layout.inboxes`), so no address is
    to be found or guarded, and a restarted worker reads the same inbox.
-5. Messages that still cross workers (publishes to another worker's queue, deliveries
-   from one: `RemoteQueues.sent` and ``received``) are logged every `REPORT_S` while
-   they change, at stop, and at once on SIGUSR1 (`bench.scaling` asks so around a run).
+5. Messages that still cross workers (publishes to another worker's queue, a quorum
+   queue's among them when its leader is on another worker, and deliveries from one:
+   `RemoteQueues.sent` and ``received``) are logged every `REPORT_S` while they change,
+   at stop, and at once on SIGUSR1 (`bench.scaling` asks so around a run; sent to the
+   supervisor, it goes on to every worker).
 """
 
 from __future__ import annotations

@@ -178,6 +178,8 @@ class SimConsumer:
     def credit(self) -> int | None:
         return None
 
+    global_prefetch = 0
+
     def blocked(self) -> bool:
         return False
 
