@@ -390,6 +390,63 @@ def test_pipelined_publisher_is_slowed_not_stopped(cluster: LocalCluster, name: 
     assert len(drain(cluster, "warren-c", name, 2000)) == 2000
 
 
+def test_a_channel_mixing_queues_confirms_each_publish_once_every_queue_has_it(
+    cluster: LocalCluster, name: str
+) -> None:
+    # One confirming channel on warren-a publishes, pipelined, to a fanout exchange bound
+    # to two quorum queues (leaders on a and b) and a classic queue whose home is warren-c,
+    # to one of the quorum queues alone, and to a full reject-publish quorum queue: every
+    # publish gets one answer, an ack only once every queue it went to has it, a nack
+    # where the full queue refused it.
+    declare(cluster, "warren-a", f"{name}-1")
+    declare(cluster, "warren-b", f"{name}-2")
+    declare(
+        cluster, "warren-a", f"{name}-full", **{"x-max-length": 2, "x-overflow": "reject-publish"}
+    )
+    home = connect(cluster, "warren-c")
+    try:
+        channel = home.channel()
+        channel.queue_declare(f"{name}-classic", durable=True)
+        channel.exchange_declare(f"{name}-fan", "fanout", durable=True)
+        for queue in (f"{name}-1", f"{name}-2", f"{name}-classic"):
+            channel.queue_bind(queue, f"{name}-fan")
+    finally:
+        home.close()
+
+    async def scenario() -> list[str]:
+        connection = await aiormq.connect(cluster.nodes["warren-a"].url)
+        channel = await connection.channel()
+        await channel.confirm_delivery()
+        window = asyncio.Semaphore(100)
+        persistent = aiormq.spec.Basic.Properties(delivery_mode=2)
+
+        async def one(index: int) -> str:
+            exchange, key = [(f"{name}-fan", ""), ("", f"{name}-1"), ("", f"{name}-full")][
+                index % 3
+            ]
+            async with window:
+                try:
+                    reply = await channel.basic_publish(
+                        b"%d" % index, exchange=exchange, routing_key=key, properties=persistent
+                    )
+                except aiormq.exceptions.DeliveryError as nacked:
+                    reply = nacked.frame
+                return type(reply).__name__
+
+        replies = await asyncio.gather(*(one(index) for index in range(300)))
+        await connection.close()
+        return replies
+
+    replies = asyncio.run(scenario())
+    assert replies[0::3] == ["Ack"] * 100
+    assert replies[1::3] == ["Ack"] * 100
+    assert replies[2::3] == ["Ack"] * 2 + ["Nack"] * 98
+    assert len(drain(cluster, "warren-b", f"{name}-1", 200)) == 200
+    assert len(drain(cluster, "warren-c", f"{name}-2", 100)) == 100
+    assert len(drain(cluster, "warren-a", f"{name}-classic", 100)) == 100
+    assert len(drain(cluster, "warren-b", f"{name}-full", 2)) == 2
+
+
 def test_at_least_once_dead_letters_reach_a_quorum_queue(cluster: LocalCluster, name: str) -> None:
     # The source holds each rejected message until the quorum DLQ has committed it.
     declare(cluster, "warren-b", f"{name}.dlq")

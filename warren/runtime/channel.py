@@ -72,7 +72,7 @@ from warren.model.permissions import Access, PermissionCheck
 from warren.queue import Checkout, Discard, Enqueue, Got, Return, Settle
 from warren.runtime.access import permission_check
 from warren.runtime.confirms import Confirms
-from warren.runtime.queues.host import ACCEPTED, Pending, QueueHost, Refused
+from warren.runtime.queues.host import ACCEPTED, REPLICATING, Pending, QueueHost, Refused
 from warren.runtime.stats import MessageStats
 from warren.runtime.transactions import CommitWait, Reply, Transaction
 
@@ -929,16 +929,22 @@ class Channel:
         # a durable queue that logs the message appends to the log: the confirm waits
         logged_from = durability.log.next_sequence if durability is not None else 0
         replicated: list[asyncio.Future[bool]] | None = None
+        tag = 0 if confirms is None else confirms.next_tag
         for name in queues:
             host = broker_queues[vhost_name, name]
             host.stats.publish += 1
-            outcome = host.publish(enqueue)
+            outcome = host.publish(enqueue, self, tag)
             if outcome is ACCEPTED:
                 continue
-            if type(outcome) is Pending:
-                # a quorum queue (or a home elsewhere): the outcome comes once it has it
+            if outcome is REPLICATING:  # a quorum queue: it tells `replicated`
+                self._count_replicating()
+                if confirms is not None:
+                    confirms.expect(host)
+            elif type(outcome) is Pending:
+                # a home elsewhere: the outcome comes once it has it
                 future = outcome.future
-                self._count_replicating(future)
+                self._count_replicating()
+                future.add_done_callback(self._replication_done)
                 if replicated is None:
                     replicated = [future]
                 else:
@@ -957,7 +963,7 @@ class Channel:
                 log_sequence = durability.log.next_sequence - 1
             confirms.published(rejected, replicated, log_sequence)
 
-    def _count_replicating(self, outcome: asyncio.Future[bool]) -> None:
+    def _count_replicating(self) -> None:
         """Flow control (RabbitMQ's quorum_commands_soft_limit): past the limit of publishes
         to quorum queues waiting for their commit, the connection stops reading until fewer
         than the limit wait (rabbit_fifo_client unblocks below its soft limit, not at half
@@ -966,10 +972,18 @@ class Channel:
         self.replicating += 1
         if self.replicating > self.broker.config.quorum_commands_soft_limit:
             self.connection.hold_flow(self, True)
-        outcome.add_done_callback(self._replication_done)
 
     def _replication_done(self, _done: asyncio.Future[bool]) -> None:
-        self.replicating -= 1
+        self._replicated(1)
+
+    def replicated(self, host: QueueHost, upto: int, count: int, refused: list[int] | None) -> None:
+        """A quorum queue is done with `count` of this channel's publishes (`Publisher`)."""
+        self._replicated(count)
+        if self.confirms is not None:
+            self.confirms.replicated(host, upto, refused)
+
+    def _replicated(self, count: int) -> None:
+        self.replicating -= count
         if self.replicating < self.broker.config.quorum_commands_soft_limit:
             self.connection.hold_flow(self, False)
 

@@ -2,29 +2,43 @@
 ``basic.nack``, and when.
 
 Theory of operation:
-1. Every publish gets the next sequence number (`published`) and is confirmed in one of
-   three ways: at once (nothing it did needs waiting for), *held* (it appended to the
-   node's message log, a persistent message in a durable queue, or went to quorum queues
-   whose commits are `Pending`), or nacked (a queue refused it: reject-publish overflow,
-   or a quorum queue that said no).
+1. Every publish gets the next sequence number (`published`, the delivery tag of its
+   confirm) and is confirmed in one of three ways: at once (nothing it did needs waiting
+   for), *held* (it appended to the node's message log, a persistent message in a
+   durable queue, or went to quorum queues that have still to commit it), or nacked (a
+   queue refused it: reject-publish overflow, or a quorum queue that said no).
 2. Confirms go in publish order: a held publish holds every later one, acked or nacked
    (RabbitMQ's confirms are in order too). `pending` gives what may go now, acks merged
-   into one ``basic.ack(multiple)`` up to the first publish still held; the connection
-   asks for it when it flushes, after `ready` asked for a flush.
-3. A held publish waits for the log as a `Waiter` of the node's durability
-   (`durable_reached`), and for each quorum queue's future; a refusal from any of them
-   turns its ack into a nack.
+   into one ``basic.ack(multiple)`` up to the first publish still held, with the nacks
+   due before it; the connection asks for it when it flushes, after `ready` asked for a
+   flush.
+3. What a held publish waits for:
+   - the log: as a `Waiter` of the node's durability (`durable_reached`), up to the log
+     sequence it appended;
+   - quorum queues: by counters, with no object per publish. The channel names each
+     quorum host a publish went to (`expect`), which adds its tag to that host's queue of
+     tags; the host says, once per committed batch, up to which tag this channel's
+     publishes to it are done and which of them it refused (`replicated`). A host answers
+     its batches in the order it sent them, so everything up to that tag is done: one
+     call releases a run of tags. The first tag a host still owes bounds what may be
+     confirmed; a publish routed to several queues waits for each;
+   - another node's classic queue: the future of its `Pending` outcome, counted in the
+     `_Held` entry (`waiting`).
+   A refusal from any of them turns the ack into a nack, sent once the publishes before
+   it are confirmed.
 4. With nothing held, a refused publish is nacked at once through `send` (after an ack of
    what came before it): no flush needed.
 5. Once the channel closes (`close`) nothing here asks for a flush or sends again: a
    quorum queue's late commit must not confirm on a channel number reused meanwhile.
-This unit knows no channel or socket: it is driven by `published`, `pending` and the
-durability's `durable_reached`, so its rules are tested without a connection.
+This unit knows no channel or socket: it is driven by `expect`, `published`, `pending`,
+`replicated` and the durability's `durable_reached`, so its rules are tested without a
+connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import deque
 from collections.abc import Callable
 
@@ -35,14 +49,13 @@ from warren.runtime.stats import MessageStats
 
 class _Held:
     """A confirm that waits: for the log to be durable up to `log_sequence`, and for
-    `waiting` replicated outcomes (quorum queues' commits); `nack` if any queue refused."""
+    `waiting` futures (another node's classic queues)."""
 
-    __slots__ = ("log_sequence", "nack", "seq", "waiting")
+    __slots__ = ("log_sequence", "seq", "waiting")
 
-    def __init__(self, seq: int, log_sequence: int, nack: bool, waiting: int = 0) -> None:
+    def __init__(self, seq: int, log_sequence: int, waiting: int = 0) -> None:
         self.seq = seq
         self.log_sequence = log_sequence
-        self.nack = nack
         self.waiting = waiting
 
 
@@ -51,8 +64,10 @@ class Confirms:
 
     __slots__ = (
         "_closed",
+        "_expected",
         "_held",
         "_log_wanted",
+        "_nacks",
         "_ready",
         "_send",
         "confirmed_upto",
@@ -75,6 +90,9 @@ class Confirms:
         self.publish_seq = 0  # the sequence number of the latest publish
         self.confirmed_upto = 0  # every publish up to here had its ack or nack
         self._held: deque[_Held] = deque()  # in publish order
+        # per quorum host (its identity), the tags it has still to answer, in order
+        self._expected: dict[object, deque[int]] = {}
+        self._nacks: list[int] = []  # a heap: refused tags held behind earlier ones
         self._log_wanted = 0  # the highest log sequence a held confirm waits for
         self._closed = False
 
@@ -83,16 +101,29 @@ class Confirms:
         """Publishes that had no ack or nack yet (the management API's messages_unconfirmed)."""
         return self.publish_seq - self.confirmed_upto
 
+    @property
+    def next_tag(self) -> int:
+        """The tag the publish being routed will have (`published` gives it)."""
+        return self.publish_seq + 1
+
+    def expect(self, host: object) -> None:
+        """The publish being routed went to quorum queue `host`, which tells `replicated`."""
+        tags = self._expected.get(host)
+        if tags is None:
+            tags = self._expected[host] = deque()
+        tags.append(self.publish_seq + 1)
+
     def published(
         self, refused: bool, replicated: list[asyncio.Future[bool]] | None, log_sequence: int
     ) -> None:
-        """A publish went through routing: `refused` if a queue said no, the futures of the
-        quorum queues that will say, and the log sequence it appended (0: none)."""
+        """A publish went through routing (after `expect` for its quorum queues): `refused`
+        if a queue said no, the futures of other nodes' queues that will say, and the log
+        sequence it appended (0: none)."""
         self.publish_seq += 1
         if refused:
             self._nack_latest()
         elif replicated is not None:
-            self._hold_replicated(replicated, log_sequence)
+            self._hold_futures(replicated, log_sequence)
         elif log_sequence:
             self._hold(log_sequence)
         else:
@@ -105,33 +136,49 @@ class Confirms:
         if log_sequence <= durability.log.durable_sequence:
             self._ready()
             return
-        self._held.append(_Held(self.publish_seq, log_sequence, False))
+        self._held.append(_Held(self.publish_seq, log_sequence))
         self._log_wanted = log_sequence
         durability.wait(self)
 
-    def _hold_replicated(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
-        """The latest publish is confirmed once every quorum queue it went to committed it
-        (and the log is durable up to `log_sequence`); nacked if one refused it."""
-        item = _Held(self.publish_seq, log_sequence, False, len(outcomes))
+    def _hold_futures(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
+        """The latest publish is confirmed once every future says True (and the log is
+        durable up to `log_sequence`); nacked if one says otherwise."""
+        item = _Held(self.publish_seq, log_sequence, len(outcomes))
         self._held.append(item)
         if log_sequence and self.durability is not None:
             self._log_wanted = max(self._log_wanted, log_sequence)
             self.durability.wait(self)
         for outcome in outcomes:
-            outcome.add_done_callback(lambda done: self._replicated(item, done))
+            outcome.add_done_callback(lambda done: self._answered(item, done))
 
-    def _replicated(self, item: _Held, done: asyncio.Future[bool]) -> None:
+    def _answered(self, item: _Held, done: asyncio.Future[bool]) -> None:
         item.waiting -= 1
         if done.cancelled() or done.exception() is not None or not done.result():
-            item.nack = True
+            heapq.heappush(self._nacks, item.seq)
         if not self._closed:
             self._ready()
+
+    def replicated(self, host: object, upto: int, refused: list[int] | None) -> None:
+        """Quorum queue `host` is done with this channel's publishes to it up to tag
+        `upto`; the `refused` ones are nacked."""
+        if self._closed:
+            return
+        tags = self._expected.get(host)
+        if tags is not None:
+            while tags and tags[0] <= upto:
+                tags.popleft()
+            if not tags:
+                del self._expected[host]
+        if refused:
+            for tag in refused:
+                heapq.heappush(self._nacks, tag)
+        self._ready()
 
     def _nack_latest(self) -> None:
         """A queue refused the latest publish: ack what came before, then nack it."""
         seq = self.publish_seq
-        if self._held:  # after the held ones, in order
-            self._held.append(_Held(seq, 0, True))
+        if self._held or self._expected or self._nacks:  # after the held ones, in order
+            heapq.heappush(self._nacks, seq)
             return
         if seq - 1 > self.confirmed_upto:
             self._send(m.BasicAck(seq - 1, seq - 1 - self.confirmed_upto > 1))
@@ -143,17 +190,26 @@ class Confirms:
         since the last ack, up to the first publish still held."""
         before = self.confirmed_upto
         out: list[m.Method] = []
+        upto = self.publish_seq
+        for tags in self._expected.values():
+            if tags[0] <= upto:
+                upto = tags[0] - 1
         held = self._held
         if held:
             durability = self.durability
             durable = durability.log.durable_sequence if durability is not None else 0
             while held and held[0].log_sequence <= durable and not held[0].waiting:
-                item = held.popleft()
-                if item.nack:
-                    self._ack_upto(item.seq - 1, out)
-                    out.append(m.BasicNack(item.seq, False, False))
-                    self.confirmed_upto = item.seq
-        self._ack_upto(held[0].seq - 1 if held else self.publish_seq, out)
+                held.popleft()
+            if held and held[0].seq <= upto:
+                upto = held[0].seq - 1
+        nacks = self._nacks
+        while nacks and nacks[0] <= upto:
+            tag = heapq.heappop(nacks)
+            if tag > self.confirmed_upto:  # refused by more than one queue: nacked once
+                self._ack_upto(tag - 1, out)
+                out.append(m.BasicNack(tag, False, False))
+                self.confirmed_upto = tag
+        self._ack_upto(upto, out)
         self.stats.confirm += self.confirmed_upto - before
         return out
 
@@ -174,5 +230,7 @@ class Confirms:
         """The channel is gone: forget what is held, ask for nothing more."""
         self._closed = True
         self._held.clear()
+        self._expected.clear()
+        self._nacks.clear()
         if self.durability is not None:
             self.durability.forget(self)

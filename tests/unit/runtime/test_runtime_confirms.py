@@ -123,7 +123,7 @@ def test_a_replicated_publish_waits_for_every_quorum_queue() -> None:
         publisher = Publisher()
         loop = asyncio.get_running_loop()
         first, second = loop.create_future(), loop.create_future()
-        publisher.confirms.published(False, [first, second], 0)  # 1: two quorum queues
+        publisher.confirms.published(False, [first, second], 0)  # 1: two queues elsewhere
         publisher.transient()  # 2
         assert publisher.confirms.pending() == []
         first.set_result(True)
@@ -167,7 +167,7 @@ def test_a_replicated_publish_that_also_logged_waits_for_both() -> None:
     async def scenario() -> None:
         publisher = Publisher()
         committed = asyncio.get_running_loop().create_future()
-        publisher.confirms.published(False, [committed], 4)  # a quorum and a durable classic queue
+        publisher.confirms.published(False, [committed], 4)  # a queue elsewhere, and one here
         committed.set_result(True)
         await asyncio.sleep(0)
         assert publisher.confirms.pending() == []  # committed, but the log is not durable
@@ -192,6 +192,91 @@ def test_after_close_a_late_commit_asks_for_no_flush() -> None:
         assert publisher.flushes == flushes  # the channel number may belong to another channel
 
     asyncio.run(scenario())
+
+
+QUORUM_A, QUORUM_B = object(), object()  # two quorum queues' hosts, as keys
+
+
+def quorum(publisher: Publisher, *hosts: object, refused: bool = False, log: int = 0) -> int:
+    """A publish routed to quorum queues `hosts` (a channel's `expect` calls); its tag."""
+    for host in hosts:
+        publisher.confirms.expect(host)
+    publisher.confirms.published(refused, None, log)
+    return publisher.confirms.publish_seq
+
+
+def test_quorum_publishes_are_released_by_one_call_per_batch_as_one_ack() -> None:
+    publisher = Publisher()
+    for _ in range(5):
+        quorum(publisher, QUORUM_A)
+    assert publisher.confirms.pending() == []
+    publisher.confirms.replicated(QUORUM_A, 3, None)  # the first batch: 1..3
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, True)]
+    publisher.confirms.replicated(QUORUM_A, 5, None)
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 5, True)]
+    assert publisher.confirms.unconfirmed == 0
+    assert publisher.stats.confirm == 5
+
+
+def test_a_publish_to_two_quorum_queues_waits_for_both() -> None:
+    publisher = Publisher()
+    quorum(publisher, QUORUM_A)  # 1
+    quorum(publisher, QUORUM_A, QUORUM_B)  # 2: routed to both
+    quorum(publisher, QUORUM_B)  # 3
+    publisher.transient()  # 4
+    publisher.confirms.replicated(QUORUM_B, 3, None)
+    assert publisher.confirms.pending() == []  # A owes 1 and 2
+    publisher.confirms.replicated(QUORUM_A, 1, None)
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
+    publisher.confirms.replicated(QUORUM_A, 2, None)
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 4, True)]
+
+
+def test_a_quorum_refusal_is_nacked_after_what_came_before() -> None:
+    publisher = Publisher()
+    quorum(publisher, QUORUM_A)  # 1
+    quorum(publisher, QUORUM_A, QUORUM_B)  # 2: both refuse it
+    quorum(publisher, QUORUM_B)  # 3
+    publisher.rejected()  # 4: a classic queue said no at once, while 1..3 wait
+    assert publisher.sent == []  # not before 1..3
+    publisher.confirms.replicated(QUORUM_B, 3, [2])
+    assert publisher.confirms.pending() == []
+    publisher.confirms.replicated(QUORUM_A, 2, [2])
+    assert confirms(publisher.confirms.pending()) == [
+        ("BasicAck", 1, False),
+        ("BasicNack", 2, False),  # once, though two queues refused it
+        ("BasicAck", 3, False),
+        ("BasicNack", 4, False),
+    ]
+    assert publisher.confirms.unconfirmed == 0
+
+
+def test_a_quorum_publish_that_also_logged_waits_for_the_log() -> None:
+    publisher = Publisher()
+    quorum(publisher, QUORUM_A, log=4)  # a quorum queue and a durable classic queue
+    publisher.confirms.replicated(QUORUM_A, 1, None)
+    assert publisher.confirms.pending() == []  # committed, but the log is not durable
+    assert publisher.durable(4) is False
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
+
+
+def test_a_logged_publish_waits_behind_a_quorum_publish() -> None:
+    publisher = Publisher()
+    quorum(publisher, QUORUM_A)  # 1
+    publisher.persistent(2)  # 2
+    assert publisher.durable(2) is False
+    assert publisher.confirms.pending() == []  # 2 is durable, 1 not committed
+    publisher.confirms.replicated(QUORUM_A, 1, None)
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 2, True)]
+
+
+def test_after_close_a_quorum_answer_asks_for_no_flush() -> None:
+    publisher = Publisher()
+    quorum(publisher, QUORUM_A)
+    flushes = publisher.flushes
+    publisher.confirms.close()
+    publisher.confirms.replicated(QUORUM_A, 1, None)
+    assert publisher.flushes == flushes  # the channel number may belong to another channel
 
 
 def test_confirm_mode_and_tx_mode_exclude_each_other() -> None:

@@ -5,7 +5,6 @@ limit."""
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -28,21 +27,26 @@ class _Connection:
 
 
 def test_reading_stops_past_the_limit_and_resumes_below_it() -> None:
-    async def scenario() -> list[bool]:
-        connection = _Connection()
-        channel = Channel(cast(Any, connection), 1)
-        loop = asyncio.get_running_loop()
-        commits = [loop.create_future() for _ in range(LIMIT + 1)]
-        seen = []
-        for commit in commits:
-            channel._count_replicating(commit)
-        seen.append(connection.reading)  # LIMIT + 1 wait: held
-        commits[0].set_result(True)
-        await asyncio.sleep(0)
-        seen.append(connection.reading)  # LIMIT wait: still held
-        commits[1].set_result(True)
-        await asyncio.sleep(0)
-        seen.append(connection.reading)  # fewer than LIMIT: read again, not at LIMIT // 2
-        return seen
+    connection = _Connection()
+    channel = Channel(cast(Any, connection), 1)
+    host = cast(Any, object())
+    seen = []
+    for _ in range(LIMIT + 1):
+        channel._count_replicating()
+    seen.append(connection.reading)  # LIMIT + 1 wait: held
+    channel.replicated(host, 0, 1, None)
+    seen.append(connection.reading)  # LIMIT wait: still held
+    channel.replicated(host, 0, 1, None)
+    seen.append(connection.reading)  # fewer than LIMIT: read again, not at LIMIT // 2
+    assert seen == [False, False, True]
 
-    assert asyncio.run(scenario()) == [False, False, True]
+
+def test_a_batch_told_at_once_releases_all_it_counts() -> None:
+    connection = _Connection()
+    channel = Channel(cast(Any, connection), 1)
+    for _ in range(3 * LIMIT):
+        channel._count_replicating()
+    assert not connection.reading
+    channel.replicated(cast(Any, object()), 0, 3 * LIMIT, None)  # one call per batch
+    assert connection.reading
+    assert channel.replicating == 0

@@ -15,11 +15,11 @@ from warren.cluster import queue_entries
 from warren.model import QueueRecord
 from warren.model.policy import Policy, effective_settings
 from warren.model.settings import QueueSettings
-from warren.queue import Cancel, Checkout, Command, Entry, Sequenced, Settle
+from warren.queue import Cancel, Checkout, Command, Enqueue, Entry, Sequenced, Settle
 from warren.runtime.cluster import quorum
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost, QuorumNode
-from warren.runtime.queues.host import QueueHost
+from warren.runtime.queues.host import REPLICATING, QueueHost
 
 NODE = "rabbit@b"
 
@@ -157,3 +157,73 @@ def test_a_consumer_removed_with_requeue_returns_what_it_holds() -> None:
 
     (cancelled, gone), sent = asyncio.run(scenario())
     assert sent == [Cancel(cancelled, requeue=False), Cancel(gone, requeue=True)]
+
+
+class _Waiting(_Cluster):
+    """Submits that end when the test says (`answered`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.submitted: list[asyncio.Future[object]] = []
+
+    def submit(self, group_id: str, data: bytes) -> asyncio.Future[object]:
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self.submitted.append(future)
+        return future
+
+
+class _Publisher:
+    """A channel as a quorum host tells it of its publishes (`Publisher`)."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[int, int, list[int] | None]] = []
+
+    def replicated(self, host: QueueHost, upto: int, count: int, refused: list[int] | None) -> None:
+        self.told.append((upto, count, refused))
+
+
+def _publish(host: QuorumHost, publisher: _Publisher, tag: int) -> None:
+    enqueue = Enqueue(Message("", "host-q", b"", b"body"), 4)
+    assert host.publish(enqueue, publisher, tag) is REPLICATING
+
+
+def test_publishes_are_told_once_per_batch_and_batches_in_the_order_sent() -> None:
+    async def scenario() -> list[list[tuple[int, int, list[int] | None]]]:
+        cluster = _Waiting()
+        record = QueueRecord("host-q", "/", True, None, False, {})
+        host = QuorumHost(cast(QuorumNode, cluster), record, "qq-host", ["rabbit@a"])
+        first, second = _Publisher(), _Publisher()
+        for tag in (1, 2, 3):  # one turn: one batch, both channels in it
+            _publish(host, first, tag)
+            _publish(host, second, tag)
+        await asyncio.sleep(0)
+        _publish(host, first, 4)  # the next turn: a second batch
+        await asyncio.sleep(0)
+        one, two = cluster.submitted
+        seen = []
+        two.set_result([True])  # the second batch ends first: it waits for the first
+        await asyncio.sleep(0)
+        seen.append(list(first.told))
+        one.set_result([True, True, False, True, True, True])  # first's 2 refused
+        await asyncio.sleep(0)
+        seen.extend([first.told, second.told])
+        return seen
+
+    waited, first, second = asyncio.run(scenario())
+    assert waited == []
+    assert first == [(3, 3, [2]), (4, 1, None)]
+    assert second == [(3, 3, None)]
+
+
+def test_publishes_of_a_batch_that_failed_are_all_refused() -> None:
+    async def scenario() -> list[tuple[int, int, list[int] | None]]:
+        host, cluster = _host()
+        cluster.failing = 1
+        publisher = _Publisher()
+        _publish(host, publisher, 1)
+        _publish(host, publisher, 2)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return publisher.told
+
+    assert asyncio.run(scenario()) == [(2, 2, [1, 2])]

@@ -12,8 +12,11 @@ Theory of operation:
    queue rejected it).
    The commands a host sends in one turn of the event loop go as one entry (a batch:
    `queue_entries`, point 1), so a burst of publishes costs one proposal, one Raft append
-   per follower and one reply; each command's outcome is its own future, answered from
-   the batch's reply (a list, one per command).
+   per follower and one reply; each command's outcome is answered from the batch's reply
+   (a list, one per command): a future's, or, for a channel's publishes, one call per
+   channel and batch (`Publisher.replicated`: done up to a tag, and which were refused),
+   so that a confirm costs no future per publish. Batches are answered in the order they
+   were sent, whatever order their submits end in.
    Every command is numbered by the host that sends it (`Sequenced`): when a leader
    change makes the node send a command again that had committed after all, the machine
    applies it once and answers the copy as it answered the first. Settles and cancels,
@@ -78,7 +81,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from functools import partial
@@ -118,6 +121,7 @@ from warren.runtime.cluster.remote import RemoteQueues, copy_entry
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
+    REPLICATING,
     Answer,
     ConsumerRef,
     HostFields,
@@ -126,6 +130,7 @@ from warren.runtime.queues.host import (
     Pending,
     Placement,
     Published,
+    Publisher,
     Subscriber,
     now_ms,
 )
@@ -136,8 +141,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.quorum")
 R = TypeVar("R")
 
-# commands sent in one turn of the event loop: number, command, its outcome
-_Batch = list[tuple[int, Command, "asyncio.Future[object]"]]
+# commands sent in one turn of the event loop: number, command, who is told its outcome
+# (its future, or the channel that published it) and the publish's tag (0: a future)
+_Batch = list[tuple[int, Command, "asyncio.Future[object] | Publisher", int]]
 _HOST_NUMBERS = itertools.count(1)  # a host made again in one process numbers anew
 # bodies of the latest enqueues kept in memory, so a consumer that keeps up reads no disk
 RECENT_BODIES_MAX: Final = 4096
@@ -212,7 +218,8 @@ class QuorumHost(HostFields):
         self._getter: ConsumerKey = (cluster.name, cluster.incarnation, 0)
         self._dropping: set[ConsumerKey] = set()  # stale consumers of ours being cancelled
         self.handed = Handed()  # deliveries the leader sent here (no replica here)
-        self._outstanding: set[asyncio.Future[object]] = set()  # submitted, not yet applied
+        # batches submitted and not yet answered, answered in this order (`_answered`)
+        self._answering: deque[tuple[_Batch, asyncio.Future[object]]] = deque()
         self._stopped = False
         # timers, dead-lettering (at-least-once: its worker) on the leader; never journaled
         self.effects = Interpreter(self, self._on_timer, journaled=False)
@@ -238,11 +245,16 @@ class QuorumHost(HostFields):
     # the reply of a committed entry is the outcome's value (`apply_entry`): the casts say
     # which one, as the future comes through `ClusterNode.submit` for any group
 
-    def publish(self, command: Enqueue) -> Published:
+    def publish(
+        self, command: Enqueue, publisher: Publisher | None = None, tag: int = 0
+    ) -> Published:
         group = self.group
         if group is None or not group.is_leader:  # forwarded to the leader's node
             self.cluster.remote.sent += 1
-        return Pending(cast("asyncio.Future[bool]", self.submit(command)))
+        if publisher is None:
+            return Pending(cast("asyncio.Future[bool]", self.submit(command)))
+        self._add(next(self._seq), command, publisher, tag)
+        return REPLICATING
 
     def get(self, no_ack: bool) -> Answer[Got | None]:
         command = Get(no_ack) if no_ack else Get(no_ack, holder=self._getter)
@@ -301,57 +313,87 @@ class QuorumHost(HostFields):
         return self._send(next(self._seq), command)
 
     def _send(self, seq: int, command: Command) -> asyncio.Future[object]:
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._add(seq, command, future, 0)
+        return future
+
+    def _add(
+        self, seq: int, command: Command, told: asyncio.Future[object] | Publisher, tag: int
+    ) -> None:
         """Into the batch of this turn of the event loop: every command the host sends in
         one turn goes as one entry (`queue_entries`, point 1), proposed once the turn's
         other callbacks ran (`_flush`)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[object] = loop.create_future()
         batch = self._batch
         if not batch:
-            loop.call_soon(self._flush)
-        batch.append((seq, command, future))
+            asyncio.get_running_loop().call_soon(self._flush)
+        batch.append((seq, command, told, tag))
         self._sent[seq] = command
         if len(batch) >= queue_entries.BATCH_MAX:
             self._flush()
-        return future
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         if not batch:
             return  # flushed early (full, or a count waits for it)
-        data = queue_entries.encode(self._sender, [(seq, command) for seq, command, _ in batch])
+        data = queue_entries.encode(
+            self._sender, [(seq, command) for seq, command, _told, _tag in batch]
+        )
         submitted = self.cluster.submit(self.group_id, data)
-        self._outstanding.add(submitted)
-        submitted.add_done_callback(partial(self._answered, batch))
+        self._answering.append((batch, submitted))
+        submitted.add_done_callback(self._answered)
 
-    def _answered(self, batch: _Batch, submitted: asyncio.Future[object]) -> None:
-        """The batch's entry was applied (a reply per command), or its submit failed."""
-        self._outstanding.discard(submitted)
+    def _answered(self, _submitted: asyncio.Future[object]) -> None:
+        """A batch's entry was applied (a reply per command), or its submit failed: the
+        batches done at the head of those submitted are answered, in the order they were
+        sent, so that a channel told its publishes are done up to a tag has every earlier
+        one done too (`Publisher`)."""
+        answering = self._answering
+        while answering and answering[0][1].done():
+            self._answer(*answering.popleft())
+
+    def _answer(self, batch: _Batch, submitted: asyncio.Future[object]) -> None:
         sent = self._sent
-        for seq, _command, _future in batch:
+        for seq, _command, _told, _tag in batch:
             sent.pop(seq, None)  # failed, or applied elsewhere: a later copy is decoded
+        error: BaseException | None = None
+        replies: list[object] = []
         if submitted.cancelled():
-            for _seq, _command, future in batch:
-                future.cancel()
-            return
-        error = submitted.exception()
-        if error is not None:
-            log.debug("%s: %s commands failed: %s", self.group_id, len(batch), error)
-            for _seq, _command, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-                    future.exception()  # seen: those nobody waits for fail quietly
-            return
-        replies = cast("list[object]", submitted.result())
-        for (_seq, _command, future), reply in zip(batch, replies, strict=True):
-            if not future.done():
-                future.set_result(reply)
+            error = asyncio.CancelledError()
+        else:
+            error = submitted.exception()
+            if error is None:
+                replies = cast("list[object]", submitted.result())
+            else:
+                log.debug("%s: %s commands failed: %s", self.group_id, len(batch), error)
+        done: dict[Publisher, _Done] = {}
+        for slot, (_seq, _command, told, tag) in enumerate(batch):
+            if isinstance(told, asyncio.Future):
+                if told.done():
+                    continue
+                if error is None:
+                    told.set_result(replies[slot])
+                elif submitted.cancelled():
+                    told.cancel()
+                else:
+                    told.set_exception(error)
+                    told.exception()  # seen: those nobody waits for fail quietly
+                continue
+            report = done.get(told)
+            if report is None:
+                report = done[told] = _Done()
+            report.upto = tag
+            report.count += 1
+            if error is not None or not replies[slot]:
+                report.refused.append(tag)
+        for publisher, report in done.items():
+            publisher.replicated(self, report.upto, report.count, report.refused or None)
 
     async def _all_sent(self) -> None:
         """Once every command this host sent so far was applied (or failed)."""
         self._flush()
-        if self._outstanding:
-            await asyncio.gather(*self._outstanding, return_exceptions=True)
+        if self._answering:
+            submitted = [submitted for _batch, submitted in self._answering]
+            await asyncio.gather(*submitted, return_exceptions=True)
 
     async def _counts(self) -> tuple[int, int]:
         """declare-ok's message and consumer counts, read after every command this node
@@ -718,6 +760,17 @@ class QuorumHost(HostFields):
     def _on_timer(self) -> None:
         if self.leader:
             self.submit(Tick())
+
+
+class _Done:
+    """What one channel is told of its publishes in one batch (`Publisher.replicated`)."""
+
+    __slots__ = ("count", "refused", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.count = 0
+        self.refused: list[int] = []
 
 
 class Handed:

@@ -117,6 +117,7 @@ from warren.runtime.queues.host import (
     Pending,
     Placement,
     Published,
+    Publisher,
     QueueHost,
     Refused,
     Subscriber,
@@ -218,7 +219,9 @@ class RemoteHost(HostFields):
     # Publishes, gets and purges are answered by the home; settlements go one way; what the
     # home does by itself (dispatch, timers, settings) is not sent.
 
-    def publish(self, command: Enqueue) -> Published:
+    def publish(
+        self, command: Enqueue, publisher: Publisher | None = None, tag: int = 0
+    ) -> Published:
         self.queues.sent += 1
         return Pending(self.queues.call(self, QueueCommand(*self._where, to_record(command))))
 

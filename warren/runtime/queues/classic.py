@@ -64,6 +64,7 @@ from warren.runtime.queues.host import (
     Outcome,
     Placement,
     Published,
+    Publisher,
     Refused,
     Subscriber,
     now_ms,
@@ -104,7 +105,9 @@ class ClassicHost(HostFields):
 
     # --- the interface (`QueueHost`) ----------------------------------------------------------
 
-    def publish(self, command: Enqueue) -> Published:
+    def publish(
+        self, command: Enqueue, publisher: Publisher | None = None, tag: int = 0
+    ) -> Published:
         """`execute` for the commonest command, on a path of its own: the calls and type
         tests it saves per message are a measurable share of a publish (issue #18)."""
         meta = self.meta()

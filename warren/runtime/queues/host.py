@@ -11,6 +11,9 @@ Theory of operation:
    `Pending` (a future: a quorum queue's commit, a classic queue's home on another
    node); what a queue never refuses is an `Answer` (accepted or pending). A caller tells
    them apart by type, never by looking for a future.
+   A publish made for a `Publisher` (a channel, which confirms it) may also answer
+   `REPLICATING`: a quorum queue took it and tells the publisher once it is committed,
+   for a whole batch of its publishes at a time, with no future per publish.
 3. What a host needs of the node is `Node` (the broker) and `DurableStore` (the node's
    durability): protocols here, so that this package imports neither, and the runtime
    has no import cycle through the queues.
@@ -80,12 +83,28 @@ class Pending(Generic[T]):
     future: asyncio.Future[T]
 
 
+@dataclass(frozen=True, slots=True)
+class Replicating:
+    """A publish a quorum queue took: it tells its `Publisher` once it is committed."""
+
+
 Outcome = Accepted[T] | Refused | Pending[T]
 Answer = Accepted[T] | Pending[T]  # what a queue never refuses (basic.get, purge, counts)
-# a publish: taken now, refused (nack), or taken once the future says True
-Published = Accepted[None] | Refused | Pending[bool]
+# a publish: taken now, refused (nack), taken once the future says True, or once the
+# queue tells the publisher
+Published = Accepted[None] | Refused | Pending[bool] | Replicating
 ACCEPTED: Final[Accepted[None]] = Accepted(None)
 REJECTED_PUBLISH: Final = Refused()
+REPLICATING: Final = Replicating()
+
+
+class Publisher(Protocol):
+    """What a quorum queue tells the channel that published to it (`QueueHost.publish`)."""
+
+    def replicated(self, host: QueueHost, upto: int, count: int, refused: list[int] | None) -> None:
+        """`count` publishes to `host`, every one of them up to tag `upto` still owed, are
+        done: committed, or refused (their tags in `refused`: nacked). A host answers in
+        the order it took them."""
 
 
 class Placement(enum.Enum):
@@ -209,7 +228,11 @@ class QueueHost(Protocol):
     @property
     def placement(self) -> Placement: ...
 
-    def publish(self, command: Enqueue) -> Published: ...
+    def publish(
+        self, command: Enqueue, publisher: Publisher | None = None, tag: int = 0
+    ) -> Published:
+        """Take a message; a quorum queue answers `REPLICATING` when given a `publisher`
+        (and tells it, naming the publish by `tag`), a `Pending` future otherwise."""
 
     def get(self, no_ack: bool) -> Answer[Got | None]: ...
 

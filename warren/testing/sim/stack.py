@@ -11,8 +11,9 @@ Theory of operation (FoundationDB's simulation, on the production code):
    for the TCP links, the seeded rng and the virtual clock. Each queue has three replicas
    of the four nodes, so some node holds none and gets deliveries from the leader.
 2. Clients are what a channel does, with nothing in between: publishers on random nodes
-   publish numbered bodies (``publisher:seq``) and count a confirm when the publish's
-   outcome says so; consumers on random nodes (prefetch 10) ack, reject (dead-lettered:
+   publish numbered bodies (``publisher:seq``) and count a confirm when the node's
+   `SimPublisher` (the production `Confirms`, told by the queue as a channel is) acks
+   it; consumers on random nodes (prefetch 10) ack, reject (dead-lettered:
    ``x-dead-letter-strategy: at-least-once``) or requeue after a random delay. A client
    lives on its node and dies with it (`loop.Life`).
 3. Faults in the safety phase: node crashes and restarts (the batch whose sync was in
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from warren.amqp import methods as m
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.amqp.table import Typed
 from warren.queue import Checkout, Discard, Enqueue, Entry, Return, Settle
@@ -55,9 +57,11 @@ from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.raft_host import RaftGroup
 from warren.runtime.config import Config
+from warren.runtime.confirms import Confirms
 from warren.runtime.durability import Durability
-from warren.runtime.queues.host import Pending, QueueHost
+from warren.runtime.queues.host import REPLICATING, QueueHost
 from warren.runtime.recovery import open_durability
+from warren.runtime.stats import MessageStats
 from warren.storage.log import LogFailed
 from warren.storage.raftwal import RaftWal
 from warren.testing.sim.links import SimLinks, SimNet
@@ -218,6 +222,46 @@ class SimConsumer:
         self.node.life.soon(0.1, self.subscribe)
 
 
+class SimPublisher:
+    """The publishers of one node life as one channel in confirm mode: the production
+    `Confirms`, told by the quorum host as a channel is (`Publisher`), flushed on the next
+    turn as a connection flushes; its acks and nacks go to the ledger."""
+
+    def __init__(self, world: StackWorld, life: Life) -> None:
+        self.world = world
+        self.life = life
+        self.keys: dict[int, Key] = {}  # tag -> message, in tag order, unconfirmed
+        self._flushing = False
+        self.confirms = Confirms(None, self._ready, self._sent, MessageStats())
+
+    def publish(self, host: QuorumHost, key: Key, enqueue: Enqueue) -> None:
+        confirms = self.confirms
+        self.keys[confirms.next_tag] = key
+        if host.publish(enqueue, self, confirms.next_tag) is REPLICATING:
+            confirms.expect(host)
+        confirms.published(False, None, 0)
+
+    def replicated(self, host: QueueHost, upto: int, count: int, refused: list[int] | None) -> None:
+        self.confirms.replicated(host, upto, refused)
+
+    def _ready(self) -> None:
+        if not self._flushing:
+            self._flushing = True
+            self.life.soon(0, self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        for method in self.confirms.pending():
+            self._sent(method)
+
+    def _sent(self, method: m.Method) -> None:
+        assert isinstance(method, m.BasicAck | m.BasicNack)
+        keys = self.keys
+        while keys and (tag := next(iter(keys))) <= method.delivery_tag:
+            nacked = type(method) is m.BasicNack and tag == method.delivery_tag
+            self.world.answered(keys.pop(tag), not nacked)
+
+
 class SimNode:
     """One life of one node process: the production stack with the simulator's seams."""
 
@@ -225,6 +269,7 @@ class SimNode:
         self.world = world
         self.name = name
         self.life = Life(name)
+        self.publisher = SimPublisher(world, self.life)
         self.cluster: ClusterNode | None = None
         self.durability: Durability | None = None
         self.ready = False
@@ -396,18 +441,15 @@ class StackWorld:
     def publish(self, node: SimNode, key: Key) -> None:
         body = f"{key[0]}:{key[1]}".encode()
         message = Message("", QUEUE, _PROPERTIES, body)
-        answer = node.host(QUEUE).publish(Enqueue(message, len(body)))
         self.log(f"{key[0]} publishes {key[0]}:{key[1]} on {node.name}")
-        if type(answer) is Pending:
-            answer.future.add_done_callback(lambda done: self._answered(key, done))
+        node.publisher.publish(node.host(QUEUE), key, Enqueue(message, len(body)))
 
-    def _answered(self, key: Key, done: asyncio.Future[bool]) -> None:
-        if not done.cancelled() and done.exception() is None and done.result():
+    def answered(self, key: Key, confirmed: bool) -> None:
+        if confirmed:
             self.ledger.confirmed.add(key)
             self.log(f"confirm {key[0]}:{key[1]}")
         else:
-            why = "" if done.cancelled() or done.exception() is None else f": {done.exception()}"
-            self.log(f"nack {key[0]}:{key[1]}{why}")
+            self.log(f"nack {key[0]}:{key[1]}")
 
     # --- faults ------------------------------------------------------------------------------
 
