@@ -22,6 +22,8 @@ APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-instal
 WORKERS_TESTS := $(addprefix tests/integration/,test_golden_dlx.py test_golden_maxlen.py \
 	test_golden_quorum.py test_golden_ttl.py test_errors_golden.py test_direct_reply_to.py \
 	test_mgmt_shapes.py)
+# How many of the slowest test steps (setup, call, teardown) `make test` lists.
+DURATIONS ?= 30
 # The web UI's end-to-end test drives Debian's chromium (never a browser Playwright downloads).
 CHROMIUM := /usr/bin/chromium
 # The real rabbitmqadmin (v1) the suite runs against Warren: taken from Debian's
@@ -96,8 +98,9 @@ test: $(TEST_STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	@# pytest exits 5 when it collected no tests: not a failure of the code.
-	WARREN_RABBITMQADMIN=$(RABBITMQADMIN) $(BIN)/pytest $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
+	@# pytest exits 5 when it collected no tests: not a failure of the code. The slowest
+	@# steps are listed, so every CI log shows where the suite's time goes.
+	WARREN_RABBITMQADMIN=$(RABBITMQADMIN) $(BIN)/pytest --durations=$(DURATIONS) $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
 	@# The golden scenarios and what crosses workers once more on nodes of 2 workers (issue 19;
 	@# the whole integration suite that way does not fit CI's time: docs/internals/workers.md).
 	$(if $(PYTEST_ARGS),,WARREN_TEST_WORKERS=2 $(BIN)/pytest $(WORKERS_TESTS))

@@ -13,6 +13,9 @@ Theory of operation:
    `one_worker(reason)` is skipped then: behaviour such a node does not have yet.
 3. Tests share one broker, so every name a test creates starts with `unique` and the test
    deletes what it creates.
+4. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
+   health check: both measure wall time, which on a shared 2-core machine says nothing of the
+   code under test, and made a passing test fail under load.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from warren.runtime.ports import unused_port
 
@@ -42,6 +46,9 @@ DEFAULT_RABBITMQ_MGMT_URL = "http://127.0.0.1:15672"
 START_TIMEOUT_S = 15.0
 STARTED_LINE = " started, data in "  # warren.server's line once a node (or worker) serves
 STOP_GRACE_S = 5.0
+
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")  # rule 4
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

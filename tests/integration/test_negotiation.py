@@ -7,11 +7,15 @@ exception, and only for a client that announced the `authentication_failure_clos
 capability: it hears 403. Once tuned, every violation is a `connection.close`:
 504 for what channel 0 does not take in the current state, 503 for connection methods on a
 channel, 505 for another channel's frames before `connection.open`.
+
+The silent cases are all sent at the start of the module (`silent_closes`), so that their
+three-second waits overlap; each test then reads its own connection until it closes.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -29,6 +33,7 @@ ACCESS_REFUSED = (
     "For details see the broker logfile."
 )
 CONNECTION_OPEN = shortstr("/") + shortstr("") + b"\x00"
+Violation = Callable[[RawAmqp], None]  # what a client sends up to where it breaks the rules
 
 
 def start_ok(
@@ -55,29 +60,104 @@ def tune_ok(raw: RawAmqp, channel_max: int | None, frame_max: int | None) -> tup
     return server_channel_max, server_frame_max
 
 
-@pytest.mark.parametrize(
-    ("channel_max", "frame_max"),
-    [(0, None), ("above", None), (None, 0), (None, 4095), (None, 8), (None, "above")],
-    ids=[
-        "channel_max-0",
-        "channel_max-above",
-        "frame_max-0",
-        "frame_max-4095",
-        "frame_max-8",
-        "frame_max-above",
-    ],
-)
-def test_tune_ok_out_of_range_closes_silently(raw_amqp, channel_max, frame_max):
-    raw = raw_amqp(handshake=False)
-    start_ok(raw)
-    tune = raw.expect_method(0, (10, 30)).payload
-    server_channel_max, server_frame_max, _ = struct.unpack(">HIH", tune[4:12])
-    channel_max = server_channel_max + 1 if channel_max == "above" else channel_max
-    frame_max = server_frame_max + 1 if frame_max == "above" else frame_max
-    channel_max = server_channel_max if channel_max is None else channel_max
-    frame_max = server_frame_max if frame_max is None else frame_max
-    raw.send_method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0))
+def bad_tune_ok(channel_max: int | str | None, frame_max: int | str | None) -> Violation:
+    """Tune-ok with a limit out of range: "above" is one more than the server's, None its own."""
+
+    def violate(raw: RawAmqp) -> None:
+        start_ok(raw)
+        tune = raw.expect_method(0, (10, 30)).payload
+        server_channel_max, server_frame_max, _ = struct.unpack(">HIH", tune[4:12])
+        channel = server_channel_max + 1 if channel_max == "above" else channel_max
+        frame = server_frame_max + 1 if frame_max == "above" else frame_max
+        channel = server_channel_max if channel is None else channel
+        frame = server_frame_max if frame is None else frame
+        raw.send_method(0, 10, 31, struct.pack(">HIH", channel, frame, 0))
+
+    return violate
+
+
+def bad_start_ok(mechanism: str, response: bytes, capability: bool) -> Violation:
+    return lambda raw: start_ok(raw, mechanism, response, capability)
+
+
+def out_of_turn(stage: str) -> Violation:
+    """channel.open before tune-ok, or before start-ok."""
+
+    def violate(raw: RawAmqp) -> None:
+        if stage == "before-tune-ok":
+            start_ok(raw)
+            raw.expect_method(0, (10, 30))
+        else:
+            raw.send(PROTOCOL_HEADER)
+            raw.expect_method(0, (10, 10))
+        raw.send_method(1, 20, 10, shortstr(""))
+
+    return violate
+
+
+BAD_TUNE_OKS = {
+    "channel_max-0": bad_tune_ok(0, None),
+    "channel_max-above": bad_tune_ok("above", None),
+    "frame_max-0": bad_tune_ok(None, 0),
+    "frame_max-4095": bad_tune_ok(None, 4095),
+    "frame_max-8": bad_tune_ok(None, 8),
+    "frame_max-above": bad_tune_ok(None, "above"),
+}
+BAD_MECHANISMS_OR_RESPONSES = {
+    "unknown": ("FOO", b"\x00guest\x00guest"),
+    "lower-case": ("plain", b"\x00guest\x00guest"),
+    "empty": ("", b"\x00guest\x00guest"),
+    "external-without-tls": ("EXTERNAL", b""),
+    "plain-malformed": ("PLAIN", b"guest"),
+    "amqplain-malformed": ("AMQPLAIN", b"\x05LOG"),
+}
+BAD_START_OKS = {
+    f"{case}-{capability_id}": bad_start_ok(mechanism, response, capability)
+    for case, (mechanism, response) in BAD_MECHANISMS_OR_RESPONSES.items()
+    for capability_id, capability in (("capability", True), ("no-capability", False))
+}
+REFUSED_WITHOUT_CAPABILITY = "refused-login-without-capability"
+OUT_OF_TURN = {stage: out_of_turn(stage) for stage in ("before-tune-ok", "before-start-ok")}
+SILENT_CLOSES: dict[str, Violation] = {
+    **{f"tune-ok/{case}": violate for case, violate in BAD_TUNE_OKS.items()},
+    **{f"start-ok/{case}": violate for case, violate in BAD_START_OKS.items()},
+    REFUSED_WITHOUT_CAPABILITY: bad_start_ok("PLAIN", b"\x00guest\x00wrong", False),
+    **{f"out-of-turn/{stage}": violate for stage, violate in OUT_OF_TURN.items()},
+}
+
+
+@pytest.fixture(scope="module")
+def silent_closes(broker) -> Iterator[dict[str, RawAmqp | Exception]]:
+    """A raw connection past its violation for every case of `SILENT_CLOSES`, all made at
+    once: the server closes each about three seconds later, so the cases wait out that
+    delay together rather than one after another. A case whose violation could not be
+    sent keeps the error, for its test to raise."""
+    started: dict[str, RawAmqp | Exception] = {}
+    for case, violate in SILENT_CLOSES.items():
+        raw = RawAmqp(broker.url)
+        try:
+            violate(raw)
+        except Exception as error:
+            raw.close()
+            started[case] = error
+        else:
+            started[case] = raw
+    yield started
+    for raw in started.values():
+        if isinstance(raw, RawAmqp):
+            raw.close()
+
+
+def assert_closed_silently(silent_closes: dict[str, RawAmqp | Exception], case: str) -> None:
+    raw = silent_closes[case]
+    if isinstance(raw, Exception):
+        raise raw
     assert raw.read_until_closed() == b""
+
+
+@pytest.mark.parametrize("case", BAD_TUNE_OKS)
+def test_tune_ok_out_of_range_closes_silently(silent_closes, case):
+    assert_closed_silently(silent_closes, f"tune-ok/{case}")
 
 
 @pytest.mark.parametrize(
@@ -109,36 +189,13 @@ def test_refused_login_with_capability_hears_403(raw_amqp, mechanism):
     assert raw.read_until_closed() == b""
 
 
-def test_refused_login_without_capability_closes_silently(raw_amqp):
-    raw = raw_amqp(handshake=False)
-    start_ok(raw, response=b"\x00guest\x00wrong", capability=False)
-    assert raw.read_until_closed() == b""
+def test_refused_login_without_capability_closes_silently(silent_closes):
+    assert_closed_silently(silent_closes, REFUSED_WITHOUT_CAPABILITY)
 
 
-@pytest.mark.parametrize("capability", [True, False], ids=["capability", "no-capability"])
-@pytest.mark.parametrize(
-    ("mechanism", "response"),
-    [
-        ("FOO", b"\x00guest\x00guest"),
-        ("plain", b"\x00guest\x00guest"),
-        ("", b"\x00guest\x00guest"),
-        ("EXTERNAL", b""),
-        ("PLAIN", b"guest"),
-        ("AMQPLAIN", b"\x05LOG"),
-    ],
-    ids=[
-        "unknown",
-        "lower-case",
-        "empty",
-        "external-without-tls",
-        "plain-malformed",
-        "amqplain-malformed",
-    ],
-)
-def test_bad_mechanism_or_response_closes_silently(raw_amqp, mechanism, response, capability):
-    raw = raw_amqp(handshake=False)
-    start_ok(raw, mechanism, response, capability)
-    assert raw.read_until_closed() == b""
+@pytest.mark.parametrize("case", BAD_START_OKS)
+def test_bad_mechanism_or_response_closes_silently(silent_closes, case):
+    assert_closed_silently(silent_closes, f"start-ok/{case}")
 
 
 @pytest.mark.parametrize("locale", ["", "xx_XX"])
@@ -149,19 +206,9 @@ def test_any_locale_is_accepted(raw_amqp, locale):
     raw.open()
 
 
-@pytest.mark.parametrize(
-    "stage", ["before-tune-ok", "before-start-ok"], ids=["before-tune-ok", "before-start-ok"]
-)
-def test_method_out_of_turn_before_tune_ok_closes_silently(raw_amqp, stage):
-    raw = raw_amqp(handshake=False)
-    if stage == "before-tune-ok":
-        start_ok(raw)
-        raw.expect_method(0, (10, 30))
-    else:
-        raw.send(PROTOCOL_HEADER)
-        raw.expect_method(0, (10, 10))
-    raw.send_method(1, 20, 10, shortstr(""))
-    assert raw.read_until_closed() == b""
+@pytest.mark.parametrize("stage", OUT_OF_TURN)
+def test_method_out_of_turn_before_tune_ok_closes_silently(silent_closes, stage):
+    assert_closed_silently(silent_closes, f"out-of-turn/{stage}")
 
 
 def _opening(raw_amqp) -> RawAmqp:
