@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ MANAGEMENT_URL_ENV = "WARREN_MANAGEMENT_URL"
 MANAGEMENT_PORT = 15672
 UNSAFE_IN_PATH = re.compile(r"[^\w.-]")
 POLL_S = 1  # StreamingQuery.awaitTermination takes whole seconds
+FINISH_S = 60  # how long Ctrl-C waits for the batch under way (`watch`)
 CONNECT_TIMEOUT_S = 5.0
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
 
@@ -77,9 +79,11 @@ def check_broker(uri: str) -> str | None:
 
 
 def watch(query: StreamingQuery, console: Console, what: str) -> int:
-    """Show rows and batches while `query` runs; the number of rows it read. Ctrl-C stops
-    the query between two polls and raises `Interrupted`: PySpark's own handler would raise
-    inside a call to the JVM, which py4j reports with tracebacks."""
+    """Show rows and batches while `query` runs; the number of rows it read. Ctrl-C lets the
+    batch under way end (at most `FINISH_S`), stops the query and raises `Interrupted`:
+    PySpark's own handler would raise inside a call to the JVM, which py4j reports with
+    tracebacks. A batch's sink commits before Spark reports its progress, so stopping at once
+    could leave landed rows uncounted."""
     rows_by_batch: dict[int, int] = {}
     interrupted = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
@@ -87,7 +91,11 @@ def watch(query: StreamingQuery, console: Console, what: str) -> int:
         with console.status(f"{what}: starting Spark") as status:
             while not query.awaitTermination(POLL_S):
                 if interrupted.is_set():
-                    # the batch under way is cut short on purpose: not Spark's errors to log
+                    status.update(f"{what}: stopping after the batch under way")
+                    finishing = time.monotonic() + FINISH_S
+                    while query.status["isTriggerActive"] and time.monotonic() < finishing:
+                        query.awaitTermination(POLL_S)
+                    # the next batch is cut short on purpose: not Spark's errors to log
                     SparkSession.active().sparkContext.setLogLevel("OFF")
                     query.stop()
                     break
