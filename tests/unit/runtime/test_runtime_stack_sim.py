@@ -78,7 +78,12 @@ def test_a_seed_replays_the_same_under_any_hash_seed() -> None:
     assert _trace(2, "1") == _trace(2, "2")
 
 
-PLANTS = ("confirm-before-commit", "retry-applied-twice", "dead-letter-dropped-on-leader-change")
+PLANTS = (
+    "confirm-before-commit",
+    "retry-applied-twice",
+    "dead-letter-dropped-on-leader-change",
+    "settle-dropped-on-timeout",
+)
 # each is caught within its first seeds (the first of them, run alone: 10, 1 and 0; since
 # batched entries and appends sent before the leader's sync, confirm-before-commit is
 # caught by 4 of the first 40 seeds, against 13 before: its window is smaller)
