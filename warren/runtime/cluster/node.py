@@ -419,14 +419,21 @@ class ClusterNode:
         """A queue this node recovered without a replica knows neither its group nor its
         members (`quorum_host`): the first node that hosts the group says both
         (`GroupStatus` resolves the name's prefix there); `PeerUnavailable` if none does.
-        Nothing to learn for any other queue."""
-        if host.group_id != group_prefix(host.record.vhost, host.record.name):
+        Nothing to learn for any other queue, nor once the metadata log named the group
+        while the question was on its way (`members_changed`): the answer is that node's
+        Raft configuration, which lags the log's member list while a member is added (the
+        list first, then the learner), so it would take a new member off its own list,
+        and off the placements its metadata snapshots keep, for good."""
+        prefix = group_prefix(host.record.vhost, host.record.name)
+        if host.group_id != prefix:
             return
         for node in sorted(self.nodes):
             if node == self.name or not self.peers.connected(node):
                 continue
             with contextlib.suppress(PeerUnavailable, RemoteError):
                 status = await self.ask(node, GroupStatus(host.group_id), 2.0)
+                if host.group_id != prefix:
+                    return  # the log's word came first
                 if status is not None:
                     self._learn_group_id(host, str(status["group"]))
                     host.members = [str(member) for member in cast("list[str]", status["members"])]
