@@ -19,6 +19,7 @@ from warren.queue import Cancel, Checkout, Command, Entry, Sequenced, Settle
 from warren.runtime.cluster import quorum
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost, QuorumNode
+from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.queues.host import QueueHost
 
 NODE = "rabbit@b"
@@ -157,3 +158,31 @@ def test_a_consumer_removed_with_requeue_returns_what_it_holds() -> None:
 
     (cancelled, gone), sent = asyncio.run(scenario())
     assert sent == [Cancel(cancelled, requeue=False), Cancel(gone, requeue=True)]
+
+
+class _Cancelled(_Channel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled: list[str] = []
+
+    def queue_deleted(self, consumer_tag: str) -> None:
+        self.cancelled.append(consumer_tag)
+
+
+def test_a_consumer_the_leader_cancels_leaves_nothing_handed() -> None:
+    # The leader cancels a consumer of a node it took for gone; the node's replica applies
+    # the cancel and tells the channel. What was handed to that consumer is forgotten with
+    # it (no settle of it will come), as when the node has no replica (`cancelled`).
+    async def scenario() -> tuple[list[str], bool]:
+        host, _cluster = _host()
+        channel = _Cancelled()
+        host.subscribe(channel, "ctag", Checkout("ctag", "channel", 10), limited=False)
+        (key,) = host._consumers
+        assert host.handed.fresh(key, 7)
+        reap = queue_entries.encode(("rabbit@a", "life-9", 1), [(1, Cancel(key, requeue=True))])
+        host.apply_entry(EntryMeta(index=5, term=1, time_ms=0), reap)
+        return channel.cancelled, bool(host.handed)
+
+    cancelled, remembered = asyncio.run(scenario())
+    assert cancelled == ["ctag"]
+    assert not remembered

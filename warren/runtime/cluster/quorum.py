@@ -518,6 +518,7 @@ class QuorumHost(HostFields):
             if cancelled in self._consumers:
                 # the leader cancelled a consumer of ours (it thought this node gone): say so
                 ref = self._consumers.pop(cancelled)
+                self.handed.forget(cancelled)
                 ref.channel.queue_deleted(ref.tag)
             elif leader and self._elsewhere(cancelled):
                 self.cluster.remote.cancel(cancelled[0], self.record, cancelled)
