@@ -791,7 +791,7 @@ class ClusterNode:
             if request.host is not None and request.port is not None:
                 # a node joining: everyone learns its address
                 await self.replicate(NodeAddress(request.node, request.host, request.port))
-            await group.add_member(request.node)
+            await group.add_member(request.node, self.config.cluster_submit_timeout / 1000)
             return sorted(group.members)
         if isinstance(request, RemoveMember):
             await group.remove_member(request.node)
