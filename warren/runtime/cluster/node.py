@@ -105,6 +105,7 @@ JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
 REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
+CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -267,14 +268,42 @@ class ClusterNode:
         seed: str | None = None
         existing: list[str] = []
         members: list[str] | None = None
-        if METADATA_GROUP not in self.raft.recovered_groups():
+        restarted = METADATA_GROUP in self.raft.recovered_groups()
+        if not restarted:
             seed, existing = await self._existing_members()
             if not existing or self.name in existing:
                 members = existing or sorted({*self.nodes, self.name})
         self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members)
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
+        elif restarted:
+            await self._caught_up(self.meta)
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
+
+    async def _caught_up(self, meta: RaftGroup) -> None:
+        """After a restart, before the node listens (as RabbitMQ waits for its tables):
+        until it applied what the metadata group's leader had committed when asked (the
+        queues, exchanges and bindings made while it was down, other homes' classic
+        queues among them), so that a client connecting at once finds them. Bounded by
+        `CATCH_UP_WAIT_S`: with no leader to ask (most of the cluster is down), the node
+        serves what it has, and learns the rest as the log comes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CATCH_UP_WAIT_S
+        while loop.time() < deadline:
+            leader = meta.leader
+            if leader == self.name:
+                return  # elected: it holds every committed entry
+            if leader is not None and self.peers.connected(leader):
+                with contextlib.suppress(PeerUnavailable, RemoteError):
+                    status = await self.ask(leader, GroupStatus(METADATA_GROUP), 2.0)
+                    if status is not None and status["role"] == "leader":
+                        commit = cast("int", status["commit"])
+                        # entries applied or a snapshot installed: the Raft log's count
+                        while meta.node.log.applied < commit and loop.time() < deadline:
+                            await asyncio.sleep(RETRY_S)
+                        return
+            await asyncio.sleep(RETRY_S)
+        log.warning("node %s serves before it caught up with the metadata log", self.name)
 
     async def _existing_members(self) -> tuple[str | None, list[str]]:
         """A running peer and the metadata group's members as it knows them; (None, [])

@@ -41,7 +41,7 @@ import logging
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -663,7 +663,12 @@ def _quiet() -> Iterator[None]:
         logging.disable(previous)
 
 
-def run_stack_seed(seed: int, options: StackOptions | None = None) -> StackResult:
+def run_stack_seed(
+    seed: int,
+    options: StackOptions | None = None,
+    scenario: Callable[[StackWorld], Coroutine[object, object, None]] | None = None,
+) -> StackResult:
+    """One seed's run: the default scenario (`StackWorld.run`), or a test's own."""
     options = options if options is not None else StackOptions()
     shm = Path("/dev/shm")
     directory = Path(tempfile.mkdtemp(prefix="warren-sim-", dir=shm if shm.is_dir() else None))
@@ -676,7 +681,8 @@ def run_stack_seed(seed: int, options: StackOptions | None = None) -> StackResul
             # every phase has its bound; this one catches a wait that has none
             run_s_max = STARTUP_S_MAX + options.safety_s + options.drain_s
             try:
-                loop.run_until_complete(asyncio.wait_for(world.run(), run_s_max))
+                run = world.run() if scenario is None else scenario(world)
+                loop.run_until_complete(asyncio.wait_for(run, run_s_max))
             except SimDeadlock as error:
                 world.violation = world.violation or f"deadlock: {error}"
             except TimeoutError:
