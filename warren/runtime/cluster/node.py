@@ -58,6 +58,7 @@ from warren.runtime.cluster.calls import (
     Counts,
     Forward,
     GroupStatus,
+    LeaderCounters,
     LeaderRequest,
     Led,
     NodeDetails,
@@ -832,6 +833,8 @@ class ClusterNode:
             return (machine.ready_count, machine.consumer_count)
         if isinstance(request, Consumers):  # a node without a replica checks its consumers
             return self.queues[group.group_id].machine.consumers()
+        if isinstance(request, LeaderCounters):  # the management API of a node without one
+            return self.queues[group.group_id].machine.counters()
         raise ValueError(f"unknown leader request {request!r}")
 
     # --- what operators see ----------------------------------------------------------------

@@ -93,6 +93,7 @@ from warren.queue import (
     Checkout,
     Command,
     Configure,
+    Counters,
     Deliver,
     Discard,
     Enqueue,
@@ -111,7 +112,13 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import snapshot as queue_snapshot
-from warren.runtime.cluster.calls import ConsumerKey, Consumers, Counts, LeaderRequest
+from warren.runtime.cluster.calls import (
+    ConsumerKey,
+    Consumers,
+    Counts,
+    LeaderCounters,
+    LeaderRequest,
+)
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.raft_host import EntryMeta, RaftHost
 from warren.runtime.cluster.remote import RemoteQueues, copy_entry
@@ -250,6 +257,11 @@ class QuorumHost(HostFields):
 
     def counts(self) -> Answer[tuple[int, int]]:
         return Pending(asyncio.ensure_future(self._counts()))
+
+    def leader_counters(self) -> asyncio.Future[Counters]:
+        """The leader's counts, for the management API of a node that holds no replica
+        (its machine is empty): RabbitMQ shows a quorum queue's leader's metrics."""
+        return asyncio.ensure_future(self.cluster.leader_call(LeaderCounters(self.group_id)))
 
     def touch(self) -> None:
         self.submit(Touch())
