@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import urllib.error
+from collections.abc import Mapping
 from urllib.parse import quote
 
 import pika
@@ -40,11 +41,7 @@ def test_a_classic_queue_shows_its_homes_counts_on_every_node(
             "message_bytes": 6,
             "consumers": 1,
         }
-        for node in ("warren-a", *OTHERS):
-            shown = until(lambda node=node: _counts(cluster, node, name), lambda got: got == want)
-            assert shown == want, node
-        listed = cluster.api("warren-b", "/api/queues/%2F")
-        assert {q["name"]: q["messages"] for q in listed}[name] == 3
+        _shown_on_every_node(cluster, name, want)
     finally:
         consumer.close()
         channel.queue_delete(name)
@@ -71,19 +68,24 @@ def test_a_quorum_queue_shows_its_leaders_counts_on_nodes_without_a_replica(
         consuming.basic_qos(prefetch_count=1)
         consuming.basic_consume(name, lambda *args: None)
         want = {"messages": 3, "messages_ready": 2, "messages_unacknowledged": 1, "consumers": 1}
-        for node in ("warren-a", *OTHERS):
-
-            def shown(node: str = node) -> dict[str, object] | None:
-                counts = _counts(cluster, node, name)
-                return counts and {key: counts[key] for key in want}
-
-            assert until(shown, lambda got: got == want) == want, node
-        listed = cluster.api("warren-b", "/api/queues/%2F")
-        assert {q["name"]: q["messages"] for q in listed}[name] == 3
+        _shown_on_every_node(cluster, name, want)
     finally:
         consumer.close()
         channel.queue_delete(name)
         leader.close()
+
+
+def _shown_on_every_node(cluster: LocalCluster, queue: str, want: Mapping[str, object]) -> None:
+    """Every node's API shows `want` (some of `_counts`' keys), and lists the queue so."""
+    for node in ("warren-a", *OTHERS):
+
+        def shown(node: str = node) -> dict[str, object] | None:
+            counts = _counts(cluster, node, queue)
+            return counts and {key: counts[key] for key in want}
+
+        assert until(shown, lambda got: got == want) == want, node
+    listed = cluster.api("warren-b", "/api/queues/%2F")
+    assert {q["name"]: q["messages"] for q in listed}[queue] == want["messages"]
 
 
 def _counts(cluster: LocalCluster, node: str, queue: str) -> dict[str, object] | None:
