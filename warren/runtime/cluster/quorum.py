@@ -432,10 +432,14 @@ class QuorumHost(HostFields):
             found.channel.deliver(found.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
-        """The leader cancelled a consumer of ours (this node holds no replica): say so."""
+        """The leader cancelled a consumer of ours (it took this node for gone): the
+        channel is told, and nothing of the consumer stays here (no settle or cancel of
+        it will come: the channel forgets it)."""
         ref = self._consumers.pop(cast("ConsumerKey", key), None)
         if ref is not None:
             self.handed.forget(key)
+            for wire in [wire for wire, ours in self._wire_keys.items() if ours == key]:
+                del self._wire_keys[wire]
             ref.channel.queue_deleted(ref.tag)
 
     def limit(self, channel: Subscriber) -> None:
@@ -528,10 +532,7 @@ class QuorumHost(HostFields):
         if type(command) is Cancel:
             cancelled = cast("ConsumerKey", command.consumer)
             if cancelled in self._consumers:
-                # the leader cancelled a consumer of ours (it thought this node gone): say so
-                ref = self._consumers.pop(cancelled)
-                self.handed.forget(cancelled)
-                ref.channel.queue_deleted(ref.tag)
+                self.cancelled(cancelled)  # the leader's (it thought this node gone)
             elif leader and self._elsewhere(cancelled):
                 self.cluster.remote.cancel(cancelled[0], self.record, cancelled)
         elif type(command) is Get and self._stale(command.holder):
