@@ -270,9 +270,9 @@ class RaftGroup:
             if target in membership.learners:
                 added = True
             elif added:
-                return  # removed meanwhile
+                return  # removed since it was added (proposed here, or seen a learner)
             else:
-                self._try_change(MembershipChange.ADD_LEARNER, target)
+                added = self._try_change(MembershipChange.ADD_LEARNER, target)
             if loop.time() >= deadline:
                 log.info("%s: %s still a learner after %.0f s", self.group_id, node, timeout_s)
                 return
@@ -360,10 +360,13 @@ class RaftGroup:
         else:
             self._proposals[index] = (self.node.term, future)
 
-    def _try_change(self, change: MembershipChange, target: int) -> None:
-        # Refused (None) while another change is uncommitted: the caller polls again.
+    def _try_change(self, change: MembershipChange, target: int) -> bool:
+        """Whether the change was proposed; refused while another change is uncommitted
+        (the caller polls again)."""
         if not self._in_flight and self.node.propose_membership(change, target) is not None:
             self._after_input()
+            return True
+        return False
 
     def _require_leader(self) -> None:
         if self._host.failure is not None or self.removed:
