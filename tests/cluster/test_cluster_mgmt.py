@@ -1,11 +1,12 @@
 """The management API on a cluster: one cluster name for all nodes, topic permissions
-that hold on every node, a classic queue's counts on nodes that are not its home, and
-every node in /api/nodes."""
+that hold on every node, a classic queue's counts on nodes that are not its home, a
+quorum queue's on nodes without a replica, and every node in /api/nodes."""
 
 from __future__ import annotations
 
 import threading
 import urllib.error
+from collections.abc import Mapping
 from urllib.parse import quote
 
 import pika
@@ -40,15 +41,51 @@ def test_a_classic_queue_shows_its_homes_counts_on_every_node(
             "message_bytes": 6,
             "consumers": 1,
         }
-        for node in ("warren-a", *OTHERS):
-            shown = until(lambda node=node: _counts(cluster, node, name), lambda got: got == want)
-            assert shown == want, node
-        listed = cluster.api("warren-b", "/api/queues/%2F")
-        assert {q["name"]: q["messages"] for q in listed}[name] == 3
+        _shown_on_every_node(cluster, name, want)
     finally:
         consumer.close()
         channel.queue_delete(name)
         home.close()
+
+
+@pytest.mark.warren_only
+def test_a_quorum_queue_shows_its_leaders_counts_on_nodes_without_a_replica(
+    cluster: LocalCluster, name: str
+) -> None:
+    # As RabbitMQ shows a quorum queue's metrics from its leader on every node; a node
+    # without a replica holds no copy of the queue's state to count.
+    leader = connect(cluster, "warren-a")
+    channel = leader.channel()
+    channel.queue_declare(
+        name, durable=True, arguments={"x-queue-type": "quorum", "x-quorum-initial-group-size": 1}
+    )
+    channel.confirm_delivery()
+    for number in range(3):
+        channel.basic_publish("", name, b"m%d" % number)
+    consumer = connect(cluster, "warren-c")
+    try:
+        consuming = consumer.channel()
+        consuming.basic_qos(prefetch_count=1)
+        consuming.basic_consume(name, lambda *args: None)
+        want = {"messages": 3, "messages_ready": 2, "messages_unacknowledged": 1, "consumers": 1}
+        _shown_on_every_node(cluster, name, want)
+    finally:
+        consumer.close()
+        channel.queue_delete(name)
+        leader.close()
+
+
+def _shown_on_every_node(cluster: LocalCluster, queue: str, want: Mapping[str, object]) -> None:
+    """Every node's API shows `want` (some of `_counts`' keys), and lists the queue so."""
+    for node in ("warren-a", *OTHERS):
+
+        def shown(node: str = node) -> dict[str, object] | None:
+            counts = _counts(cluster, node, queue)
+            return counts and {key: counts[key] for key in want}
+
+        assert until(shown, lambda got: got == want) == want, node
+    listed = cluster.api("warren-b", "/api/queues/%2F")
+    assert {q["name"]: q["messages"] for q in listed}[queue] == want["messages"]
 
 
 def _counts(cluster: LocalCluster, node: str, queue: str) -> dict[str, object] | None:

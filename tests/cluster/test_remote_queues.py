@@ -393,3 +393,39 @@ def test_a_home_deletes_its_own_queues_through_the_log(cluster: LocalCluster, na
 
 def _gone(cluster: LocalCluster, node: str, queue: str) -> bool:
     return queue not in {q["name"] for q in cluster.api(node, "/api/queues")}
+
+
+def first_connection(cluster: LocalCluster, node: str) -> pika.BlockingConnection:
+    """A connection to `node` as soon as it accepts one (it is starting)."""
+    deadline = time.monotonic() + AVAILABLE_WITHIN_S
+    while True:
+        try:
+            return connect(cluster, node)
+        except pika.exceptions.AMQPConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+def test_a_restarted_node_knows_other_homes_queues_once_it_listens(
+    cluster: LocalCluster, name: str
+) -> None:
+    # As RabbitMQ waits for its tables before it boots: a node that restarts catches up
+    # with the metadata log (bounded) before it listens, so a client that connects at
+    # once finds the queues other nodes declared while it was down.
+    with revived(cluster):
+        cluster.kill("warren-b")
+        connection = connect(cluster, "warren-a")
+        channel = connection.channel()
+        for index in range(20):
+            channel.queue_declare(f"{name}.{index}", durable=index % 2 == 0)
+        connection.close()
+        cluster.launch("warren-b")
+        connection = first_connection(cluster, "warren-b")
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(f"{name}.19", passive=True)  # 404 while it had not heard
+        channel.basic_publish("", f"{name}.18", b"at once", mandatory=True)
+        method, _props, body = channel.basic_get(f"{name}.18", auto_ack=True)
+        assert method is not None and body == b"at once"
+        connection.close()

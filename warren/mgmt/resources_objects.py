@@ -27,6 +27,7 @@ from warren.queue import Counters
 from warren.runtime import admin, admin_live, admin_neutral, admin_objects
 from warren.runtime.admin import Json, NotFound
 from warren.runtime.broker import Broker
+from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.remote import RemoteHost
 
 MANAGEMENT = Level.MANAGEMENT
@@ -162,17 +163,22 @@ HomeCounters = dict[tuple[str, str], Counters]
 
 
 async def home_counters(broker: Broker, queues: list[tuple[str, str]]) -> HomeCounters:
-    """The counts of those `queues` that are classic queues of other nodes, asked of their
-    homes at once; a home that does not answer in time leaves its queues' counts at 0."""
-    remote: list[RemoteHost] = []
+    """The counts of those `queues` that other nodes hold, asked of them at once: classic
+    queues of other homes, and quorum queues this node holds no replica of (their
+    leader's); one that does not answer in time leaves its queue's counts at 0."""
+    remote: list[RemoteHost | QuorumHost] = []
     for key in queues:
         host: object = broker.queues.get(key)
-        if isinstance(host, RemoteHost):
+        if isinstance(host, RemoteHost) or (isinstance(host, QuorumHost) and host.group is None):
             remote.append(host)
     if not remote:
         return {}
+    asked = (
+        host.counters() if isinstance(host, RemoteHost) else host.leader_counters()
+        for host in remote
+    )
     answers = await asyncio.gather(
-        *(asyncio.wait_for(host.counters(), HOME_TIMEOUT_S) for host in remote),
+        *(asyncio.wait_for(counters, HOME_TIMEOUT_S) for counters in asked),
         return_exceptions=True,
     )
     return {

@@ -38,6 +38,7 @@ from warren.runtime.cluster.calls import (
     EntryRecord,
     Forward,
     GroupStatus,
+    LeaderCounters,
     Led,
     NodeDetails,
     Outcomes,
@@ -132,6 +133,7 @@ REQUESTS: list[Request] = [
     Transfer("g", "n2"),
     Counts("g"),
     Consumers("g"),
+    LeaderCounters("g"),
 ]
 
 
@@ -177,6 +179,7 @@ def test_items_cross_a_frame_as_themselves() -> None:
         (Transfer("g", "n2"), Redirect("n3")),
         (Counts("g"), Led((3, 1))),
         (Consumers("g"), Led([KEY])),
+        (LeaderCounters("g"), Led(Counters(2, 1, 12, 6, 1))),
         (Propose("g", (b"a",)), Led([True, None, 4, RETRY, Applied(3, None)])),
         (Propose("g", (b"a", b"b")), Led([Outcomes([True, None, 2]), RETRY])),
     ],

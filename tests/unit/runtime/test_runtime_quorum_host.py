@@ -19,6 +19,7 @@ from warren.queue import Cancel, Checkout, Command, Enqueue, Entry, Sequenced, S
 from warren.runtime.cluster import quorum
 from warren.runtime.cluster.peers import PeerUnavailable
 from warren.runtime.cluster.quorum import QuorumHost, QuorumNode
+from warren.runtime.cluster.raft_host import EntryMeta
 from warren.runtime.queues.host import REPLICATING, QueueHost
 
 NODE = "rabbit@b"
@@ -36,6 +37,7 @@ class _Broker:
 
 class _Remote:
     numbers = itertools.count(1)
+    sent = 0  # publishes forwarded to another node's or worker's leader
 
     def consumer_key(self) -> tuple[str, str, int]:
         return NODE, "life-1", next(self.numbers)
@@ -227,3 +229,32 @@ def test_publishes_of_a_batch_that_failed_are_all_refused() -> None:
         return publisher.told
 
     assert asyncio.run(scenario()) == [(2, 2, [1, 2])]
+
+
+class _Cancelled(_Channel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled: list[str] = []
+
+    def queue_deleted(self, consumer_tag: str) -> None:
+        self.cancelled.append(consumer_tag)
+
+
+def test_a_consumer_the_leader_cancels_leaves_nothing_handed() -> None:
+    # The leader cancels a consumer of a node it took for gone; the node's replica applies
+    # the cancel and tells the channel. What was handed to that consumer is forgotten with
+    # it (no settle of it will come), as when the node has no replica, and so is its
+    # channel's key (the channel forgets the consumer: no basic.cancel of it will come).
+    async def scenario() -> tuple[list[str], bool]:
+        host, _cluster = _host()
+        channel = _Cancelled()
+        host.subscribe(channel, "ctag", Checkout("ctag", "channel", 10), limited=False)
+        (key,) = host._consumers
+        assert host.handed.fresh(key, 7)
+        reap = queue_entries.encode(("rabbit@a", "life-9", 1), [(1, Cancel(key, requeue=True))])
+        host.apply_entry(EntryMeta(index=5, term=1, time_ms=0), reap)
+        return channel.cancelled, bool(host.handed) or bool(host._wire_keys)
+
+    cancelled, remembered = asyncio.run(scenario())
+    assert cancelled == ["ctag"]
+    assert not remembered

@@ -471,7 +471,7 @@ def test_a_member_joins_as_learner_is_promoted_and_another_leaves(tmp_path: Path
         every.append(newcomer)
         connect(every)
         newcomer.add_group("g", None)
-        await asyncio.wait_for(leader.group("g").add_member("d"), 5)
+        await asyncio.wait_for(leader.group("g").add_member("d", 5), 5)
         assert leader.group("g").status()["voters"] == ["a", "b", "c", "d"]
         leaving = next(n for n in every if n is not leader and n is not newcomer)
         await asyncio.wait_for(leader.group("g").remove_member(leaving.name), 5)
@@ -480,6 +480,41 @@ def test_a_member_joins_as_learner_is_promoted_and_another_leaves(tmp_path: Path
         assert leader.group("g").members == sorted({"a", "b", "c", "d"} - {leaving.name})
         for node in every:
             await node.stop()
+
+    run(body)
+
+
+def test_adding_a_member_that_never_catches_up_ends_in_time(tmp_path: Path) -> None:
+    """A node that is not there stays a learner; the leader's add does not wait for it
+    for ever (nobody waits for its answer after ``cluster_submit_timeout``)."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        leader = await leader_of(list(nodes.values()), "g")
+        group = leader.group("g")
+        await asyncio.wait_for(group.add_member("d", 0.5), 5)
+        assert group.status()["learners"] == ["d"]
+        await stop_all(nodes)
+
+    run(body)
+
+
+def test_a_member_deleted_while_being_added_is_not_added_again(tmp_path: Path) -> None:
+    """add_member waits for the learner to catch up; a delete_member meanwhile removes
+    it, and the add ends rather than making it a learner again."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        leader = await leader_of(list(nodes.values()), "g")
+        group = leader.group("g")
+        adding = asyncio.ensure_future(group.add_member("d", 30))
+        await eventually(lambda: group.status()["learners"] == ["d"])
+        await asyncio.wait_for(group.remove_member("d"), 5)
+        await asyncio.wait_for(adding, 5)
+        for _ in range(10):  # ticks later, still out
+            await asyncio.sleep(leader.host.tick_s)
+            assert "d" not in group.members
+        await stop_all(nodes)
 
     run(body)
 

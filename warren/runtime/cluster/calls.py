@@ -227,7 +227,14 @@ class Consumers(LeaderRequest[list[ConsumerKey]], frozen=True, tag=25):
     """A quorum queue's consumers as its leader has them."""
 
 
-GroupRequest: TypeAlias = Propose | AddMember | RemoveMember | Transfer | Counts | Consumers
+class LeaderCounters(LeaderRequest[Counters], frozen=True, tag=26):
+    """A quorum queue's counts as its leader has them (the management API of a node that
+    holds no replica, as RabbitMQ shows a quorum queue's leader's metrics everywhere)."""
+
+
+GroupRequest: TypeAlias = (
+    Propose | AddMember | RemoveMember | Transfer | Counts | Consumers | LeaderCounters
+)
 
 
 class Forward(NodeRequest[R], frozen=True, tag=15):

@@ -58,6 +58,7 @@ from warren.runtime.cluster.calls import (
     Counts,
     Forward,
     GroupStatus,
+    LeaderCounters,
     LeaderRequest,
     Led,
     NodeDetails,
@@ -105,6 +106,7 @@ JOIN_PROBE_S: Final = 10.0  # for a running peer to say the cluster exists
 REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
+CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -267,14 +269,42 @@ class ClusterNode:
         seed: str | None = None
         existing: list[str] = []
         members: list[str] | None = None
-        if METADATA_GROUP not in self.raft.recovered_groups():
+        restarted = METADATA_GROUP in self.raft.recovered_groups()
+        if not restarted:
             seed, existing = await self._existing_members()
             if not existing or self.name in existing:
                 members = existing or sorted({*self.nodes, self.name})
         self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members)
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
+        elif restarted:
+            await self._caught_up(self.meta)
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
+
+    async def _caught_up(self, meta: RaftGroup) -> None:
+        """After a restart, before the node listens (as RabbitMQ waits for its tables):
+        until it applied what the metadata group's leader had committed when asked (the
+        queues, exchanges and bindings made while it was down, other homes' classic
+        queues among them), so that a client connecting at once finds them. Bounded by
+        `CATCH_UP_WAIT_S`: with no leader to ask (most of the cluster is down), the node
+        serves what it has, and learns the rest as the log comes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CATCH_UP_WAIT_S
+        while loop.time() < deadline:
+            leader = meta.leader
+            if leader == self.name:
+                return  # elected: it holds every committed entry
+            if leader is not None and self.peers.connected(leader):
+                with contextlib.suppress(PeerUnavailable, RemoteError):
+                    status = await self.ask(leader, GroupStatus(METADATA_GROUP), 2.0)
+                    if status is not None and status["role"] == "leader":
+                        commit = cast("int", status["commit"])
+                        # entries applied or a snapshot installed: the Raft log's count
+                        while meta.node.log.applied < commit and loop.time() < deadline:
+                            await asyncio.sleep(RETRY_S)
+                        return
+            await asyncio.sleep(RETRY_S)
+        log.warning("node %s serves before it caught up with the metadata log", self.name)
 
     async def _existing_members(self) -> tuple[str | None, list[str]]:
         """A running peer and the metadata group's members as it knows them; (None, [])
@@ -419,14 +449,21 @@ class ClusterNode:
         """A queue this node recovered without a replica knows neither its group nor its
         members (`quorum_host`): the first node that hosts the group says both
         (`GroupStatus` resolves the name's prefix there); `PeerUnavailable` if none does.
-        Nothing to learn for any other queue."""
-        if host.group_id != group_prefix(host.record.vhost, host.record.name):
+        Nothing to learn for any other queue, nor once the metadata log named the group
+        while the question was on its way (`members_changed`): the answer is that node's
+        Raft configuration, which lags the log's member list while a member is added (the
+        list first, then the learner), so it would take a new member off its own list,
+        and off the placements its metadata snapshots keep, for good."""
+        prefix = group_prefix(host.record.vhost, host.record.name)
+        if host.group_id != prefix:
             return
         for node in sorted(self.nodes):
             if node == self.name or not self.peers.connected(node):
                 continue
             with contextlib.suppress(PeerUnavailable, RemoteError):
                 status = await self.ask(node, GroupStatus(host.group_id), 2.0)
+                if host.group_id != prefix:
+                    return  # the log's word came first
                 if status is not None:
                     self._learn_group_id(host, str(status["group"]))
                     host.members = [str(member) for member in cast("list[str]", status["members"])]
@@ -784,7 +821,7 @@ class ClusterNode:
             if request.host is not None and request.port is not None:
                 # a node joining: everyone learns its address
                 await self.replicate(NodeAddress(request.node, request.host, request.port))
-            await group.add_member(request.node)
+            await group.add_member(request.node, self.config.cluster_submit_timeout / 1000)
             return sorted(group.members)
         if isinstance(request, RemoveMember):
             await group.remove_member(request.node)
@@ -796,6 +833,8 @@ class ClusterNode:
             return (machine.ready_count, machine.consumer_count)
         if isinstance(request, Consumers):  # a node without a replica checks its consumers
             return self.queues[group.group_id].machine.consumers()
+        if isinstance(request, LeaderCounters):  # the management API of a node without one
+            return self.queues[group.group_id].machine.counters()
         raise ValueError(f"unknown leader request {request!r}")
 
     # --- what operators see ----------------------------------------------------------------

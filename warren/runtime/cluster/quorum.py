@@ -96,6 +96,7 @@ from warren.queue import (
     Checkout,
     Command,
     Configure,
+    Counters,
     Deliver,
     Discard,
     Enqueue,
@@ -114,7 +115,13 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import snapshot as queue_snapshot
-from warren.runtime.cluster.calls import ConsumerKey, Consumers, Counts, LeaderRequest
+from warren.runtime.cluster.calls import (
+    ConsumerKey,
+    Consumers,
+    Counts,
+    LeaderCounters,
+    LeaderRequest,
+)
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.raft_host import EntryMeta, RaftHost
 from warren.runtime.cluster.remote import RemoteQueues, copy_entry
@@ -265,6 +272,11 @@ class QuorumHost(HostFields):
 
     def counts(self) -> Answer[tuple[int, int]]:
         return Pending(asyncio.ensure_future(self._counts()))
+
+    def leader_counters(self) -> asyncio.Future[Counters]:
+        """The leader's counts, for the management API of a node that holds no replica
+        (its machine is empty): RabbitMQ shows a quorum queue's leader's metrics."""
+        return asyncio.ensure_future(self.cluster.leader_call(LeaderCounters(self.group_id)))
 
     def touch(self) -> None:
         self.submit(Touch())
@@ -465,10 +477,14 @@ class QuorumHost(HostFields):
             found.channel.deliver(found.tag, entry, self)
 
     def cancelled(self, key: Hashable) -> None:
-        """The leader cancelled a consumer of ours (this node holds no replica): say so."""
+        """The leader cancelled a consumer of ours (it took this node for gone): the
+        channel is told, and nothing of the consumer stays here (no settle or cancel of
+        it will come: the channel forgets it)."""
         ref = self._consumers.pop(cast("ConsumerKey", key), None)
         if ref is not None:
             self.handed.forget(key)
+            for wire in [wire for wire, ours in self._wire_keys.items() if ours == key]:
+                del self._wire_keys[wire]
             ref.channel.queue_deleted(ref.tag)
 
     def limit(self, channel: Subscriber) -> None:
@@ -561,9 +577,7 @@ class QuorumHost(HostFields):
         if type(command) is Cancel:
             cancelled = cast("ConsumerKey", command.consumer)
             if cancelled in self._consumers:
-                # the leader cancelled a consumer of ours (it thought this node gone): say so
-                ref = self._consumers.pop(cancelled)
-                ref.channel.queue_deleted(ref.tag)
+                self.cancelled(cancelled)  # the leader's (it thought this node gone)
             elif leader and self._elsewhere(cancelled):
                 self.cluster.remote.cancel(cancelled[0], self.record, cancelled)
         elif type(command) is Get and self._stale(command.holder):

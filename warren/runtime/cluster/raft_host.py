@@ -256,18 +256,30 @@ class RaftGroup:
             self.step_or_queue(lambda: self._propose(data, future))
         return future
 
-    async def add_member(self, node: str) -> None:
-        """Add `node` as a learner and return once the leader has promoted it to voter.
-        One change at a time: waits while another is in progress. `NotLeader` off the
-        leader; the caller bounds the wait (a learner that never catches up stays one)."""
+    async def add_member(self, node: str, timeout_s: float) -> None:
+        """Add `node` as a learner and return once the leader has promoted it to voter,
+        or after `timeout_s` (a learner that has not caught up stays one: the leader
+        promotes it when it has), or once it left the configuration after it was added (a
+        delete won: it is not added again). One change at a time: waits while another is
+        in progress. `NotLeader` off the leader."""
         target = self._host.names.add(node)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        added = False
         while True:
             membership = self.node.membership
             if target in membership.voters:
                 return
             self._require_leader()
-            if target not in membership.learners:
-                self._try_change(MembershipChange.ADD_LEARNER, target)
+            if target in membership.learners:
+                added = True
+            elif added:
+                return  # removed since it was added (proposed here, or seen a learner)
+            else:
+                added = self._try_change(MembershipChange.ADD_LEARNER, target)
+            if loop.time() >= deadline:
+                log.info("%s: %s still a learner after %.0f s", self.group_id, node, timeout_s)
+                return
             await asyncio.sleep(self._host.tick_s)
 
     async def remove_member(self, node: str) -> None:
@@ -352,10 +364,13 @@ class RaftGroup:
         else:
             self._proposals[index] = (self.node.term, future)
 
-    def _try_change(self, change: MembershipChange, target: int) -> None:
-        # Refused (None) while another change is uncommitted: the caller polls again.
+    def _try_change(self, change: MembershipChange, target: int) -> bool:
+        """Whether the change was proposed; refused while another change is uncommitted
+        (the caller polls again)."""
         if not self._in_flight and self.node.propose_membership(change, target) is not None:
             self._after_input()
+            return True
+        return False
 
     def _require_leader(self) -> None:
         if self._host.failure is not None or self.removed:

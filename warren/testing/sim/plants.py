@@ -12,6 +12,9 @@ the way a plausible mistake would change it:
 - ``dead-letter-dropped-on-leader-change``: a new leader does not send again the
   dead-lettered messages the queue still holds (at-least-once dead-lettering loses what
   the old leader had not delivered to the target).
+- ``settle-dropped-on-timeout``: a settle (ack, reject) whose submit fails (no leader
+  within ``cluster_submit_timeout``) is not sent again, so the message stays checked out
+  to a consumer that acked it.
 """
 
 from __future__ import annotations
@@ -87,8 +90,21 @@ def dead_letter_dropped_on_leader_change() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def settle_dropped_on_timeout() -> Iterator[None]:
+    original = QuorumHost._sent_once
+
+    def sent_once(self: QuorumHost, seq: int, command: Any, future: asyncio.Future[object]) -> None:
+        if future.cancelled() or future.exception() is None:
+            original(self, seq, command, future)
+
+    with _patched(QuorumHost, "_sent_once", sent_once):
+        yield
+
+
 PLANTS: dict[str, Callable[[], Any]] = {
     "confirm-before-commit": confirm_before_commit,
     "retry-applied-twice": retry_applied_twice,
     "dead-letter-dropped-on-leader-change": dead_letter_dropped_on_leader_change,
+    "settle-dropped-on-timeout": settle_dropped_on_timeout,
 }
