@@ -45,6 +45,8 @@ REGRESSION_SEEDS = {
     "already: a message requeued since came back as new",
     151: "a dead letter settled by an earlier leader's worker was sent again when a target "
     "answered late (its body gone from the WAL: LookupError in a callback)",
+    426: "delete_member recorded the member list read before its change, dropping a node "
+    "a concurrent add_member had made a voter: its consumers were handed nothing",
 }
 
 
