@@ -47,6 +47,8 @@ REGRESSION_SEEDS = {
     "answered late (its body gone from the WAL: LookupError in a callback)",
     426: "delete_member recorded the member list read before its change, dropping a node "
     "a concurrent add_member had made a voter: its consumers were handed nothing",
+    493: "a replica made again empty after it had acknowledged a snapshot was probed at its "
+    "old match index for ever (a runaway loop of rejected appends)",
 }
 
 
