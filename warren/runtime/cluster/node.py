@@ -860,7 +860,11 @@ class _Forwarder:
                     continue
                 for reply in replies:
                     if type(reply) is Retry:
-                        break  # this one and the rest again, in order
+                        # this one and the rest again, in order, once the leader can take
+                        # them: one handing leadership over refuses them meanwhile, and
+                        # asked again at once it would refuse them in the same instant
+                        await asyncio.sleep(RETRY_S)
+                        break
                     _, outcome = pending.popleft()
                     if not outcome.done():
                         outcome.set_result(from_wire(reply))
