@@ -49,6 +49,8 @@ REGRESSION_SEEDS = {
     "a concurrent add_member had made a voter: its consumers were handed nothing",
     493: "a replica made again empty after it had acknowledged a snapshot was probed at its "
     "old match index for ever (a runaway loop of rejected appends)",
+    870: "a leader that removed itself stepped down before the others learned the change "
+    "committed: they waited for its vote for good (q never had a leader again)",
 }
 
 
