@@ -234,6 +234,12 @@ class RaftGroup:
         return self._host.name_of(self.node.leader_id)
 
     @property
+    def handing_over(self) -> bool:
+        """This node leads and is handing leadership over (`transfer`): it refuses
+        proposals meanwhile."""
+        return self.is_leader and self.node.transfer_target != NO_NODE
+
+    @property
     def members(self) -> list[str]:
         return self._names(self.node.membership.members)
 
