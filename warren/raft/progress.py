@@ -121,6 +121,12 @@ class Progress:
             return True
         if self.next_index - 1 != rejected_index:
             return False  # not the probe we are waiting for
+        if hint_index < self.match_index:
+            # its log ends before what it acknowledged: the member lost its log (a replica
+            # made again, empty, on that node). Probing from match + 1 again would be
+            # rejected again, for ever. Nothing of its log is known to match now (the
+            # hint is where to probe, not a match: heartbeats commit up to the match).
+            self.match_index = 0
         self.next_index = max(min(rejected_index, hint_index + 1), self.match_index + 1)
         self.probe_sent = False
         return True

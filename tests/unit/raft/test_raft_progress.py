@@ -60,3 +60,19 @@ def test_replication_pipelines_up_to_the_inflight_limit() -> None:
     # a reject beyond the match falls back to probing from match + 1
     assert progress.reject(rejected_index=7, hint_index=6)
     assert progress.state is ProgressState.PROBE and progress.next_index == 6
+
+
+def test_a_probe_rejected_below_the_match_starts_again_from_what_the_member_has() -> None:
+    """A member whose log was made again empty (its replica dropped and added back) answers
+    a probe at its old match with a hint below it: the leader must not probe the same
+    index for ever (stack simulator seed 493), but from what the member now has."""
+    progress = Progress(next_index=1, match_index=0)
+    progress.acknowledge(266)
+    progress.become_replicate()
+    progress.sent(last_index=281, entry_count=15)
+    assert progress.reject(rejected_index=281, hint_index=0)  # back to probing from 267
+    assert progress.state is ProgressState.PROBE and progress.next_index == 267
+    assert progress.reject(rejected_index=266, hint_index=100)
+    # probed at the hint; nothing is taken to match until the member says so (a match
+    # set to the hint let heartbeats commit entries of its log that differ: seed 27)
+    assert progress.match_index == 0 and progress.next_index == 101

@@ -608,3 +608,28 @@ def test_malformed_raft_messages_from_a_peer_are_dropped_and_the_host_goes_on(
 
     with caplog.at_level("ERROR", logger="warren.raft_host"):
         run(body)
+
+
+def test_a_leader_asked_to_remove_itself_hands_over_and_the_new_leader_removes_it(
+    tmp_path: Path,
+) -> None:
+    """A leader that removed itself stepped down as the change committed, before the
+    others learned it had: once its node dropped its replica they waited for its vote for
+    good (stack simulator seed 870). It hands over first; the new leader removes it."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        with pytest.raises(NotLeader):
+            await asyncio.wait_for(leader.group("g").remove_member(leader.name), 5)
+        others = [n for n in every if n is not leader]
+        successor = await leader_of(others, "g")
+        await asyncio.wait_for(successor.group("g").remove_member(leader.name), 5)
+        leader.host.remove_group("g")  # its node drops its replica, as the metadata says
+        await asyncio.wait_for(propose_all(successor, "g", [b"after"]), 5)
+        remaining = sorted(n.name for n in others)
+        await eventually(lambda: all(n.group("g").members == remaining for n in others))
+        await stop_all(nodes)
+
+    run(body)

@@ -54,6 +54,12 @@ REGRESSION_SEEDS = {
     "already: a message requeued since came back as new",
     151: "a dead letter settled by an earlier leader's worker was sent again when a target "
     "answered late (its body gone from the WAL: LookupError in a callback)",
+    426: "delete_member recorded the member list read before its change, dropping a node "
+    "a concurrent add_member had made a voter: its consumers were handed nothing",
+    493: "a replica made again empty after it had acknowledged a snapshot was probed at its "
+    "old match index for ever (a runaway loop of rejected appends)",
+    870: "a leader that removed itself stepped down before the others learned the change "
+    "committed: they waited for its vote for good (q never had a leader again)",
 }
 
 

@@ -898,8 +898,13 @@ class _Forwarder:
                             outcome.set_exception(error)
                     continue
                 for reply in replies:
-                    if type(reply) is Retry:
-                        break  # this one and the rest again, in order
+                    if type(reply) is Retry:  # this one and the rest again, in order
+                        group = self.cluster.raft.group(self.group_id)
+                        if group is not None and group.handing_over:
+                            # this node leads and refuses them while it hands over: asked
+                            # again at once, it would refuse them in the same instant
+                            await asyncio.sleep(RETRY_S)
+                        break
                     _, outcome = pending.popleft()
                     if not outcome.done():
                         outcome.set_result(from_wire(reply))

@@ -10,7 +10,10 @@ Theory of operation:
    queue's leader adds it as a learner, sends it the log or a snapshot, and promotes it
    once it has caught up. Removal goes the other way round: the leader removes it, then
    the member list is recorded and the node drops its replica. Each change is one Raft
-   membership change, committed by a majority, so none loses committed data.
+   membership change, committed by a majority, so none loses committed data. What is
+   recorded after the change is the group's configuration as the leader answers it, not
+   the list read before: a change that ran meanwhile (another node added or removed) is
+   kept, where the list read before would drop a replica the group counts on.
 3. Failures are `MembershipError` with a message for the operator.
 4. The verbs act on an `OperatedNode`, what they need of the node's cluster side
    (`warren.runtime.cluster.node.ClusterNode`, which joins a cluster through `join`).
@@ -98,8 +101,12 @@ async def add_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -
     members = await cluster.current_members(host)
     if node in members:
         raise MembershipError(f"{node} is already a member of '{queue}'")
-    await cluster.set_members(host, sorted({*members, node}))
-    return await cluster.leader_call(AddMember(host.group_id, node))
+    recorded = sorted({*members, node})
+    await cluster.set_members(host, recorded)
+    voters = await cluster.leader_call(AddMember(host.group_id, node))
+    if voters != recorded:  # another change ran meanwhile: the list follows the group
+        await cluster.set_members(host, voters)
+    return voters
 
 
 async def delete_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
@@ -110,7 +117,7 @@ async def delete_member(cluster: OperatedNode, vhost: str, queue: str, node: str
     if len(members) == 1:
         raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
     voters = await cluster.leader_call(RemoveMember(host.group_id, node))
-    await cluster.set_members(host, [m for m in members if m != node])
+    await cluster.set_members(host, voters)
     return voters
 
 

@@ -238,6 +238,12 @@ class RaftGroup:
         return self._host.name_of(self.node.leader_id)
 
     @property
+    def handing_over(self) -> bool:
+        """This node leads and is handing leadership over (`transfer`): it refuses
+        proposals meanwhile."""
+        return self.is_leader and self.node.transfer_target != NO_NODE
+
+    @property
     def members(self) -> list[str]:
         return self._names(self.node.membership.members)
 
@@ -284,12 +290,29 @@ class RaftGroup:
 
     async def remove_member(self, node: str) -> None:
         """Remove `node` and return once the change is committed (as `add_member`). A
-        leader that removes itself steps down."""
+        leader asked to remove itself first hands leadership to another voter, then fails
+        with `NotLeader` naming it (the caller asks it instead): a leader that removed
+        itself would step down as the change committed, before telling the others, and
+        they, the change still uncommitted in their logs, would wait for its vote for good
+        once its node dropped its replica."""
         target = self._host.names.add(node)
         while target in self.node.membership.members:
             self._require_leader()
-            self._try_change(MembershipChange.REMOVE, target)
+            successor = self._successor() if target == self.node.id else None
+            if successor is None:
+                self._try_change(MembershipChange.REMOVE, target)
+            elif self.node.transfer_target == NO_NODE:
+                self.transfer(successor)
             await asyncio.sleep(self._host.tick_s)
+
+    def _successor(self) -> str | None:
+        """The voter, other than this leader, with the most of its log; None if none."""
+        node = self.node
+        others = [voter for voter in node.membership.voters if voter != node.id]
+        if not others:
+            return None
+        best = max(others, key=lambda voter: (node.progress[voter].match_index, voter))
+        return self._host.name_of(best)
 
     def campaign(self) -> None:
         """Start an election now, skipping the election timeout (a queue's first leader
