@@ -403,29 +403,42 @@ class Growing(Holder):
         return 1 << 40
 
 
+async def _grown(
+    tmp_path: Path, snapshot_entries: int, payloads: list[bytes], per_round: int
+) -> dict[str, Node]:
+    """Three nodes whose group "g" (a `Growing` machine) applied `payloads`, proposed
+    `per_round` at a time, and then one more round: "keep last", appended to `payloads`."""
+    names = ["a", "b", "c"]
+    nodes = await cluster(tmp_path, names, [], snapshot_entries=snapshot_entries)
+    every = list(nodes.values())
+    for node in every:
+        node.add_group("g", names, Growing())
+    leader = await leader_of(every, "g")
+    for start in range(0, len(payloads), per_round):  # many rounds
+        await propose_all(leader, "g", payloads[start : start + per_round])
+    await propose_all(leader, "g", [b"keep last"])  # one more round after those
+    payloads.append(b"keep last")
+    for node in every:
+        await eventually(lambda node=node: node.machines["g"].payloads == payloads)
+    return nodes
+
+
+def _read_back(node: Node) -> list[bytes]:
+    group = node.group("g")
+    return [group.entry_data(index) for index in node.machines["g"].kept_indexes()]
+
+
 def test_applied_entries_leave_memory_between_snapshots_and_are_read_from_the_wal(
     tmp_path: Path,
 ) -> None:
     async def body() -> None:
-        names = ["a", "b", "c"]
-        nodes = await cluster(tmp_path, names, [], snapshot_entries=20)
-        every = list(nodes.values())
-        for node in every:
-            node.add_group("g", names, Growing())
-        leader = await leader_of(every, "g")
         payloads = [b"keep %d" % i for i in range(300)]
-        for start in range(0, len(payloads), 30):  # many rounds
-            await propose_all(leader, "g", payloads[start : start + 30])
-        await propose_all(leader, "g", [b"keep last"])  # one more round after those
-        payloads.append(b"keep last")
-        for node in every:
-            await eventually(lambda node=node: node.machines["g"].payloads == payloads)
-        for node in every:
+        nodes = await _grown(tmp_path, 20, payloads, 30)
+        for node in nodes.values():
             raft_log = node.group("g").node.log
             assert raft_log.snapshot_index == 0 and raft_log.released_index > 250
             assert len(raft_log.entries) <= 2 * 20 + 1
-            held = node.machines["g"].kept_indexes()
-            assert [node.group("g").entry_data(index) for index in held] == payloads
+            assert _read_back(node) == payloads
         await stop_all(nodes)
 
     run(body)
@@ -436,25 +449,13 @@ def test_large_entries_leave_memory_by_their_size_not_only_their_count(tmp_path:
     between snapshots would be most of a long queue's bodies."""
 
     async def body() -> None:
-        names = ["a", "b", "c"]
-        nodes = await cluster(tmp_path, names, [], snapshot_entries=4096)
-        every = list(nodes.values())
-        for node in every:
-            node.add_group("g", names, Growing())
-        leader = await leader_of(every, "g")
         payloads = [b"keep" + bytes([i % 256]) * 65536 for i in range(160)]
-        for start in range(0, len(payloads), 16):
-            await propose_all(leader, "g", payloads[start : start + 16])
-        await propose_all(leader, "g", [b"keep last"])
-        payloads.append(b"keep last")
-        for node in every:
-            await eventually(lambda node=node: node.machines["g"].payloads == payloads)
-        for node in every:
+        nodes = await _grown(tmp_path, 4096, payloads, 16)
+        for node in nodes.values():
             raft_log = node.group("g").node.log
             held = sum(len(entry.data) for entry in raft_log.entries)
             assert raft_log.snapshot_index == 0 and held <= 6 << 20
-            kept = node.machines["g"].kept_indexes()
-            assert [node.group("g").entry_data(index) for index in kept] == payloads
+            assert _read_back(node) == payloads
         await stop_all(nodes)
 
     run(body)
