@@ -500,6 +500,28 @@ def test_adding_a_member_that_never_catches_up_ends_in_time(tmp_path: Path) -> N
     run(body)
 
 
+def test_an_add_whose_change_commits_late_still_answers_the_new_learner(tmp_path: Path) -> None:
+    """A change takes effect once committed: the add waits for its own change rather
+    than take the node, no learner a tick after it was proposed, for one removed since
+    (the caller would record a member list without it; stack sim seed 661)."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a", "b", "c"], ["g"])
+        every = list(nodes.values())
+        leader = await leader_of(every, "g")
+        await propose_all(leader, "g", [b"first"])
+        others = {n.name for n in every if n is not leader}
+        leader.peers.partition(others)  # no commit for a few ticks, shorter than an election
+        adding = asyncio.ensure_future(leader.group("g").add_member("d", 0.5))
+        await asyncio.sleep(3 * leader.host.tick_s)
+        leader.peers.partition(set())
+        await asyncio.wait_for(adding, 5)
+        assert "d" in leader.group("g").members
+        await stop_all(nodes)
+
+    run(body)
+
+
 def test_a_member_deleted_while_being_added_is_not_added_again(tmp_path: Path) -> None:
     """add_member waits for the learner to catch up; a delete_member meanwhile removes
     it, and the add ends rather than making it a learner again."""

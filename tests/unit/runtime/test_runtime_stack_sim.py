@@ -60,6 +60,10 @@ REGRESSION_SEEDS = {
     "old match index for ever (a runaway loop of rejected appends)",
     870: "a leader that removed itself stepped down before the others learned the change "
     "committed: they waited for its vote for good (q never had a leader again)",
+    432: "a node whose Raft host failed still counted itself q's leader: its forwarder's "
+    "commands, refused as RETRY, were asked of it again at once, for ever (a livelock)",
+    661: "add_member took the learner it had just proposed, not yet committed, for one "
+    "removed: the member list it recorded left out a node the group then added",
 }
 
 

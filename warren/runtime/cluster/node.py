@@ -801,7 +801,13 @@ class ClusterNode:
         raise ValueError(f"unknown cluster request {request!r}")
 
     async def _lead(self, request: LeaderRequest[R]) -> Led[R] | Redirect:
-        """A request for a group's leader: `Led` on the leader, else `Redirect`."""
+        """A request for a group's leader: `Led` on the leader, else `Redirect`. A node
+        whose Raft host failed answers nothing: its groups still count themselves
+        leaders, and what it refused as `RETRY` its own forwarder would ask it again
+        at once, for good (stack sim seed 432); the caller gets the error (another
+        node's `leader_call` tries again, maybe elsewhere)."""
+        if self.raft.failure is not None:
+            raise self.raft.stopped_error()
         group = self._hosted(request.group_id)
         if group is None:
             return Redirect(None)

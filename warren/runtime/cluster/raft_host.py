@@ -271,7 +271,8 @@ class RaftGroup:
         target = self._host.names.add(node)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        added = False
+        added = False  # seen a learner
+        proposed = 0  # the index of the change proposed here
         while True:
             membership = self.node.membership
             if target in membership.voters:
@@ -279,10 +280,13 @@ class RaftGroup:
             self._require_leader()
             if target in membership.learners:
                 added = True
-            elif added:
-                return  # removed since it was added (proposed here, or seen a learner)
-            else:
-                added = self._try_change(MembershipChange.ADD_LEARNER, target)
+            elif added or 0 < proposed <= self.node.log.commit_index:
+                return  # removed since it was added
+            elif not proposed:
+                # a change takes effect once committed: until then the node is no learner
+                # yet (stack sim seed 661: taken for one removed, the list recorded then
+                # left out a node the group added)
+                proposed = self._try_change(MembershipChange.ADD_LEARNER, target)
             if loop.time() >= deadline:
                 log.info("%s: %s still a learner after %.0f s", self.group_id, node, timeout_s)
                 return
@@ -387,13 +391,14 @@ class RaftGroup:
         else:
             self._proposals[index] = (self.node.term, future)
 
-    def _try_change(self, change: MembershipChange, target: int) -> bool:
-        """Whether the change was proposed; refused while another change is uncommitted
-        (the caller polls again)."""
-        if not self._in_flight and self.node.propose_membership(change, target) is not None:
-            self._after_input()
-            return True
-        return False
+    def _try_change(self, change: MembershipChange, target: int) -> int:
+        """The change's index once proposed; 0 while refused: another change is
+        uncommitted (the caller polls again)."""
+        index = None if self._in_flight else self.node.propose_membership(change, target)
+        if index is None:
+            return 0
+        self._after_input()
+        return index
 
     def _require_leader(self) -> None:
         if self._host.failure is not None or self.removed:
