@@ -43,6 +43,13 @@ Theory of operation:
     same Ready persists a new term or vote: a leader of one voter elected in one Ready
     could otherwise crash, come back at the old term, win the same term again and send
     other entries under it.
+12. A follower commits only entries it knows to be the leader's: up to the leader's
+    commit index, but never past the last index an append (or snapshot) of this term
+    matched (figure 2, AppendEntries rule 5: min(leaderCommit, index of last new entry)).
+    A heartbeat carries no entries, so it commits only up to that index. The leader
+    also caps a heartbeat's commit at the follower's match index, but that is the
+    leader's belief: set wrong (stack sim seed 27's precursor took it from a reject's
+    hint), the follower committed a term-1 tail that differed from the leader's log.
 """
 
 from __future__ import annotations
@@ -152,6 +159,8 @@ class RaftNode:
         self._read_states: list[ReadState] = []
         self._reads = ReadIndexQueue()
         self._received_snapshot: Snapshot | None = None
+        # the last index known to match this term's leader's log (point 12)
+        self._leader_match_index = 0
         self._pending_membership_index = 0
         self.transfer_target = NO_NODE
         self._transfer_elapsed = 0
@@ -449,12 +458,14 @@ class RaftNode:
         log = self.log
         if message.index < log.commit_index:
             # Everything up to our commit index matches the leader's log already.
+            self._leader_matches(log.commit_index)
             self._reply_append(message.sender, index=log.commit_index)
             return
         last_new_index = log.try_append(
             message.index, message.log_term, message.commit, message.entries
         )
         if last_new_index is not None:
+            self._leader_matches(last_new_index)
             self._reply_append(message.sender, index=last_new_index)
             self._apply_memberships_to_commit()
             return
@@ -475,9 +486,13 @@ class RaftNode:
     def _reply_append(self, to: NodeId, index: int) -> None:
         self._send(Message(MessageType.APPEND_RESPONSE, to, self.id, self.term, index=index))
 
+    def _leader_matches(self, index: int) -> None:
+        self._leader_match_index = max(self._leader_match_index, index)
+
     def _handle_heartbeat(self, message: Message) -> None:
-        # The leader caps `commit` at our match index, so it is always in our log.
-        if self.log.commit_to(min(message.commit, self.log.last_index)):
+        # Point 12: only up to what an append of this term matched. (The leader caps
+        # `commit` at its match index for us too, but that is its belief, not our log.)
+        if self.log.commit_to(min(message.commit, self._leader_match_index)):
             self._apply_memberships_to_commit()
         self._send(
             Message(
@@ -500,10 +515,12 @@ class RaftNode:
         if log.matches(snapshot.index, snapshot.term):
             # We have the entries already: the snapshot only tells us they are committed.
             log.commit_to(snapshot.index)
+            self._leader_matches(snapshot.index)
             self._apply_memberships_to_commit()
             self._reply_append(message.sender, index=log.commit_index)
             return
         log.restore(snapshot)
+        self._leader_matches(snapshot.index)
         self.snapshot = snapshot
         self._received_snapshot = snapshot
         self._membership_base = snapshot.membership
@@ -729,6 +746,7 @@ class RaftNode:
         if term != self.term:
             self.term = term
             self.vote = NO_NODE
+            self._leader_match_index = 0  # a term has one leader: what matched it stays
         self.leader_id = NO_NODE
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
