@@ -50,6 +50,17 @@ Theory of operation:
     also caps a heartbeat's commit at the follower's match index, but that is the
     leader's belief: set wrong (stack sim seed 27's precursor took it from a reject's
     hint), the follower committed a term-1 tail that differed from the leader's log.
+13. A node that knows no configuration yet grants no (pre-)votes. That is a replica
+    started empty to join the group; on a node removed from it before (the runtime's
+    delete_member, then add_member), its vote would count, for a member that never
+    learned of the removal, as that of the replica that helped commit entries and lost
+    them with its log (stack sim seed 27: such a vote elected a node without them).
+    Any other node votes, even one outside its configuration: a learner may be a voter
+    in a candidate's later configuration, and a removed node that still has its log may
+    be the vote a member that never learned of the removal needs. Limit: once the new
+    replica has learned an old configuration from the entries it is being sent, and
+    before it has them all, it votes again; only a node keeping its Raft state (term,
+    vote, last log position) when it drops a replica would close that window.
 """
 
 from __future__ import annotations
@@ -384,7 +395,9 @@ class RaftNode:
             or (self.vote == NO_NODE and self.leader_id == NO_NODE)
             or (pre_vote and message.term > self.term)
         )
-        grant = can_vote and self.log.is_up_to_date(message.index, message.log_term)
+        # Point 13: a node that knows no configuration yet has no vote to give.
+        known = bool(self.membership.members)
+        grant = known and can_vote and self.log.is_up_to_date(message.index, message.log_term)
         response_type = MessageType.PRE_VOTE_RESPONSE if pre_vote else MessageType.VOTE_RESPONSE
         if grant:
             if not pre_vote:
