@@ -28,6 +28,8 @@ Theory of operation:
    leader accepts a change only when no other is uncommitted and it has committed an entry
    of its own term. A new node joins as a learner; the leader promotes it to voter once
    its log has caught up with the commit index. A leader removed from the voters steps down.
+   `membership_index` orders configurations: the index of the entry (or snapshot) that
+   made the one in force, larger for a later one on every node.
 8. Snapshots: `compact(index, data)` replaces the applied log prefix by the application's
    snapshot. A follower that needs compacted entries gets an InstallSnapshot.
 9. Leadership transfer (dissertation section 3.10): the leader stops taking proposals,
@@ -187,6 +189,15 @@ class RaftNode:
     @property
     def hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.log.commit_index)
+
+    @property
+    def membership_index(self) -> int:
+        """Where the configuration in force comes from: the index of the committed
+        membership entry that made it, or of the snapshot holding it (0: bootstrapped or
+        none yet). A later configuration always has a larger one, on any node."""
+        if self._membership_history:
+            return self._membership_history[-1][0]
+        return self.log.snapshot_index
 
     @property
     def is_voter(self) -> bool:
