@@ -8,7 +8,8 @@ Theory of operation:
 2. A log entry and a snapshot are bytes in a versioned MessagePack encoding:
 
        entry:    FORMAT (1 byte, 0x01) . msgpack [sender, number, operation]
-       snapshot: FORMAT (1 byte, 0x01) . msgpack [definitions, placements, transient, numbered]
+       snapshot: FORMAT (1 byte, 0x01) . msgpack [definitions, placements, transient, numbered,
+                                                   configurations]
 
    where ``operation`` is an array ``[tag, field, ...]`` (the struct's fields in the
    order they are declared; the stored definitions inside it, dataclasses of
@@ -17,7 +18,8 @@ Theory of operation:
    store's contents (`Definitions`, a map), ``placements`` the quorum queues' member lists
    ``[[vhost, name, group id, [member, ...]], ...]``, ``transient`` the operations that
    make again what the store does not keep (non-durable exchanges, classic queues and
-   their bindings) and ``numbered`` each sender's last number applied. A later format
+   their bindings), ``numbered`` each sender's last number applied and ``configurations``
+   each quorum queue group's member list tag (point 6; absent before it). A later format
    takes the next format byte; a reader keeps reading every earlier one. Structs as
    arrays measured smaller than as maps: a numbered ``bind`` entry takes 67 bytes, an
    ``exchange_declare`` 58, a ``put_policy`` 111 (their pickles: 109, 98 and 164).
@@ -37,6 +39,13 @@ Theory of operation:
    `Recorded` asks it to note the index in the store.
 5. `restoring(snapshot)` lists, in dependency order, the operations that rebuild a
    snapshot's definitions on a node: the runtime carries them out as it does a `Change`.
+6. A quorum queue's member list (`QueueMembers`) is recorded after a membership change,
+   by whichever node ran it, so two changes' recordings can commit in either order. Each
+   carries the index of the Raft configuration it was read from, and the state keeps the
+   latest per group (the snapshot too, as ``configurations``): a list read from an older
+   configuration than one applied already is skipped (recorded as applied, not made).
+   The tag is a trailing field with a default, so entries and snapshots written before
+   it read as untagged (0), and an untagged list applies in log order, as it always did.
 """
 
 from __future__ import annotations
@@ -246,10 +255,15 @@ class DeleteQueue(_Op, frozen=True, tag="delete_queue"):
 
 
 class QueueMembers(_Op, frozen=True, tag="queue_members"):
+    """A quorum queue's member list, tagged with the index of the Raft configuration it
+    was read from (`RaftNode.membership_index`); 0 in entries written before lists were
+    tagged (point 6)."""
+
     vhost: str
     name: str
     group_id: str
     members: list[str]
+    configuration: int = 0
 
 
 class NodeAddress(_Op, frozen=True, tag="node_address"):
@@ -330,6 +344,7 @@ class Snapshot(msgspec.Struct, frozen=True, array_like=True):
     placements: list[tuple[str, str, str, list[str]]]  # vhost, name, group id, members
     transient: list[Operation]
     numbered: dict[str, int]
+    configurations: dict[str, int] = {}  # group id -> its list's tag (point 6)
 
 
 _ENTRY_DECODER: Final = msgspec.msgpack.Decoder(Entry)
@@ -402,6 +417,8 @@ class Meta:
 class State:
     stored: int  # the last index the node's store applied (0: none)
     numbered: Mapping[str, int]  # sender -> its last number applied
+    # group id -> the configuration tag of its last member list applied (point 6)
+    configurations: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -424,16 +441,25 @@ Effect = Change | Recorded
 
 def apply(meta: Meta, entry: Entry, state: State) -> tuple[State, list[Effect]]:
     """The next state and the effects of an entry committed at `meta` (module doc, 4)."""
-    numbered = state.numbered
+    numbered, configurations = state.numbered, state.configurations
     again = False
     if entry.sender:
         last = numbered.get(entry.sender, 0)
         again = entry.number <= last
         if not again:
             numbered = {**numbered, entry.sender: entry.number}
+    operation = entry.operation
+    older = False
+    if not again and isinstance(operation, QueueMembers) and operation.configuration:
+        older = operation.configuration < configurations.get(operation.group_id, 0)
+        if not older:
+            configurations = {**configurations, operation.group_id: operation.configuration}
     if again or meta.index <= state.stored:
-        return State(state.stored, numbered), []  # a copy, or applied before a restart
-    return State(meta.index, numbered), [Change(entry.operation), Recorded(meta.index)]
+        # a copy, or applied before a restart
+        return State(state.stored, numbered, configurations), []
+    if older:  # a list read before the one applied already (point 6)
+        return State(meta.index, numbered, configurations), [Recorded(meta.index)]
+    return State(meta.index, numbered, configurations), [Change(operation), Recorded(meta.index)]
 
 
 def restoring(snapshot: Snapshot) -> list[Operation]:

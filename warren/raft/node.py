@@ -28,6 +28,8 @@ Theory of operation:
    leader accepts a change only when no other is uncommitted and it has committed an entry
    of its own term. A new node joins as a learner; the leader promotes it to voter once
    its log has caught up with the commit index. A leader removed from the voters steps down.
+   `membership_index` orders configurations: the index of the entry (or snapshot) that
+   made the one in force, larger for a later one on every node.
 8. Snapshots: `compact(index, data)` replaces the applied log prefix by the application's
    snapshot. A follower that needs compacted entries gets an InstallSnapshot.
 9. Leadership transfer (dissertation section 3.10): the leader stops taking proposals,
@@ -43,6 +45,24 @@ Theory of operation:
     same Ready persists a new term or vote: a leader of one voter elected in one Ready
     could otherwise crash, come back at the old term, win the same term again and send
     other entries under it.
+12. A follower commits only entries it knows to be the leader's: up to the leader's
+    commit index, but never past the last index an append (or snapshot) of this term
+    matched (figure 2, AppendEntries rule 5: min(leaderCommit, index of last new entry)).
+    A heartbeat carries no entries, so it commits only up to that index. The leader
+    also caps a heartbeat's commit at the follower's match index, but that is the
+    leader's belief: set wrong (stack sim seed 27's precursor took it from a reject's
+    hint), the follower committed a term-1 tail that differed from the leader's log.
+13. A node that knows no configuration yet grants no (pre-)votes. That is a replica
+    started empty to join the group; on a node removed from it before (the runtime's
+    delete_member, then add_member), its vote would count, for a member that never
+    learned of the removal, as that of the replica that helped commit entries and lost
+    them with its log (stack sim seed 27: such a vote elected a node without them).
+    Any other node votes, even one outside its configuration: a learner may be a voter
+    in a candidate's later configuration, and a removed node that still has its log may
+    be the vote a member that never learned of the removal needs. Limit: once the new
+    replica has learned an old configuration from the entries it is being sent, and
+    before it has them all, it votes again; only a node keeping its Raft state (term,
+    vote, last log position) when it drops a replica would close that window.
 """
 
 from __future__ import annotations
@@ -152,6 +172,8 @@ class RaftNode:
         self._read_states: list[ReadState] = []
         self._reads = ReadIndexQueue()
         self._received_snapshot: Snapshot | None = None
+        # the last index known to match this term's leader's log (point 12)
+        self._leader_match_index = 0
         self._pending_membership_index = 0
         self.transfer_target = NO_NODE
         self._transfer_elapsed = 0
@@ -167,6 +189,15 @@ class RaftNode:
     @property
     def hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.log.commit_index)
+
+    @property
+    def membership_index(self) -> int:
+        """Where the configuration in force comes from: the index of the committed
+        membership entry that made it, or of the snapshot holding it (0: bootstrapped or
+        none yet). A later configuration always has a larger one, on any node."""
+        if self._membership_history:
+            return self._membership_history[-1][0]
+        return self.log.snapshot_index
 
     @property
     def is_voter(self) -> bool:
@@ -375,7 +406,9 @@ class RaftNode:
             or (self.vote == NO_NODE and self.leader_id == NO_NODE)
             or (pre_vote and message.term > self.term)
         )
-        grant = can_vote and self.log.is_up_to_date(message.index, message.log_term)
+        # Point 13: a node that knows no configuration yet has no vote to give.
+        known = bool(self.membership.members)
+        grant = known and can_vote and self.log.is_up_to_date(message.index, message.log_term)
         response_type = MessageType.PRE_VOTE_RESPONSE if pre_vote else MessageType.VOTE_RESPONSE
         if grant:
             if not pre_vote:
@@ -449,12 +482,14 @@ class RaftNode:
         log = self.log
         if message.index < log.commit_index:
             # Everything up to our commit index matches the leader's log already.
+            self._leader_matches(log.commit_index)
             self._reply_append(message.sender, index=log.commit_index)
             return
         last_new_index = log.try_append(
             message.index, message.log_term, message.commit, message.entries
         )
         if last_new_index is not None:
+            self._leader_matches(last_new_index)
             self._reply_append(message.sender, index=last_new_index)
             self._apply_memberships_to_commit()
             return
@@ -475,9 +510,13 @@ class RaftNode:
     def _reply_append(self, to: NodeId, index: int) -> None:
         self._send(Message(MessageType.APPEND_RESPONSE, to, self.id, self.term, index=index))
 
+    def _leader_matches(self, index: int) -> None:
+        self._leader_match_index = max(self._leader_match_index, index)
+
     def _handle_heartbeat(self, message: Message) -> None:
-        # The leader caps `commit` at our match index, so it is always in our log.
-        if self.log.commit_to(min(message.commit, self.log.last_index)):
+        # Point 12: only up to what an append of this term matched. (The leader caps
+        # `commit` at its match index for us too, but that is its belief, not our log.)
+        if self.log.commit_to(min(message.commit, self._leader_match_index)):
             self._apply_memberships_to_commit()
         self._send(
             Message(
@@ -500,10 +539,12 @@ class RaftNode:
         if log.matches(snapshot.index, snapshot.term):
             # We have the entries already: the snapshot only tells us they are committed.
             log.commit_to(snapshot.index)
+            self._leader_matches(snapshot.index)
             self._apply_memberships_to_commit()
             self._reply_append(message.sender, index=log.commit_index)
             return
         log.restore(snapshot)
+        self._leader_matches(snapshot.index)
         self.snapshot = snapshot
         self._received_snapshot = snapshot
         self._membership_base = snapshot.membership
@@ -729,6 +770,7 @@ class RaftNode:
         if term != self.term:
             self.term = term
             self.vote = NO_NODE
+            self._leader_match_index = 0  # a term has one leader: what matched it stays
         self.leader_id = NO_NODE
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0

@@ -7,7 +7,9 @@ Theory of operation:
    (`deliver`), drops them (`drop`) or lets everything settle (`stabilize`). Blocked links
    (`partition`, `isolate`) drop messages when they are delivered, not when sent.
 3. `crash` discards a node's memory; `restart` rebuilds it from its storage, as the runtime
-   will. Node randomness comes from `random.Random(node_id)`, so a test replays exactly.
+   will; `wipe` starts it again with empty storage and no membership, as the runtime makes
+   a replica again on a node that was removed (delete_member, then add_member). Node
+   randomness comes from `random.Random(node_id)`, so a test replays exactly.
 """
 
 from __future__ import annotations
@@ -122,12 +124,14 @@ class Cluster:
 
     # ----------------------------------------------------------------- nodes
 
-    def restart(self, node_id: NodeId) -> RaftNode:
+    def restart(self, node_id: NodeId, *, bootstrap: bool = True) -> RaftNode:
         storage = self.storage[node_id]
         node = RaftNode(
             self.configs[node_id],
             random.Random(node_id),
-            membership=self.membership if node_id in self.membership.voters else None,
+            membership=(
+                self.membership if bootstrap and node_id in self.membership.voters else None
+            ),
             hard_state=storage.hard_state,
             snapshot=storage.snapshot,
             entries=storage.entries,
@@ -143,6 +147,12 @@ class Cluster:
     def crash(self, node_id: NodeId) -> None:
         del self.nodes[node_id]
         self.pending = [m for m in self.pending if m.to != node_id]
+
+    def wipe(self, node_id: NodeId) -> RaftNode:
+        """The node loses its storage and starts again knowing nothing (point 3)."""
+        self.crash(node_id)
+        self.storage[node_id] = MemoryStorage()
+        return self.restart(node_id, bootstrap=False)
 
     def run(self, node_id: NodeId) -> None:
         node = self.nodes.get(node_id)

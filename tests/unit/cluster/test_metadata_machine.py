@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import msgspec
 import pytest
 
 from warren.cluster import metadata
@@ -182,6 +183,17 @@ def test_pickled_snapshots_with_and_without_senders_are_read() -> None:
     assert metadata.decode_snapshot(metadata.encode_snapshot(with_senders)) == with_senders
 
 
+def test_a_member_list_and_a_snapshot_written_before_the_configuration_tag_read_untagged() -> None:
+    members = ["queue_members", "/", "qq", "/:qq:1", ["rabbit@a"]]
+    entry = bytes([metadata.FORMAT]) + msgspec.msgpack.encode(["a/1", 2, members])
+    assert metadata.decode_entry(entry) == Entry(
+        "a/1", 2, QueueMembers("/", "qq", "/:qq:1", ["rabbit@a"], configuration=0)
+    )
+    snapshot = [Definitions(), [["/", "qq", "/:qq:1", ["rabbit@a"]]], [], {"a/1": 2}]
+    data = bytes([metadata.FORMAT]) + msgspec.msgpack.encode(snapshot)
+    assert metadata.decode_snapshot(data).configurations == {}
+
+
 def test_bytes_of_no_known_format_are_refused() -> None:
     with pytest.raises(MetadataFormatError):
         metadata.decode_entry(b"\x7fnot an entry")
@@ -230,6 +242,26 @@ def test_the_transition_leaves_its_input_state_alone() -> None:
     before = State(0, numbered)
     metadata.apply(Meta(1, 1), Entry("a/1", 2, DeleteVHost("v")), before)
     assert before == State(0, {"a/1": 1})
+
+
+def test_a_member_list_read_from_an_older_configuration_does_not_replace_a_newer_one() -> None:
+    """delete_member and add_member record the lists they read after their changes; the
+    two recordings can commit in either order. Untagged (older) lists apply in log order."""
+    newer = QueueMembers("/", "qq", "g", ["a", "b", "c"], configuration=9)
+    older = QueueMembers("/", "qq", "g", ["a", "b"], configuration=5)
+    state, made = State(0, {}), []
+    for index, operation in enumerate([newer, older], 1):
+        state, effects = metadata.apply(Meta(index, 1), Entry("", 0, operation), state)
+        made += [effect.operation for effect in effects if isinstance(effect, Change)]
+    assert made == [newer]  # the older list is skipped
+    assert state == State(2, {}, {"g": 9})  # and its index still recorded as applied
+    same = QueueMembers("/", "qq", "g", ["a", "b", "c", "d"], configuration=9)
+    untagged = QueueMembers("/", "qq", "g", ["a"])
+    other = QueueMembers("/", "qq", "h", ["a"], configuration=1)
+    for index, operation in enumerate([same, untagged, other], 3):
+        state, effects = metadata.apply(Meta(index, 1), Entry("", 0, operation), state)
+        assert effects == [Change(operation), Recorded(index)]
+    assert state.configurations == {"g": 9, "h": 1}
 
 
 def test_a_snapshot_is_restored_dependencies_first() -> None:

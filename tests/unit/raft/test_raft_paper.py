@@ -425,7 +425,25 @@ def test_6_a_new_server_joins_as_a_non_voter_and_is_promoted_once_caught_up() ->
     assert cluster[4].log.last_index == leader.log.last_index
 
 
-def test_7_a_follower_behind_the_compacted_log_receives_the_snapshot() -> None:
+def test_6_a_configuration_is_known_by_the_index_that_made_it_on_every_node() -> None:
+    cluster = Cluster([1, 2, 3], others=[4])
+    leader = cluster.elect(1)
+    assert leader.membership_index == 0  # bootstrapped
+    added = leader.propose_membership(MembershipChange.ADD_LEARNER, 4)
+    cluster.run(1)
+    cluster.stabilize()
+    promoted = leader.membership_index  # the learner caught up: the promotion's entry
+    assert added is not None and promoted > added and 4 in leader.membership.voters
+    assert {cluster[n].membership_index for n in (1, 2, 3, 4)} == {promoted}
+    # compacted past it, a node knows it by its snapshot's index, still below the next
+    compact(cluster[2], cluster.storage[2], cluster[2].log.applied, b"state")
+    assert promoted <= cluster[2].membership_index == cluster[2].log.snapshot_index
+    removed = leader.propose_membership(MembershipChange.REMOVE, 4)
+    cluster.run(1)
+    cluster.stabilize()
+    assert removed is not None and removed > cluster[2].log.snapshot_index
+    assert cluster[2].membership_index == removed == leader.membership_index
+
     cluster = Cluster([1, 2, 3])
     leader = cluster.elect(1)
     cluster.crash(3)

@@ -13,12 +13,15 @@ import sys
 
 import pytest
 
+from warren.raft import Entry, EntryKind
 from warren.testing.sim.stack import (
     DEAD,
     QUEUE,
     VHOST,
+    CommittedLogs,
     StackOptions,
     StackResult,
+    StackViolation,
     StackWorld,
     run_stack_seed,
 )
@@ -65,6 +68,18 @@ REGRESSION_SEEDS = {
     661: "add_member took the learner it had just proposed, not yet committed, for one "
     "removed: the member list it recorded left out a node the group then added",
 }
+
+
+def test_replicas_that_apply_different_entries_at_one_index_are_a_violation() -> None:
+    # seed 27 on 0fe91ac: a term-2 leader elected without the term-1 entries 51-52 that
+    # the term-1 leader had committed applied its own there (seen only as a drain that
+    # never ended before this check)
+    commits = CommittedLogs()
+    commits.applied("n3", "q:1", Entry(1, 51, EntryKind.NORMAL, b"a"))
+    commits.applied("n2", "q:1", Entry(1, 51, EntryKind.NORMAL, b"a"))
+    commits.applied("n1", "other", Entry(2, 51, EntryKind.NORMAL, b"b"))
+    with pytest.raises(StackViolation, match="n3 applied index 51 of term 1, n1 one of term 2"):
+        commits.applied("n1", "q:1", Entry(2, 51, EntryKind.NORMAL, b"b"))
 
 
 @pytest.mark.parametrize("seed", sorted(REGRESSION_SEEDS))

@@ -30,7 +30,7 @@ Theory of operation:
 Wire format: every class here is a frozen `msgspec.Struct` encoded as a MessagePack array,
 the first element its integer tag (below, by family: 1-9 messages, 10-29 node and leader
 requests, 30-39 queue requests, 40-49 replies), then its fields in the order declared.
-Changing a class changes the protocol: the handshake's `MAGIC` in `peers` (WARREN-PEERS/6
+Changing a class changes the protocol: the handshake's `MAGIC` in `peers` (WARREN-PEERS/7
 for this set) says which version a node speaks, and a node of another version is refused
 before any frame is decoded. The frame around them is `warren.runtime.cluster.frames`.
 """
@@ -203,7 +203,16 @@ class Propose(LeaderRequest[list[Outcome]], frozen=True, tag=20):
     commands: tuple[bytes, ...]
 
 
-class AddMember(LeaderRequest[list[str]], frozen=True, tag=21):
+class Configuration(_Wire, frozen=True, tag=48):
+    """A group's members (voters and learners) as its leader has them, and the index of
+    the Raft configuration they are (`RaftNode.membership_index`): a recorded member list
+    carries it, so that an older list recorded late does not replace a newer one."""
+
+    members: list[str]
+    index: int
+
+
+class AddMember(LeaderRequest[Configuration], frozen=True, tag=21):
     """A replica (or, with its address, a node joining the metadata group)."""
 
     node: str
@@ -211,7 +220,7 @@ class AddMember(LeaderRequest[list[str]], frozen=True, tag=21):
     port: int | None = None
 
 
-class RemoveMember(LeaderRequest[list[str]], frozen=True, tag=22):
+class RemoveMember(LeaderRequest[Configuration], frozen=True, tag=22):
     node: str
 
 

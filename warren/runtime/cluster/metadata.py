@@ -485,18 +485,21 @@ class MetadataMachine:
             (vhost, name, group_id, members)
             for (vhost, name), (group_id, members) in cluster.placements().items()
         ]
+        placed = {group_id for _, _, group_id, _ in placements}
+        configurations = self.state.configurations
         return encode_snapshot(
             Snapshot(
                 cluster.definitions.store.load(),
                 placements,
                 cluster.transient.operations(None),
                 dict(self.state.numbered),
+                {group: index for group, index in configurations.items() if group in placed},
             )
         )
 
     def restore(self, data: bytes) -> None:
         snapshot = decode_snapshot(data)
-        self._state = State(self.state.stored, snapshot.numbered)
+        self._state = State(self.state.stored, snapshot.numbered, snapshot.configurations)
         self.replay(restoring(snapshot))
 
     def role_changed(self, leader: bool, leader_node: str | None) -> None:

@@ -54,6 +54,7 @@ from warren.runtime.cluster.calls import (
     Applied,
     AppliedThrough,
     Campaign,
+    Configuration,
     Consumers,
     Counts,
     Forward,
@@ -436,13 +437,22 @@ class ClusterNode:
             for host in self.queues.values()
         }
 
-    async def set_members(self, host: QuorumHost, members: list[str]) -> None:
-        """Record a queue's new member list in the metadata group; back once applied here."""
+    async def set_members(self, host: QuorumHost, configuration: Configuration) -> None:
+        """Record a queue's new member list in the metadata group, tagged with the index
+        of the configuration it comes from; back once applied here (or once a newer list
+        came first: `warren.cluster.metadata`, point 6)."""
         record = host.record
-        await self.replicate(QueueMembers(record.vhost, record.name, host.group_id, members))
+        members = configuration.members
+        await self.replicate(
+            QueueMembers(record.vhost, record.name, host.group_id, members, configuration.index)
+        )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEADER_WAIT_S
-        while sorted(host.members) != sorted(members) and loop.time() < deadline:
+        while (
+            sorted(host.members) != sorted(members)
+            and self.metadata.state.configurations.get(host.group_id, 0) <= configuration.index
+            and loop.time() < deadline
+        ):
             await asyncio.sleep(RETRY_S)
 
     async def learn_placement(self, host: QuorumHost) -> None:
@@ -470,9 +480,10 @@ class ClusterNode:
                     return
         raise PeerUnavailable("any", f"no node names the group of {host.group_id}")
 
-    async def current_members(self, host: QuorumHost) -> list[str]:
+    async def current_members(self, host: QuorumHost) -> Configuration:
         """A queue's members as its leader's Raft configuration has them (voters and
-        learners): what a membership change starts from, since this node's member list
+        learners), with its index: what a membership change starts from, since this node's
+        member list
         may be stale (it restarted, it learned the group late, a change failed halfway).
         `PeerUnavailable` if no leader answers within ``cluster_submit_timeout``."""
         await self.learn_placement(host)
@@ -482,7 +493,7 @@ class ClusterNode:
         while loop.time() < deadline:
             group = self.raft.group(host.group_id)
             if group is not None and group.is_leader:
-                return group.members
+                return Configuration(group.members, group.membership_index)
             known = hint or (group.leader if group is not None else None)
             hint = None
             for node in [known] if known else self._members_of(host.group_id):
@@ -491,7 +502,8 @@ class ClusterNode:
                 with contextlib.suppress(PeerUnavailable, RemoteError):
                     status = await self.ask(node, GroupStatus(host.group_id), 2.0)
                     if status is not None and status["role"] == "leader":
-                        return [str(member) for member in cast("list[str]", status["members"])]
+                        members = [str(member) for member in cast("list[str]", status["members"])]
+                        return Configuration(members, int(cast("int", status["configuration"])))
                     if status is not None and status["leader"] not in (None, node):
                         hint = str(status["leader"])
                         break
@@ -828,10 +840,10 @@ class ClusterNode:
                 # a node joining: everyone learns its address
                 await self.replicate(NodeAddress(request.node, request.host, request.port))
             await group.add_member(request.node, self.config.cluster_submit_timeout / 1000)
-            return sorted(group.members)
+            return Configuration(sorted(group.members), group.membership_index)
         if isinstance(request, RemoveMember):
             await group.remove_member(request.node)
-            return sorted(group.members)
+            return Configuration(sorted(group.members), group.membership_index)
         if isinstance(request, Transfer):
             return group.transfer(request.node)
         if isinstance(request, Counts):

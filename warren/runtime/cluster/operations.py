@@ -13,7 +13,11 @@ Theory of operation:
    membership change, committed by a majority, so none loses committed data. What is
    recorded after the change is the group's configuration as the leader answers it, not
    the list read before: a change that ran meanwhile (another node added or removed) is
-   kept, where the list read before would drop a replica the group counts on.
+   kept, where the list read before would drop a replica the group counts on. Each
+   recording carries the configuration's index, and the metadata group skips one older
+   than the list it has (two changes' recordings may commit in either order:
+   `warren.cluster.metadata`, point 6); add_member's first one, which starts the new
+   replica, carries the index of the configuration it grows.
 3. Failures are `MembershipError` with a message for the operator.
 4. The verbs act on an `OperatedNode`, what they need of the node's cluster side
    (`warren.runtime.cluster.node.ClusterNode`, which joins a cluster through `join`).
@@ -30,6 +34,7 @@ from warren.cluster.metadata import NodeForgotten, Operation
 from warren.cluster.nodes import METADATA_GROUP
 from warren.runtime.cluster.calls import (
     AddMember,
+    Configuration,
     Forward,
     GroupStatus,
     LeaderRequest,
@@ -70,10 +75,11 @@ class OperatedNode(Protocol):
 
     async def leader_call(self, request: LeaderRequest[R]) -> R: ...
 
-    async def set_members(self, host: QuorumHost, members: list[str]) -> None:
-        """Record a queue's member list in the metadata group; back once applied here."""
+    async def set_members(self, host: QuorumHost, configuration: Configuration) -> None:
+        """Record a queue's member list in the metadata group, tagged with its
+        configuration's index; back once applied here."""
 
-    async def current_members(self, host: QuorumHost) -> list[str]:
+    async def current_members(self, host: QuorumHost) -> Configuration:
         """A queue's members as its leader's Raft configuration has them."""
 
     def replicate(self, operation: Operation) -> asyncio.Future[object]: ...
@@ -98,27 +104,26 @@ def _known(cluster: OperatedNode, node: str) -> None:
 async def add_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     _known(cluster, node)
     host = _quorum_host(cluster, vhost, queue)
-    members = await cluster.current_members(host)
-    if node in members:
+    current = await cluster.current_members(host)
+    if node in current.members:
         raise MembershipError(f"{node} is already a member of '{queue}'")
-    recorded = sorted({*members, node})
-    await cluster.set_members(host, recorded)
-    voters = await cluster.leader_call(AddMember(host.group_id, node))
-    if voters != recorded:  # another change ran meanwhile: the list follows the group
-        await cluster.set_members(host, voters)
-    return voters
+    # the list the node starts its replica by, tagged as the configuration it grows
+    await cluster.set_members(host, Configuration(sorted({*current.members, node}), current.index))
+    changed = await cluster.leader_call(AddMember(host.group_id, node))
+    await cluster.set_members(host, changed)
+    return changed.members
 
 
 async def delete_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     host = _quorum_host(cluster, vhost, queue)
-    members = await cluster.current_members(host)
-    if node not in members:
+    current = await cluster.current_members(host)
+    if node not in current.members:
         raise MembershipError(f"{node} is not a member of '{queue}'")
-    if len(members) == 1:
+    if len(current.members) == 1:
         raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
-    voters = await cluster.leader_call(RemoveMember(host.group_id, node))
-    await cluster.set_members(host, voters)
-    return voters
+    changed = await cluster.leader_call(RemoveMember(host.group_id, node))
+    await cluster.set_members(host, changed)
+    return changed.members
 
 
 def _matching(cluster: OperatedNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:
@@ -222,10 +227,10 @@ async def join(cluster: OperatedNode, seed: str) -> list[str]:
     host, port = cluster.peers.listen_address
     request = AddMember(METADATA_GROUP, cluster.name, host, port)
     try:
-        members = await cluster.ask(seed, Forward[list[str]](request), 30.0)
+        configuration = await cluster.ask(seed, Forward[Configuration](request), 30.0)
     except PeerUnavailable as error:
         raise MembershipError(f"{seed} is not reachable: {error}") from error
-    return members
+    return configuration.members
 
 
 async def forget(cluster: OperatedNode, node: str) -> None:

@@ -247,6 +247,11 @@ class RaftGroup:
     def members(self) -> list[str]:
         return self._names(self.node.membership.members)
 
+    @property
+    def membership_index(self) -> int:
+        """Orders the configurations `members` reads (`RaftNode.membership_index`)."""
+        return self.node.membership_index
+
     def propose(self, data: bytes) -> asyncio.Future[object]:
         """Replicate `data`; the future resolves with `machine.apply`'s result once the
         entry is committed and applied here. It fails at once with `NotLeader` on a
@@ -353,6 +358,7 @@ class RaftGroup:
             "last_index": raft_log.last_index,
             "snapshot_index": raft_log.snapshot_index,
             "members": self.members,
+            "configuration": node.membership_index,
             "voters": self._names(node.membership.voters),
             "learners": self._names(node.membership.learners),
         }

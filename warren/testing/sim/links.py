@@ -247,7 +247,8 @@ class SimLinks:
         else:
             return
         for handler in list(self._link_handlers):
-            handler(node, up)
+            # as part of this node's life, whoever brought the link up or down
+            self.life.run(handler, node, up)
 
     def _fail_calls(self, node: str) -> None:
         for call_id, (to, future, _) in list(self._calls.items()):

@@ -20,7 +20,11 @@ Theory of operation (FoundationDB's simulation, on asyncio):
    every callback, task step and future callback the loop schedules carries the context
    it was scheduled from. A crash sets the node's `Life.alive` to False, and from then
    on nothing that node scheduled runs: its tasks never step again, its timers never
-   fire, exactly as if the process had died. The world's own callbacks have no life.
+   fire, exactly as if the process had died. The world's own callbacks have no life. What
+   the world or another node does to a node synchronously (its links go up or down when
+   another node starts or crashes, or a partition heals) runs in that node's life
+   (`Life.run`): run in the caller's, what the node scheduled then would outlive its
+   crash, or die with the wrong node.
 5. A loop with nothing scheduled and nothing ready has deadlocked (no timer will ever
    fire), one that turns `LIVELOCK_TURNS` times without its clock moving is spinning
    (callbacks scheduling each other forever), and one past `RUNAWAY_TURNS` in all runs
@@ -165,6 +169,16 @@ class Life:
     def soon(self, delay_s: float, callback: Callable[[Unpack[Ts]], object], *args: *Ts) -> None:
         """Call `callback` in this life after `delay_s`."""
         asyncio.get_running_loop().call_later(delay_s, callback, *args, context=self.context)
+
+    def run(self, callback: Callable[[Unpack[Ts]], object], *args: *Ts) -> None:
+        """Call `callback` now as part of this life (not at all once it is over): for
+        what another life or the world does to this node synchronously (point 4)."""
+        if not self.alive:
+            return
+        if _LIFE.get(None) is self:
+            callback(*args)
+        else:
+            self.context.run(callback, *args)
 
 
 _LIFE: contextvars.ContextVar[Life] = contextvars.ContextVar("warren_sim_life")

@@ -33,7 +33,9 @@ from warren.runtime.queues.deadletter import DeadLetterWorker
 
 
 @contextmanager
-def _patched(owner: type, name: str, replacement: Callable[..., Any]) -> Iterator[None]:
+def patched(owner: type, name: str, replacement: Callable[..., Any]) -> Iterator[None]:
+    """`owner.name` replaced for the length of the block (the stack's checkers observe
+    through it too)."""
     original = owner.__dict__[name]
     setattr(owner, name, replacement)
     try:
@@ -56,13 +58,13 @@ def confirm_before_commit() -> Iterator[None]:
                 # a batch's reply: every command of it accepted (`QuorumHost.apply_entry`)
                 future.set_result([True] * len(queue_entries.decode(data)))
 
-    with _patched(RaftGroup, "_propose", propose):
+    with patched(RaftGroup, "_propose", propose):
         yield
 
 
 @contextmanager
 def retry_applied_twice() -> Iterator[None]:
-    with _patched(machine._Sender, "applied", lambda self, seq: False):
+    with patched(machine._Sender, "applied", lambda self, seq: False):
         yield
 
 
@@ -84,8 +86,8 @@ def dead_letter_dropped_on_leader_change() -> Iterator[None]:
             original_send(self, dead)
 
     with (
-        _patched(QuorumHost, "role_changed", role_changed),
-        _patched(DeadLetterWorker, "send", send),
+        patched(QuorumHost, "role_changed", role_changed),
+        patched(DeadLetterWorker, "send", send),
     ):
         yield
 
@@ -98,7 +100,7 @@ def settle_dropped_on_timeout() -> Iterator[None]:
         if future.cancelled() or future.exception() is None:
             original(self, seq, command, future)
 
-    with _patched(QuorumHost, "_sent_once", sent_once):
+    with patched(QuorumHost, "_sent_once", sent_once):
         yield
 
 

@@ -22,14 +22,16 @@ Theory of operation (FoundationDB's simulation, on the production code):
    (reordering across links), and replicas added to and removed from ``q``.
 4. Checks, as the events happen: a message delivered for the first time (not
    redelivered) must not have been delivered for the first time before (no message
-   enqueued twice), and a consumer gets each publisher's first deliveries in publish
-   order. After the safety phase every fault is healed and crashed nodes come back;
-   then, within `drain_s`: every queue has a leader and serves (a probe published
-   through every node is confirmed and consumed), every confirmed message has been
-   consumed and acked from ``q`` or reached ``dlq`` (no confirmed message lost; at-least-
-   once dead-lettering), and no leader holds a message checked out that its consumer
-   acked or rejected (no settle lost on its way: ``cluster_submit_timeout`` is short, so
-   submits do fail).
+   enqueued twice), a consumer gets each publisher's first deliveries in publish order,
+   and every replica of a Raft group (metadata, ``q``, ``dlq``) that applies an index
+   applies an entry of the same term there (`CommittedLogs`, watching `RaftGroup.apply`
+   for the run as a plant patches a class: Raft's State Machine Safety). After the
+   safety phase every fault is healed and crashed nodes come back; then, within
+   `drain_s`: every queue has a leader and serves (a probe published through every node
+   is confirmed and consumed), every confirmed message has been consumed and acked from
+   ``q`` or reached ``dlq`` (no confirmed message lost; at-least-once dead-lettering),
+   and no leader holds a message checked out that its consumer acked or rejected (no
+   settle lost on its way: ``cluster_submit_timeout`` is short, so submits do fail).
 5. A failure is a `StackResult` with the violation; the seed replays it exactly, with
    ``--trace`` to print every event.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import random
 import shutil
@@ -52,6 +55,7 @@ from warren.amqp import methods as m
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.amqp.table import Typed
 from warren.queue import Checkout, Discard, Enqueue, Entry, Return, Settle
+from warren.raft import Entry as RaftEntry
 from warren.runtime.broker import Broker
 from warren.runtime.cluster import operations
 from warren.runtime.cluster.node import ClusterNode
@@ -68,7 +72,7 @@ from warren.storage.log import LogFailed
 from warren.storage.raftwal import RaftWal
 from warren.testing.sim.links import SimLinks, SimNet
 from warren.testing.sim.loop import Life, SimDeadlock, SimLoop
-from warren.testing.sim.plants import PLANTS
+from warren.testing.sim.plants import PLANTS, patched
 
 QUEUE: Final = "q"
 DEAD: Final = "dlq"
@@ -162,6 +166,22 @@ class Ledger:
     def missing(self) -> list[Key]:
         """Confirmed messages neither acked from `q` nor seen in `dlq`."""
         return sorted(self.confirmed - self.acked - self.dead)
+
+
+class CommittedLogs:
+    """Raft's State Machine Safety on every group (module docstring, point 4): all the
+    replicas that apply an index apply an entry of the same term there."""
+
+    def __init__(self) -> None:
+        self.terms: dict[tuple[str, int], tuple[int, str]] = {}  # first applied: term, node
+
+    def applied(self, node: str, group_id: str, entry: RaftEntry) -> None:
+        first, where = self.terms.setdefault((group_id, entry.index), (entry.term, node))
+        if first != entry.term:
+            raise StackViolation(
+                f"{group_id}: {where} applied index {entry.index} of term {first}, "
+                f"{node} one of term {entry.term}"
+            )
 
 
 def _raise(text: str) -> None:
@@ -359,6 +379,7 @@ class StackWorld:
         self.names = [f"n{number}" for number in range(1, options.node_count + 1)]
         self.nodes: dict[str, SimNode] = {}
         self.ledger = Ledger()
+        self.commits = CommittedLogs()
         self.trace: list[str] = []
         self.steps = 0
         self.violation: str | None = None
@@ -677,6 +698,20 @@ class StackWorld:
                             lost.append(f"{queue}#{entry.msg_id} settled by {by}")
         return lost
 
+    @contextmanager
+    def observing_commits(self) -> Iterator[None]:
+        """Every entry any group's replica applies goes to `CommittedLogs` too."""
+        original = RaftGroup.apply
+        world = self
+
+        def apply(group: RaftGroup, entry: RaftEntry) -> None:
+            original(group, entry)
+            applied = world.commits.applied
+            world.check(functools.partial(applied, group._host.node, group.group_id, entry))
+
+        with patched(RaftGroup, "apply", apply):
+            yield
+
     def _groups(self, queue: str) -> list[RaftGroup]:
         groups = (node.host(queue).group for node in self.running())
         return [group for group in groups if group is not None]
@@ -722,7 +757,7 @@ def run_stack_seed(
     loop = world.loop
     try:
         plant = PLANTS[options.plant]() if options.plant is not None else nullcontext()
-        with _quiet(), plant:
+        with _quiet(), plant, world.observing_commits():
             asyncio.set_event_loop(loop)
             # every phase has its bound; this one catches a wait that has none
             run_s_max = STARTUP_S_MAX + options.safety_s + options.drain_s
