@@ -34,7 +34,8 @@ PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _FRAME_HEADER = struct.Struct(">BHI")
-_BODY_SIZE = struct.Struct(">Q")
+_CONTENT_START = struct.Struct(">BHIHHQ")  # a frame header, then a content header's start
+_BASIC_CLASS_ID: Final = 60
 _KNOWN_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 
@@ -135,23 +136,24 @@ class FrameDecoder:
         frames are read one by one (with all checks) instead."""
         buffer = self._buffer
         start = self._offset
-        available = len(buffer) - start
-        if available < 22:
+        if len(buffer) - start < 22:
             return None
-        frame_type, frame_channel, size = _FRAME_HEADER.unpack_from(buffer, start)
+        # the frame's header, then the content header's class id, weight and body size
+        frame_type, frame_channel, size, class_id, _weight, body_size = _CONTENT_START.unpack_from(
+            buffer, start
+        )
         end = start + 7 + size
         if (
             frame_type != FRAME_HEADER
             or frame_channel != channel
+            or class_id != _BASIC_CLASS_ID
             or size < 14
             or size > self.frame_max
             or end >= len(buffer)
             or buffer[end] != FRAME_END
-            or buffer[start + 7 : start + 9] != b"\x00\x3c"  # basic's class id
         ):
             return None
         header = bytes(buffer[start + 7 : end])
-        (body_size,) = _BODY_SIZE.unpack_from(header, 4)
         if body_size == 0:
             self._offset = end + 1
             return header, b""

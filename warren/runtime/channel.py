@@ -925,9 +925,10 @@ class Channel:
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
         confirms = self.confirms
-        durability = self.durability if confirms is not None else None
+        durability = self.durability
+        log = durability.log if confirms is not None and durability is not None else None
         # a durable queue that logs the message appends to the log: the confirm waits
-        logged_from = durability.log.next_sequence if durability is not None else 0
+        logged_from = log.next_sequence if log is not None else 0
         replicated: list[asyncio.Future[bool]] | None = None
         tag = 0 if confirms is None else confirms.next_tag
         for name in queues:
@@ -958,9 +959,9 @@ class Channel:
             else:
                 self.stats.drop_unroutable += 1
         if confirms is not None:
-            log_sequence = 0  # the log sequence its confirm waits for, if it logged
-            if durability is not None and durability.log.next_sequence != logged_from:
-                log_sequence = durability.log.next_sequence - 1
+            # the log sequence its confirm waits for if it logged, else 0
+            logged_to = log.next_sequence if log is not None else 0
+            log_sequence = logged_to - 1 if logged_to != logged_from else 0
             confirms.published(rejected, replicated, log_sequence)
 
     def _count_replicating(self) -> None:
