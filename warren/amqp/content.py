@@ -245,6 +245,7 @@ class Message:
         properties_raw: bytes,
         body: bytes,
         route: bytes | None = None,
+        properties: BasicProperties | None = None,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -253,7 +254,8 @@ class Message:
         # exchange and routing key as the two shortstrs that end basic.deliver/get-ok/return;
         # a publish hands over the bytes it arrived with
         self.route = route if route is not None else shortstr(exchange) + shortstr(routing_key)
-        self._properties: BasicProperties | None = None
+        # `properties_raw` decoded, if the caller has it already (they are equal)
+        self._properties = properties
 
     def __reduce__(self) -> tuple[type[Message], tuple[str, str, bytes, bytes, bytes]]:
         # a replicated queue pickles every message it is sent: its fields as a tuple are a
