@@ -18,7 +18,14 @@ import struct
 from dataclasses import dataclass, fields
 from typing import Final
 
-from warren.amqp.frames import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, build_frame
+from warren.amqp.frames import (
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_END_BYTE,
+    FRAME_HEADER,
+    FRAME_METHOD,
+    build_frame,
+)
 from warren.amqp.methods import Method, encode_method
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
 from warren.errors import syntax_error
@@ -28,6 +35,8 @@ _HEADER_PREFIX = struct.Struct(">HHQ")
 _SHORT = struct.Struct(">H")
 _LONGLONG = struct.Struct(">Q")
 _FRAME_START = struct.Struct(">BHI")
+_HEADER_START = struct.Struct(">BBHIHHQ")  # a frame's end, a content header frame's start
+_BODY_START = struct.Struct(">BBHI")  # a frame's end, a body frame's start
 
 
 @dataclass(slots=True)
@@ -204,24 +213,24 @@ def content_frames(
     channel: int, method_payload: bytes, properties_raw: bytes, body: bytes, frame_max: int
 ) -> bytes:
     """Method, content header and body frames of one message, as one bytes object."""
-    header = _HEADER_PREFIX.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw
-    parts = [
-        _FRAME_START.pack(FRAME_METHOD, channel, len(method_payload)),
-        method_payload,
-        FRAME_END_BYTE,
-        _FRAME_START.pack(FRAME_HEADER, channel, len(header)),
-        header,
-        FRAME_END_BYTE,
-    ]
+    size = len(body)
+    # the method frame's end octet, then the header frame's start and the header's prefix
+    header = _HEADER_START.pack(
+        FRAME_END, FRAME_HEADER, channel, 12 + len(properties_raw), BASIC_CLASS_ID, 0, size
+    )
+    method = _FRAME_START.pack(FRAME_METHOD, channel, len(method_payload))
     chunk = frame_max - 8
-    if len(body) <= chunk:
-        if body:
-            parts += (_FRAME_START.pack(FRAME_BODY, channel, len(body)), body, FRAME_END_BYTE)
-    else:
-        for start in range(0, len(body), chunk):
-            piece = body[start : start + chunk]
-            parts += (_FRAME_START.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
-    return b"".join(parts)
+    if size <= chunk:  # one body frame, or none: the commonest message in one join
+        if not size:
+            return b"".join((method, method_payload, header, properties_raw, FRAME_END_BYTE))
+        body_start = _BODY_START.pack(FRAME_END, FRAME_BODY, channel, size)
+        parts = (method, method_payload, header, properties_raw, body_start, body, FRAME_END_BYTE)
+        return b"".join(parts)
+    pieces = [method, method_payload, header, properties_raw, FRAME_END_BYTE]
+    for start in range(0, size, chunk):
+        piece = body[start : start + chunk]
+        pieces += (_FRAME_START.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
+    return b"".join(pieces)
 
 
 def body_frame(channel: int, body: bytes) -> bytes:
