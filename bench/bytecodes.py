@@ -1,14 +1,26 @@
-"""Python bytecodes a broker executes per W1 message (`python -m bench.bytecodes TREE ...`).
+"""Python bytecodes a broker executes per message (`python -m bench.bytecodes TREE ...`).
 
 The figure no machine load disturbs, and the one that shows what compiling the cores with
 mypyc (`make mypyc`) takes away: compiled code executes no bytecode. For each source tree:
 1. A node from that tree (first on PYTHONPATH) runs under `_COUNTER`, which counts the
-   ``opcode`` trace events of every Python frame between SIGUSR1 and SIGUSR2 and writes the
-   count to a file. Counting slows the node down a hundredfold; only the count matters.
-2. Between the signals one aio-pika connection publishes `--messages` transient messages of
-   128 bytes to a fresh queue in batches of 1000 while another consumes them with auto-ack
-   (W1's shape), until all have arrived; the queue's declare and delete are inside the
-   window, a constant that 10,000 messages make negligible.
+   ``opcode`` trace events of every Python frame between two real-time signals (SIGRTMIN, then
+   SIGRTMIN+1: the node takes SIGUSR1 for itself) and writes the counts to a file.
+   Counting slows the node down a hundredfold; only the count matters.
+2. Between the signals one aio-pika connection publishes `--messages` messages of 128 bytes
+   to a fresh queue in batches of 1000, in the shape `--workload` names:
+   - `w1`: transient messages to an exclusive queue while another connection consumes them
+     with auto-ack (W1's shape), until all have arrived;
+   - `confirms`: persistent messages with publisher confirms to a durable queue nobody
+     consumes (what a reliable producer and the Spark writer do), each batch of 1000 awaited
+     for its confirms, then the queue is deleted;
+   - `drop-head`: transient messages to a queue of `x-max-length` 1000 with `drop-head`
+     overflow that nobody consumes (W7's shape): past the first 1000 every publish drops
+     the head.
+   The queue's declare and delete are inside the window, a constant that 10,000 messages
+   make negligible. Only the main thread is counted: the log's fsync thread runs no
+   per-message Python.
+3. `--functions N` also prints the N functions that executed the most bytecodes per message
+   (name, file and line of each, so two trees line up), to see where a change took work away.
 """
 
 from __future__ import annotations
@@ -22,7 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 
@@ -31,31 +46,35 @@ from warren.runtime.ports import unused_port
 
 # Run as `python -c _COUNTER OUT ARGS...`: the node's `python -m warren ARGS`, counting.
 _COUNTER = """
-import json, runpy, signal, sys
-out, count = sys.argv[1], [0]
+import collections, json, runpy, signal, sys
+out, counts = sys.argv[1], collections.Counter()
 sys.argv = ["warren", *sys.argv[2:]]
 def local(frame, event, arg):
     if event == "opcode":
-        count[0] += 1
+        counts[frame.f_code] += 1
     return local
 def call(frame, event, arg):
     frame.f_trace_opcodes = True
     return local
 def start(signum, frame):
-    count[0] = 0
+    counts.clear()
     sys.settrace(call)
 def stop(signum, frame):
     sys.settrace(None)
+    named = collections.Counter()
+    for code, n in counts.items():
+        named[f"{code.co_qualname} {code.co_filename}:{code.co_firstlineno}"] += n
     with open(out, "w") as file:
-        json.dump(count[0], file)
-signal.signal(signal.SIGUSR1, start)
-signal.signal(signal.SIGUSR2, stop)
+        json.dump(named, file)
+signal.signal(signal.SIGRTMIN, start)
+signal.signal(signal.SIGRTMIN + 1, stop)
 runpy.run_module("warren", run_name="__main__", alter_sys=True)
 """
 START_TIMEOUT_S = 60.0
 
 
 async def w1(url: str, messages: int) -> None:
+    """Transient messages through an exclusive queue to an auto-ack consumer."""
     publisher, consumer = await aio_pika.connect(url), await aio_pika.connect(url)
     queue = await (await consumer.channel()).declare_queue(exclusive=True)
     done = asyncio.get_running_loop().create_future()
@@ -79,7 +98,53 @@ async def w1(url: str, messages: int) -> None:
     await consumer.close()
 
 
-def count(tree: str, messages: int) -> int:
+async def confirms(url: str, messages: int) -> None:
+    """Persistent messages with confirms into a durable queue nobody consumes."""
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel(publisher_confirms=True)
+    queue = await channel.declare_queue(f"bytecodes-{os.getpid()}", durable=True)
+    persistent = aio_pika.DeliveryMode.PERSISTENT
+    for start in range(0, messages, 1000):
+        batch = range(start, min(start + 1000, messages))
+        await asyncio.gather(
+            *(
+                channel.default_exchange.publish(
+                    aio_pika.Message(b"x" * 128, delivery_mode=persistent), queue.name
+                )
+                for _ in batch
+            )
+        )
+    await queue.delete(if_unused=False, if_empty=False)
+    await connection.close()
+
+
+async def drop_head(url: str, messages: int) -> None:
+    """Transient messages into a queue of `x-max-length` 1000, `drop-head`, no consumer (W7)."""
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    arguments: dict[str, Any] = {"x-max-length": 1000, "x-overflow": "drop-head"}
+    queue = await channel.declare_queue(exclusive=True, arguments=arguments)
+    for start in range(0, messages, 1000):
+        batch = range(start, min(start + 1000, messages))
+        await asyncio.gather(
+            *(
+                channel.default_exchange.publish(aio_pika.Message(b"x" * 128), queue.name)
+                for _ in batch
+            )
+        )
+    await channel.declare_queue(queue.name, passive=True)  # a round trip: all handled
+    await connection.close()
+
+
+WORKLOADS: dict[str, Callable[[str, int], Coroutine[Any, Any, None]]] = {
+    "w1": w1,
+    "confirms": confirms,
+    "drop-head": drop_head,
+}
+
+
+def count(tree: str, workload: str, messages: int) -> Counter[str]:
+    """Bytecodes a node from `tree` executes per function over one run of `workload`."""
     with tempfile.TemporaryDirectory(prefix="warren-bytecodes-") as workdir:
         port, management = unused_port(), unused_port()
         out = Path(workdir) / "count.json"
@@ -97,13 +162,13 @@ def count(tree: str, messages: int) -> int:
                 if time.monotonic() > deadline or node.poll() is not None:
                     raise SystemExit(f"the node from {tree} did not start: see {workdir}")
                 time.sleep(0.2)
-            node.send_signal(signal.SIGUSR1)
-            asyncio.run(w1(url, messages))
-            node.send_signal(signal.SIGUSR2)
+            node.send_signal(signal.SIGRTMIN)
+            asyncio.run(WORKLOADS[workload](url, messages))
+            node.send_signal(signal.SIGRTMIN + 1)
             while not out.exists():
                 time.sleep(0.1)
             time.sleep(0.2)  # the count is written in one short call
-            return int(json.loads(out.read_text()))
+            return Counter(json.loads(out.read_text()))
         finally:
             node.send_signal(signal.SIGTERM)
             node.wait(30)
@@ -113,10 +178,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.bytecodes", description=__doc__)
     parser.add_argument("trees", nargs="+", help="source trees, e.g. a pure and a compiled one")
     parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="w1")
+    parser.add_argument("--functions", type=int, default=0, metavar="N")
     args = parser.parse_args(argv)
     for tree in args.trees:
-        total = count(str(Path(tree).resolve()), args.messages)
-        print(f"{tree}: {total:,} bytecodes, {total / args.messages:,.1f} per message", flush=True)
+        counts = count(str(Path(tree).resolve()), args.workload, args.messages)
+        total = sum(counts.values())
+        print(
+            f"{tree} ({args.workload}): {total:,} bytecodes, "
+            f"{total / args.messages:,.1f} per message",
+            flush=True,
+        )
+        for function, n in counts.most_common(args.functions):
+            print(f"  {n / args.messages:8.1f}  {function}", flush=True)
 
 
 if __name__ == "__main__":

@@ -153,19 +153,29 @@ class ServerConnection:
             self._decoder.feed(data)
 
     def next_event(self) -> Event | NeedData:
+        decoder = self._decoder
         while True:
-            if self.state is State.AWAITING_HEADER:
+            state = self.state
+            if state is State.OPEN:
+                # a whole publish on an open channel in one step, without the checks of
+                # `_on_frame` (no channel is assembling, so none expects a content frame)
+                publish = None if self._assembling else decoder.take_publish(self.open_channels)
+                if publish is not None:
+                    channel, payload, properties_raw, body = publish
+                    method, route = _decode_publish(payload)
+                    return Content(channel, method, properties_raw, body, route)
+            elif state is State.AWAITING_HEADER:
                 header = self._decoder.read_protocol_header()
                 if header is ProtocolHeader.INCOMPLETE:
                     return NEED_DATA
                 ok = header is ProtocolHeader.OK
                 self.state = State.AWAITING_START_OK if ok else State.CLOSED
                 return ProtocolHeaderReceived(ok)
-            if self.state is State.CLOSED:
+            elif state is State.CLOSED:
                 return NEED_DATA
-            frame = self._decoder.next_frame()
+            frame = decoder.next_frame()
             if frame is NEED_DATA:
-                self._decoder.compact()
+                decoder.compact()
                 return NEED_DATA
             event = self._on_frame(*frame)
             if event is not None:

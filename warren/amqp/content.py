@@ -18,7 +18,14 @@ import struct
 from dataclasses import dataclass, fields
 from typing import Final
 
-from warren.amqp.frames import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, build_frame
+from warren.amqp.frames import (
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_END_BYTE,
+    FRAME_HEADER,
+    FRAME_METHOD,
+    build_frame,
+)
 from warren.amqp.methods import Method, encode_method
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
 from warren.errors import syntax_error
@@ -28,6 +35,8 @@ _HEADER_PREFIX = struct.Struct(">HHQ")
 _SHORT = struct.Struct(">H")
 _LONGLONG = struct.Struct(">Q")
 _FRAME_START = struct.Struct(">BHI")
+_HEADER_START = struct.Struct(">BBHIHHQ")  # a frame's end, a content header frame's start
+_BODY_START = struct.Struct(">BBHI")  # a frame's end, a body frame's start
 
 
 @dataclass(slots=True)
@@ -92,35 +101,48 @@ def decode_properties(raw: bytes) -> BasicProperties:
         raise syntax_error(f"malformed content header properties: {error}") from error
 
 
+# Per flag word, the properties it announces as (index, kind) pairs, so that decoding
+# visits only those (a publisher sets two or three of the fourteen). Bounded: at most 2**14
+# flag words pass the undefined-bits check, and a broker meets a handful.
+_PLANS: dict[int, tuple[tuple[int, str], ...]] = {}
+_EMPTY_TABLE: Final = b"\x00\x00\x00\x00"
+
+
+def _plan(flags: int) -> tuple[tuple[int, str], ...]:
+    plan = tuple((i, kind) for i, kind in enumerate(_KINDS) if flags & (1 << (15 - i)))
+    _PLANS[flags] = plan
+    return plan
+
+
 def _decode_properties(raw: bytes) -> BasicProperties:
     (flags,) = _SHORT.unpack_from(raw, 0)
     if flags & _UNDEFINED_FLAGS:
         # basic's 14 properties fit one flag word: bit 0 would announce another (clients
         # such as pamqp then read one), bit 1 is nobody's; a consumer must not get either
         raise IndexError(f"property flags 0x{flags:04x} set bits basic does not define")
+    plan = _PLANS.get(flags)
+    if plan is None:
+        plan = _plan(flags)
     offset = 2
-    values: list[object] = []
-    view = memoryview(raw)
-    for index, kind in enumerate(_KINDS):
-        if not flags & (1 << (15 - index)):
-            values.append(None)
-            continue
+    values: list[object] = [None] * len(_KINDS)
+    for index, kind in plan:
         if kind == "shortstr":
-            size = raw[offset]
-            end = offset + 1 + size
+            end = offset + 1 + raw[offset]
             if end > len(raw):
                 raise IndexError("short string beyond header")
-            values.append(raw[offset + 1 : end].decode("utf-8", "surrogateescape"))
+            values[index] = raw[offset + 1 : end].decode("utf-8", "surrogateescape")
             offset = end
         elif kind == "octet":
-            values.append(raw[offset])
+            values[index] = raw[offset]
             offset += 1
         elif kind == "longlong":
-            values.append(_LONGLONG.unpack_from(raw, offset)[0])
+            values[index] = _LONGLONG.unpack_from(raw, offset)[0]
             offset += 8
+        elif raw[offset : offset + 4] == _EMPTY_TABLE:  # what most clients send
+            values[index] = {}
+            offset += 4
         else:
-            table, offset = read_table(view, offset)
-            values.append(table)
+            values[index], offset = read_table(memoryview(raw), offset)
     if offset != len(raw):
         raise IndexError(f"{len(raw) - offset} bytes after the last property")
     return BasicProperties(*values)  # type: ignore[arg-type]
@@ -191,24 +213,24 @@ def content_frames(
     channel: int, method_payload: bytes, properties_raw: bytes, body: bytes, frame_max: int
 ) -> bytes:
     """Method, content header and body frames of one message, as one bytes object."""
-    header = _HEADER_PREFIX.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw
-    parts = [
-        _FRAME_START.pack(FRAME_METHOD, channel, len(method_payload)),
-        method_payload,
-        FRAME_END_BYTE,
-        _FRAME_START.pack(FRAME_HEADER, channel, len(header)),
-        header,
-        FRAME_END_BYTE,
-    ]
+    size = len(body)
+    # the method frame's end octet, then the header frame's start and the header's prefix
+    header = _HEADER_START.pack(
+        FRAME_END, FRAME_HEADER, channel, 12 + len(properties_raw), BASIC_CLASS_ID, 0, size
+    )
+    method = _FRAME_START.pack(FRAME_METHOD, channel, len(method_payload))
     chunk = frame_max - 8
-    if len(body) <= chunk:
-        if body:
-            parts += (_FRAME_START.pack(FRAME_BODY, channel, len(body)), body, FRAME_END_BYTE)
-    else:
-        for start in range(0, len(body), chunk):
-            piece = body[start : start + chunk]
-            parts += (_FRAME_START.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
-    return b"".join(parts)
+    if size <= chunk:  # one body frame, or none: the commonest message in one join
+        if not size:
+            return b"".join((method, method_payload, header, properties_raw, FRAME_END_BYTE))
+        body_start = _BODY_START.pack(FRAME_END, FRAME_BODY, channel, size)
+        parts = (method, method_payload, header, properties_raw, body_start, body, FRAME_END_BYTE)
+        return b"".join(parts)
+    pieces = [method, method_payload, header, properties_raw, FRAME_END_BYTE]
+    for start in range(0, size, chunk):
+        piece = body[start : start + chunk]
+        pieces += (_FRAME_START.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
+    return b"".join(pieces)
 
 
 def body_frame(channel: int, body: bytes) -> bytes:
@@ -232,6 +254,7 @@ class Message:
         properties_raw: bytes,
         body: bytes,
         route: bytes | None = None,
+        properties: BasicProperties | None = None,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -240,7 +263,8 @@ class Message:
         # exchange and routing key as the two shortstrs that end basic.deliver/get-ok/return;
         # a publish hands over the bytes it arrived with
         self.route = route if route is not None else shortstr(exchange) + shortstr(routing_key)
-        self._properties: BasicProperties | None = None
+        # `properties_raw` decoded, if the caller has it already (they are equal)
+        self._properties = properties
 
     def __reduce__(self) -> tuple[type[Message], tuple[str, str, bytes, bytes, bytes]]:
         # a replicated queue pickles every message it is sent: its fields as a tuple are a
@@ -259,6 +283,15 @@ class Message:
         if self._properties is None:
             self._properties = decode_properties(self.properties_raw)
         return self._properties
+
+    @property
+    def persistent(self) -> bool:
+        """Delivery mode 2: from the properties if the publish decoded them, else read from
+        the raw bytes without decoding them."""
+        properties = self._properties
+        if properties is None:
+            return delivery_mode(self.properties_raw) == PERSISTENT
+        return properties.delivery_mode == PERSISTENT
 
 
 _DELIVER_ID: Final = b"\x00\x3c\x00\x3c"

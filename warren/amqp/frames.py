@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Container
 from typing import Final
 
 from warren.errors import HardError, frame_error
@@ -34,7 +35,10 @@ PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _FRAME_HEADER = struct.Struct(">BHI")
-_BODY_SIZE = struct.Struct(">Q")
+_CONTENT_START = struct.Struct(">BHIHHQ")  # a frame header, then a content header's start
+_METHOD_START = struct.Struct(">BHII")  # a frame header, then a method's class and method ids
+_BASIC_PUBLISH: Final = 0x003C0028
+_BASIC_CLASS_ID: Final = 60
 _KNOWN_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 
@@ -128,33 +132,76 @@ class FrameDecoder:
         self._offset = 0
         return error
 
+    def take_publish(self, channels: Container[int]) -> tuple[int, bytes, bytes, bytes] | None:
+        """Fast path for the frames a broker reads most: if a basic.publish on one of
+        `channels`, its content header and its single body frame (or none, for an empty
+        body) are whole at the head of the buffer, consume them and return ``(channel,
+        method_payload, properties_raw, body)``; otherwise consume nothing and return None,
+        and `next_frame` reads the frames one by one (with all checks) instead."""
+        buffer = self._buffer
+        start = self._offset
+        if len(buffer) - start < 11:
+            return None
+        frame_type, channel, size, method_id = _METHOD_START.unpack_from(buffer, start)
+        end = start + 7 + size
+        if (
+            method_id != _BASIC_PUBLISH
+            or frame_type != FRAME_METHOD
+            or size < 4
+            or size > self.frame_max
+            or end >= len(buffer)
+            or buffer[end] != FRAME_END
+            or channel not in channels
+        ):
+            return None
+        content = self._content_at(end + 1, channel)
+        if content is None:
+            return None
+        self._offset, header_end, body = content
+        properties_start = end + 1 + 7 + 12  # after the content header's prefix
+        return (
+            channel,
+            bytes(buffer[start + 7 : end]),
+            bytes(buffer[properties_start:header_end]),
+            body,
+        )
+
     def take_content(self, channel: int) -> tuple[bytes, bytes] | None:
         """Fast path after basic.publish: if its content header and single body frame (or
         none, for an empty body) are whole in the buffer, consume them and return
         ``(header_payload, body)``; otherwise consume nothing and return None, and the
         frames are read one by one (with all checks) instead."""
-        buffer = self._buffer
         start = self._offset
-        available = len(buffer) - start
-        if available < 22:
+        content = self._content_at(start, channel)
+        if content is None:
             return None
-        frame_type, frame_channel, size = _FRAME_HEADER.unpack_from(buffer, start)
+        self._offset, header_end, body = content
+        return bytes(self._buffer[start + 7 : header_end]), body
+
+    def _content_at(self, start: int, channel: int) -> tuple[int, int, bytes] | None:
+        """The content header frame of basic at `start` on `channel` and its single body
+        frame, if both are whole and well formed: ``(offset after them, offset where the
+        header's payload ends, body)``."""
+        buffer = self._buffer
+        if len(buffer) - start < 22:
+            return None
+        # the frame's header, then the content header's class id, weight and body size
+        frame_type, frame_channel, size, class_id, _weight, body_size = _CONTENT_START.unpack_from(
+            buffer, start
+        )
         end = start + 7 + size
         if (
             frame_type != FRAME_HEADER
             or frame_channel != channel
+            or class_id != _BASIC_CLASS_ID
             or size < 14
             or size > self.frame_max
             or end >= len(buffer)
             or buffer[end] != FRAME_END
-            or buffer[start + 7 : start + 9] != b"\x00\x3c"  # basic's class id
         ):
             return None
-        header = bytes(buffer[start + 7 : end])
-        (body_size,) = _BODY_SIZE.unpack_from(header, 4)
         if body_size == 0:
-            self._offset = end + 1
-            return header, b""
+            return end + 1, end, b""
         body_start = end + 1
         if len(buffer) - body_start < 8:
             return None
@@ -169,8 +216,7 @@ class FrameDecoder:
             or buffer[body_end] != FRAME_END
         ):
             return None
-        self._offset = body_end + 1
-        return header, bytes(buffer[body_start + 7 : body_end])
+        return body_end + 1, end, bytes(buffer[body_start + 7 : body_end])
 
     def compact(self) -> None:
         """Drop consumed bytes; call once per read, not per frame."""

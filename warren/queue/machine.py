@@ -758,15 +758,14 @@ class QueueMachine:
         limit = settings.max_length_bytes
         return limit is not None and self.ready_bytes + self.dead_letter_bytes + size > limit
 
-    def _over_limit(self) -> bool:
-        settings = self.settings
-        if settings.max_length is not None and self.ready_count > settings.max_length:
-            return True
-        limit = settings.max_length_bytes
-        return limit is not None and self.ready_bytes > limit
-
     def _drop_head_over_limit(self, effects: Effects) -> None:
-        while self._over_limit():
+        """Drop the oldest ready messages while the queue is over its length or byte limit
+        (the test inline: W7 makes it once or twice per publish)."""
+        settings = self.settings
+        max_length, max_length_bytes = settings.max_length, settings.max_length_bytes
+        while (max_length is not None and self.ready_count > max_length) or (
+            max_length_bytes is not None and self.ready_bytes > max_length_bytes
+        ):
             entry = self._pop_ready()
             assert entry is not None
             self._dead_letter(entry, MAXLEN, effects)

@@ -44,6 +44,7 @@ from warren.amqp.content import (
     PRIORITY_FLAG,
     REPLY_TO_FLAG,
     USER_ID_FLAG,
+    BasicProperties,
     Message,
     content_frames,
     deliver_frames,
@@ -92,7 +93,14 @@ _BOUND: dict[type[m.Method], type[m.Method]] = {  # a binding method's -ok
     m.QueueUnbind: m.QueueUnbindOk,
 }
 # the commonest properties, known to be well formed: none, or only a delivery mode
-_PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
+# Raw properties already read once that ask nothing of a publish beyond their expiration
+# and priority (no user-id to check, no reply-to to rewrite, no headers for CC/BCC or a
+# headers exchange): the decoded properties (a value, never changed in place), the headers
+# to route with (None or empty), the TTL and the priority. A publisher that sets no message
+# id, correlation id or time stamp sends the same bytes with every message, and those
+# publishes neither decode nor inspect them again. Bounded: emptied when full.
+_SETTLED: dict[bytes, tuple[BasicProperties, Mapping[str, Any] | None, int | None, int]] = {}
+_SETTLED_MAX = 1024
 
 
 class Connection(Protocol):
@@ -896,21 +904,15 @@ class Channel:
         exchange = method.exchange
         routing_keys = [method.routing_key]
         raw = content.properties_raw
-        headers = None
-        ttl_ms = None
-        priority = 0
-        flags = (raw[0] << 8) | raw[1] if len(raw) >= 2 else 0
-        message = Message(exchange, method.routing_key, raw, content.body, content.route)
-        if flags & _INSPECTED_FLAGS:
-            headers = self._inspect_properties(message, routing_keys)
-            properties = message.properties
-            if properties.expiration is not None:
-                ttl_ms = parse_expiration(properties.expiration)
-            priority = properties.priority or 0
-        elif raw not in _PLAIN_PROPERTIES:
-            # Checked once here (502 if malformed), so that no consumer gets bytes it cannot
-            # parse; the decoded properties stay with the message.
-            message.properties  # noqa: B018
+        settled = _SETTLED.get(raw)
+        if settled is None:
+            message = Message(exchange, method.routing_key, raw, content.body, content.route)
+            headers, ttl_ms, priority = self._read_properties(message, routing_keys)
+        else:
+            properties, headers, ttl_ms, priority = settled
+            message = Message(
+                exchange, method.routing_key, raw, content.body, content.route, properties
+            )
         if not exchange and method.routing_key.startswith(REPLY_TO_PREFIX):
             self._publish_reply(method, message)
             return
@@ -925,9 +927,10 @@ class Channel:
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
         confirms = self.confirms
-        durability = self.durability if confirms is not None else None
+        durability = self.durability
+        log = durability.log if confirms is not None and durability is not None else None
         # a durable queue that logs the message appends to the log: the confirm waits
-        logged_from = durability.log.next_sequence if durability is not None else 0
+        logged_from = log.next_sequence if log is not None else 0
         replicated: list[asyncio.Future[bool]] | None = None
         tag = 0 if confirms is None else confirms.next_tag
         for name in queues:
@@ -958,9 +961,9 @@ class Channel:
             else:
                 self.stats.drop_unroutable += 1
         if confirms is not None:
-            log_sequence = 0  # the log sequence its confirm waits for, if it logged
-            if durability is not None and durability.log.next_sequence != logged_from:
-                log_sequence = durability.log.next_sequence - 1
+            # the log sequence its confirm waits for if it logged, else 0
+            logged_to = log.next_sequence if log is not None else 0
+            log_sequence = logged_to - 1 if logged_to != logged_from else 0
             confirms.published(rejected, replicated, log_sequence)
 
     def _count_replicating(self) -> None:
@@ -986,6 +989,38 @@ class Channel:
         self.replicating -= count
         if self.replicating < self.broker.config.quorum_commands_soft_limit:
             self.connection.hold_flow(self, False)
+
+    def _read_properties(
+        self, message: Message, routing_keys: list[str]
+    ) -> tuple[Mapping[str, Any] | None, int | None, int]:
+        """Properties not seen before: decoded (502 if malformed, so that no consumer gets
+        bytes it cannot parse), inspected, and remembered in `_SETTLED` when the next
+        publish with the same bytes may skip all that. The headers to route with, the TTL
+        and the priority."""
+        raw = message.properties_raw
+        properties = message.properties
+        headers = None
+        ttl_ms = None
+        if ((raw[0] << 8) | raw[1]) & _INSPECTED_FLAGS:  # decoded: two bytes at least
+            headers = self._inspect_properties(message, routing_keys)
+            if properties.expiration is not None:
+                ttl_ms = parse_expiration(properties.expiration)
+        priority = properties.priority or 0
+        # Bytes that name one message (its id, correlation id or time stamp) do not come
+        # again. Without a user-id, a reply-to or headers the inspection changed nothing:
+        # the next publish of these bytes needs only what this one found.
+        if (
+            properties.message_id is None
+            and properties.correlation_id is None
+            and properties.timestamp is None
+            and properties.user_id is None
+            and properties.reply_to is None
+            and not properties.headers
+        ):
+            if len(_SETTLED) >= _SETTLED_MAX:
+                _SETTLED.clear()
+            _SETTLED[raw] = (properties, headers, ttl_ms, priority)
+        return headers, ttl_ms, priority
 
     def _inspect_properties(self, message: Message, routing_keys: list[str]) -> Any:
         """Check user_id, expand CC/BCC and rewrite a direct reply-to address."""

@@ -66,6 +66,7 @@ class Confirms:
         "_closed",
         "_expected",
         "_held",
+        "_log_waiting",
         "_log_wanted",
         "_nacks",
         "_ready",
@@ -94,6 +95,7 @@ class Confirms:
         self._expected: dict[object, deque[int]] = {}
         self._nacks: list[int] = []  # a heap: refused tags held behind earlier ones
         self._log_wanted = 0  # the highest log sequence a held confirm waits for
+        self._log_waiting = False  # a waiter of the durability (until it says False)
         self._closed = False
 
     @property
@@ -138,7 +140,9 @@ class Confirms:
             return
         self._held.append(_Held(self.publish_seq, log_sequence))
         self._log_wanted = log_sequence
-        durability.wait(self)
+        if not self._log_waiting:  # once per run of held confirms, not per publish
+            self._log_waiting = True
+            durability.wait(self)
 
     def _hold_futures(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
         """The latest publish is confirmed once every future says True (and the log is
@@ -147,6 +151,7 @@ class Confirms:
         self._held.append(item)
         if log_sequence and self.durability is not None:
             self._log_wanted = max(self._log_wanted, log_sequence)
+            self._log_waiting = True
             self.durability.wait(self)
         for outcome in outcomes:
             outcome.add_done_callback(lambda done: self._answered(item, done))
@@ -224,7 +229,8 @@ class Confirms:
         held = self._held
         if held and held[0].log_sequence <= durable_sequence and not self._closed:
             self._ready()
-        return self._log_wanted > durable_sequence
+        self._log_waiting = self._log_wanted > durable_sequence
+        return self._log_waiting
 
     def close(self) -> None:
         """The channel is gone: forget what is held, ask for nothing more."""

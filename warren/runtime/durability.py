@@ -43,7 +43,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from warren.amqp.content import PERSISTENT, Message, delivery_mode
+from warren.amqp.content import Message
 from warren.amqp.table import encode_table
 from warren.model import DestinationKind, Exchange, QueueRecord, VHost
 from warren.model.policy import Policy
@@ -299,7 +299,7 @@ class Durability:
         slot = held if type(held) is PageSlot else None
         message = held if slot is None else slot.message
         assert isinstance(message, Message)
-        if delivery_mode(message.properties_raw) != PERSISTENT:
+        if not message.persistent:
             return
         key = host.journal_key
         assert key is not None

@@ -205,11 +205,10 @@ def _encode_enqueued(record: Enqueued) -> bytes:
     )
 
 
-def _is_route(route: bytes) -> bool:
-    """Two shortstrs and nothing else."""
-    if not route or 1 + route[0] >= len(route):
-        return False
-    return len(route) == 2 + route[0] + route[1 + route[0]]
+@functools.lru_cache(maxsize=4096)
+def _enqueued_key(queue_key: str) -> bytes:
+    """An `Enqueued` record's start for one queue: the same bytes for all its messages."""
+    return _key(_KIND_ENQUEUED, queue_key)
 
 
 def encode_enqueued(
@@ -226,7 +225,9 @@ def encode_enqueued(
 
     `route` is the exchange and routing key as two AMQP shortstrs (``Message.route``).
     """
-    if not _is_route(route):
+    if (  # two shortstrs and nothing else
+        not route or 1 + route[0] >= len(route) or len(route) != 2 + route[0] + route[1 + route[0]]
+    ):
         raise ValueError("route is not two shortstrs")
     try:
         fixed = _ENQUEUED.pack(
@@ -239,7 +240,7 @@ def encode_enqueued(
         )
     except struct.error as error:
         raise ValueError(f"enqueued record out of range: {error}") from None
-    return b"".join((_key(_KIND_ENQUEUED, queue_key), fixed, route, properties_raw, body))
+    return b"".join((_enqueued_key(queue_key), fixed, route, properties_raw, body))
 
 
 # --- decoding ------------------------------------------------------------------------------

@@ -32,9 +32,10 @@ from warren.amqp.frames import (
     FRAME_METHOD,
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
+    FrameDecoder,
     build_frame,
 )
-from warren.amqp.methods import encode_method
+from warren.amqp.methods import decode_method, encode_method
 from warren.errors import HardError, ReplyCode
 
 START_OK = m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00guest\x00guest")
@@ -667,3 +668,17 @@ def test_what_is_not_read_yet_is_unread_and_another_connection_reads_it_after_re
     taken.receive_data(connection.unread())
     assert drain(taken) == [MethodReceived(2, m.QueueDeclare(0, "q"))]
     assert taken.state is State.OPEN and taken.settled()
+
+
+def test_take_publish_consumes_a_whole_publish_on_a_given_channel_or_nothing() -> None:
+    decoder = FrameDecoder(4096)
+    whole = publish(1, b"abc", frame_max=4096, exchange="x")
+    decoder.feed(whole + whole[:-1])  # the second publish lacks its last byte
+    assert decoder.take_publish({2}) is None  # not a channel it may take
+    assert decoder.buffered == 2 * len(whole) - 1
+    channel, payload, properties_raw, body = decoder.take_publish({1, 2}) or (0, b"", b"", b"")
+    assert (channel, body) == (1, b"abc")
+    assert decode_method(payload) == m.BasicPublish(0, "x", "rk")
+    assert properties_raw == b"\x00\x00"
+    assert decoder.take_publish({1}) is None  # incomplete: left to `next_frame`
+    assert decoder.buffered == len(whole) - 1

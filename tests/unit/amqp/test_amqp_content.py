@@ -232,3 +232,24 @@ def test_get_ok_frames_match_the_method_table(
     assert frames[0] == (FRAME_METHOD, 3, encode_method(expected))
     assert parse_content_header(frames[1][2]) == (60, len(body), b"\x00\x00")
     assert b"".join(payload for _, _, payload in frames[2:]) == body
+
+
+def test_an_empty_headers_table_decodes_to_its_own_empty_dict() -> None:
+    # aio-pika's properties: headers {}, delivery-mode 2, priority 0 (the empty table is
+    # read without the table reader); each decode owns its dict
+    raw = b"\x38\x00" + b"\x00\x00\x00\x00" + b"\x02\x00"
+    first, second = decode_properties(raw), decode_properties(raw)
+    assert first == BasicProperties(headers={}, delivery_mode=2, priority=0)
+    assert first.headers is not second.headers
+    assert encode_properties(first) == raw
+    with pytest.raises(HardError) as raised:
+        decode_properties(b"\x38\x00\x00\x00\x00")  # the table's length cut short
+    assert raised.value.code == ReplyCode.SYNTAX_ERROR
+
+
+def test_message_is_persistent_from_raw_or_decoded_properties() -> None:
+    for raw, persistent in ((b"\x10\x00\x02", True), (b"\x10\x00\x01", False), (b"\0\0", False)):
+        assert Message("", "q", raw, b"").persistent is persistent
+        decoded = Message("", "q", raw, b"")
+        decoded.properties  # noqa: B018
+        assert decoded.persistent is persistent

@@ -66,8 +66,13 @@ class Publisher:
         self.confirms.published(True, None, 0)
 
     def durable(self, sequence: int) -> bool:
+        """The log synced up to `sequence`; a waiter that answers False is dropped, as
+        `Durability` does."""
         self.durability.log.durable_sequence = sequence
-        return self.confirms.durable_reached(sequence)
+        waits = self.confirms.durable_reached(sequence)
+        if not waits:
+            self.durability.forget(self.confirms)
+        return waits
 
 
 def confirms(methods: list[m.Method]) -> list[tuple[str, int, bool]]:
@@ -83,7 +88,7 @@ def test_confirms_wait_for_the_log_and_keep_publish_order() -> None:
     publisher.transient()  # 5
     assert publisher.confirms.pending() == []  # 1 is not durable: nothing after it goes either
     assert publisher.sent == []  # not even the nack
-    assert publisher.durability.waiters == [publisher.confirms] * 2
+    assert publisher.durability.waiters == [publisher.confirms]  # once for both held
     assert publisher.confirms.unconfirmed == 5
 
     assert publisher.durable(10) is True  # 4 still waits
@@ -96,6 +101,20 @@ def test_confirms_wait_for_the_log_and_keep_publish_order() -> None:
     assert publisher.confirms.pending() == []
     assert publisher.stats.confirm == 5
     assert publisher.confirms.unconfirmed == 0
+
+
+def test_confirms_wait_on_the_log_again_once_it_let_them_go() -> None:
+    publisher = Publisher()
+    publisher.persistent(10)
+    publisher.persistent(11)
+    assert publisher.durability.waiters == [publisher.confirms]
+    assert publisher.durable(11) is False  # dropped as a waiter
+    assert publisher.durability.waiters == []
+    publisher.persistent(12)
+    assert publisher.durability.waiters == [publisher.confirms]
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 2, True)]
+    assert publisher.durable(12) is False
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, False)]
 
 
 def test_without_held_confirms_the_fast_path_acks_at_once() -> None:

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
-from warren.amqp.content import PERSISTENT, Message, delivery_mode
+from warren.amqp.content import Message
 from warren.queue import Enqueue, Entry
 from warren.storage.pages import PageRef
 
@@ -90,7 +90,7 @@ def admit(host: QueueHost, command: Enqueue) -> Enqueue:
         return command
     message = command.message
     assert isinstance(message, Message)
-    if host.journal_key is not None and delivery_mode(message.properties_raw) == PERSISTENT:
+    if host.journal_key is not None and message.persistent:
         held: object = PageSlot(message)
     elif pressed and broker.durability is not None:
         held = broker.durability.pages.write(encode_page(message))
