@@ -39,8 +39,11 @@ def row_by_row(batch: pa.RecordBatch, frame_max: int) -> list[bytes]:
         pa.RecordBatch.from_pydict(ROWS).slice(2, 4),  # Arrow buffers with an offset
         pa.RecordBatch.from_pydict({"body": ROWS["body"]}),
         pa.RecordBatch.from_pydict({"body": [b"z" * 128] * 5}),
+        pa.RecordBatch.from_pydict(
+            {"body": pa.array(["\u00e9", "", "t" * 5_000], pa.large_string())}
+        ),
     ],
-    ids=["groups", "sliced", "bodies", "alike"],
+    ids=["groups", "sliced", "bodies", "alike", "large-text"],
 )
 def test_a_batch_is_framed_as_its_rows_one_by_one(batch: pa.RecordBatch, frame_max: int):
     publishes = encode_batch(batch, None, None, 2, True, 1, frame_max)

@@ -142,13 +142,18 @@ def _bodies(batch: pa.RecordBatch) -> tuple[list[bytes], npt.NDArray[np.int64]]:
         raise ValueError(f"column 'body' must be binary or string, got {column.type}")
     if column.null_count:
         raise ValueError("column 'body' must be binary or string, got a null")
-    binary = column.cast(pa.large_binary())  # strings as their UTF-8 bytes, 64-bit offsets
+    large = column.type in (pa.large_binary(), pa.large_string())
+    binary = column.view(pa.large_binary() if large else pa.binary())  # text as UTF-8 bytes
     # the sizes from the offsets themselves: pyarrow's `to_numpy` imports pandas (0.5 s of a
     # task's first batch)
+    offset_type = np.dtype(np.int64 if large else np.int32)
     offsets = np.frombuffer(
-        binary.buffers()[1], np.int64, count=len(binary) + 1, offset=binary.offset * 8
+        binary.buffers()[1],
+        offset_type,
+        count=len(binary) + 1,
+        offset=binary.offset * offset_type.itemsize,
     )
-    return binary.to_pylist(), np.diff(offsets)
+    return binary.to_pylist(), np.diff(offsets).astype(np.int64)
 
 
 def _method(alike: Outgoing, mandatory: bool) -> bytes:
