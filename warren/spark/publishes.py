@@ -111,26 +111,20 @@ def _groups(
         return [alike], np.zeros(batch.num_rows, np.int64)
     groups: list[Outgoing] = []
     seen: dict[tuple[Any, ...], int] = {}
-    group_of = np.empty(batch.num_rows, np.int64)
+    group_of: list[int] = []
     columns = [batch.column(name).to_pylist() for name in names]
-    for row, rest in enumerate(zip(*columns, strict=True)):
+    for rest in zip(*columns, strict=True):
         try:
-            group = seen.get(rest)
+            group = seen.setdefault(rest, len(groups))
         except TypeError:  # a map or an array in the row: a group of its own
-            group = None
-            hashable = False
-        else:
-            hashable = True
-        if group is None:
             group = len(groups)
+        if group == len(groups):
             values = dict(zip(names, rest, strict=True))
             groups.append(
                 outgoing_of({**values, "body": b""}, exchange, routing_key, delivery_mode)
             )
-            if hashable:
-                seen[rest] = group
-        group_of[row] = group
-    return groups, group_of
+        group_of.append(group)
+    return groups, np.array(group_of, np.int64)
 
 
 def _bodies(batch: pa.RecordBatch) -> tuple[list[bytes], npt.NDArray[np.int64]]:
@@ -179,4 +173,4 @@ def _head(channel: int, method: bytes, alike: Outgoing, size: int) -> bytes:
 
 def _tails(has_body_frame: npt.NDArray[np.bool_]) -> list[bytes]:
     """The frame end after each body, none after an empty one (rule 3)."""
-    return np.where(has_body_frame, np.array(FRAME_END_BYTE, object), b"").tolist()  # type: ignore[no-any-return]
+    return [FRAME_END_BYTE if has else b"" for has in has_body_frame.tolist()]
