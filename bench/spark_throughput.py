@@ -9,9 +9,13 @@ For each broker in turn (a Warren node it starts on free ports, the RabbitMQ of
    `--confirm-window` unconfirmed; the writer's yardstick.
 2. pika consume: one plain pika client (`BlockingConnection`) consuming the queue empty,
    prefetch 20,000, one `basic.ack` with `multiple` per 1,000 messages; the reader's yardstick.
-3. Spark write: `spark.range(n)` in Spark's default parallelism → `df.write.format("amqp")`,
-   wall time of `save()`, after a 1,000-row warm-up write (JVM code generation, Python
-   worker start) that is reported apart.
+3. Spark write: `spark.range(n)` in Spark's default parallelism → `df.write.format("amqp")`
+   (the writer's default confirm window unless `--spark-confirm-window`), wall time of
+   `save()`, after two 1,000-row writes in as many partitions, reported apart: the first
+   starts every task's Python worker (`spark_write_warmup_s`), the second is a write's fixed
+   cost once they run (`spark_write_job_s`). For both publishers the broker's share of one
+   core over the publishing is printed (`*_broker_core`, from /proc; RabbitMQ's when it runs
+   here): near 1.0 the broker is the limit, not its client.
 4. Spark read: `readStream.format("amqp")` → `noop` sink with Trigger.AvailableNow, the
    queue's n messages; `spark_read` is the wall time from `start()` (so with the query's
    start), `spark_read_in_batches` only the time inside micro-batches (`triggerExecution`),
@@ -39,12 +43,14 @@ import pika.frame
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bench import stats
 from bench.brokers import Broker, find_rabbitmq, start_warren
 from warren.spark import build_session
 
 BODY_BYTES = 128
 PREFETCH = 20_000
 ACK_EVERY = 1_000
+WARM_UP_ROWS = 1_000
 
 
 def declare(url: str, queue: str) -> None:
@@ -110,12 +116,31 @@ def pika_consume(url: str, queue: str, count: int) -> float:
     return count / elapsed
 
 
-def spark_write(frame: DataFrame, url: str, queue: str, window: int) -> float:
-    """Seconds to write `frame` to `queue`."""
+class BrokerCpu:
+    """The share of one core the broker's processes used inside the `with` (None when its
+    PID is unknown): at 1.0 the broker is the limit, not its client."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._pid = broker.pid
+        self.share: float | None = None
+
+    def __enter__(self) -> BrokerCpu:
+        self._started = time.perf_counter(), stats.tree_cpu_seconds(self._pid)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._pid:
+            wall, cpu = self._started
+            self.share = (stats.tree_cpu_seconds(self._pid) - cpu) / (time.perf_counter() - wall)
+
+
+def spark_write(frame: DataFrame, url: str, queue: str, window: int | None) -> float:
+    """Seconds to write `frame` to `queue` (with the writer's default window if None)."""
     started = time.perf_counter()
-    frame.write.format("amqp").option("uri", url).option("routingKey", queue).option(
-        "confirmWindow", window
-    ).mode("append").save()
+    writer = frame.write.format("amqp").option("uri", url).option("routingKey", queue)
+    if window is not None:
+        writer = writer.option("confirmWindow", window)
+    writer.mode("append").save()
     return time.perf_counter() - started
 
 
@@ -158,16 +183,24 @@ def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> di
     url, queue, n = broker.url, args.queue, args.messages
     results: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     declare(url, queue)
-    results["pika_publish_msg_s"] = pika_publish(url, queue, n, args.confirm_window)
+    with BrokerCpu(broker) as busy:
+        results["pika_publish_msg_s"] = pika_publish(url, queue, n, args.confirm_window)
+    results["pika_publish_broker_core"] = busy.share
     results["pika_consume_msg_s"] = pika_consume(url, queue, n)
 
-    rows = spark.range(n).select(F.lit(b"x" * BODY_BYTES).alias("body")).cache()
+    parallelism = spark.sparkContext.defaultParallelism
+    rows = spark.range(0, n, 1, parallelism).select(F.lit(b"x" * BODY_BYTES).alias("body"))
+    rows = rows.cache()
     rows.count()
-    results["spark_write_warmup_s"] = spark_write(
-        rows.limit(1_000), url, queue, args.confirm_window
-    )
+    # the same parallelism as the timed write, so every task's Python worker is started
+    warm = spark.range(0, WARM_UP_ROWS, 1, parallelism).select(F.lit(b"x").alias("body"))
+    results["spark_write_warmup_s"] = spark_write(warm, url, queue, args.spark_confirm_window)
+    results["spark_write_job_s"] = spark_write(warm, url, queue, args.spark_confirm_window)
     declare(url, queue)
-    results["spark_write_msg_s"] = n / spark_write(rows, url, queue, args.confirm_window)
+    with BrokerCpu(broker) as busy:
+        elapsed = spark_write(rows, url, queue, args.spark_confirm_window)
+    results["spark_write_msg_s"] = n / elapsed
+    results["spark_write_broker_core"] = busy.share
     rows.unpersist()
     results.update(spark_read(spark, url, queue, n, args.batch_size))
     results["read_ratio"] = results["spark_read_msg_s"] / results["pika_consume_msg_s"]
@@ -195,7 +228,8 @@ def main() -> None:
     parser.add_argument("--queue", default="bench.spark")
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=50_000)
-    parser.add_argument("--confirm-window", type=int, default=1_000)
+    parser.add_argument("--confirm-window", type=int, default=1_000, help="pika's")
+    parser.add_argument("--spark-confirm-window", type=int, help="default: the writer's")
     args = parser.parse_args()
     started = brokers(args.brokers.split(","))
     session_started = time.perf_counter()
@@ -220,6 +254,12 @@ def main() -> None:
                 f" read in batches {results['read_in_batches_ratio']:.2f}x; query start "
                 f"{results['spark_read_start_s']:.1f} s, first batch done after "
                 f"{results['spark_read_first_s']:.1f} s"
+            )
+            print(
+                f"write: broker's share of a core {results['pika_publish_broker_core'] or 0:.2f}"
+                f" under pika, {results['spark_write_broker_core'] or 0:.2f} under Spark; a"
+                f" first write took {results['spark_write_warmup_s']:.1f} s, a warm 1,000-row"
+                f" one {results['spark_write_job_s']:.2f} s"
             )
             print("spark read, ms by phase:", results["spark_read_split_ms"])
             print("spark read, addBatch ms by batch:", results["spark_read_add_batch_ms"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 
-import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -14,7 +13,6 @@ from warren.spark.message import (
     SCHEMA,
     Deliveries,
     outgoing_of,
-    outgoing_of_batch,
     property_values,
     record_batch,
 )
@@ -165,19 +163,3 @@ def test_rows_are_persistent_unless_they_or_the_writer_say_otherwise():
     with pytest.raises(OptionError, match="option 'deliveryMode' must be 1"):
         WriteOptions.parse({"uri": URI, "deliveryMode": "3"})
     assert WriteOptions.parse({"uri": URI, "deliverymode": "1"}).delivery_mode == 1
-
-
-def test_a_batch_of_rows_becomes_the_same_publishes_as_row_by_row():
-    rows = {
-        "body": [b"a", "b", b"c", b"d"],
-        "message_id": ["m1", "m1", "m2", None],
-        "headers": [None, None, [("k", "v")], None],
-    }
-    batch = pa.RecordBatch.from_pydict(rows)
-    published = list(outgoing_of_batch(batch, "ex", None, 1))
-    assert published == [outgoing_of(row, "ex", None, 1) for row in batch.to_pylist()]
-    assert [message.body for message in published] == [b"a", b"b", b"c", b"d"]
-    bodies_only = pa.RecordBatch.from_pydict({"body": [b"x", b"y"]})
-    assert [m.body for m in outgoing_of_batch(bodies_only, "", "q")] == [b"x", b"y"]
-    with pytest.raises(ValueError, match="needs a column 'body'"):
-        list(outgoing_of_batch(pa.RecordBatch.from_pydict({"message_id": ["m"]}), "", "q"))

@@ -22,11 +22,6 @@ Theory of operation:
    optional `cc` column (array of strings) becomes the `CC` header (RabbitMQ's
    sender-selected distribution). A row without a `delivery_mode` is sent with the writer's
    default (persistent unless told otherwise).
-4. A writer takes rows a record batch at a time (`outgoing_of_batch`), column by column.
-   Rows that differ only in their body (a DataFrame of bodies, a stream of alike messages)
-   share one encoding of the rest: `outgoing_of` runs once per distinct rest of a row, when
-   that rest is hashable (a `headers` map or `x_death` is not: such rows are encoded one by
-   one). Encoding every row on its own took most of a publishing task's time.
 """
 
 from __future__ import annotations
@@ -35,11 +30,10 @@ import base64
 import dataclasses
 import datetime
 import decimal
-import itertools
 import json
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -324,37 +318,6 @@ def outgoing_of(
         properties=_FLAGS.pack(flags) + b"".join(parts),
         message_id=values.get("message_id"),
     )
-
-
-def outgoing_of_batch(
-    batch: pa.RecordBatch,
-    exchange: str | None,
-    routing_key: str | None,
-    delivery_mode: int = PERSISTENT,
-) -> Iterator[Outgoing]:
-    """The publishes of a record batch's rows, as `outgoing_of` makes them (rule 4): rows
-    alike in all but their body share one encoding of the rest."""
-    columns = batch.to_pydict()
-    bodies = columns.pop("body", None)
-    if bodies is None:
-        raise ValueError("a row to publish needs a column 'body' (binary or string)")
-    names = tuple(columns)
-    rests = zip(*columns.values(), strict=True) if names else itertools.repeat((), len(bodies))
-    encoded: dict[tuple[Any, ...], Outgoing] = {}
-    for body, rest in zip(bodies, rests, strict=True):
-        try:
-            alike = encoded.get(rest)
-        except TypeError:  # a map or an array in the row: no sharing
-            row = dict(zip(names, rest, strict=True))
-            yield outgoing_of({**row, "body": body}, exchange, routing_key, delivery_mode)
-            continue
-        if alike is None:
-            row = dict(zip(names, rest, strict=True))
-            alike = outgoing_of({**row, "body": b""}, exchange, routing_key, delivery_mode)
-            encoded[rest] = alike
-        yield Outgoing(
-            alike.exchange, alike.routing_key, _body(body), alike.properties, alike.message_id
-        )
 
 
 def body_preview(body: bytes, limit: int = 40) -> str:

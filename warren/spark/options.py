@@ -33,6 +33,7 @@ from warren.spark.message import PERSISTENT, TRANSIENT
 
 SPARK_OWN_OPTIONS = frozenset({"path", "checkpointlocation"})
 PREFETCH_MAX = 65_535  # basic.qos prefetch-count is a short
+CONFIRM_WINDOW = 10_000  # a write task's default (WriteOptions)
 
 
 class OptionError(ValueError):
@@ -188,7 +189,9 @@ class WriteOptions:
     `exchange` and `routingKey`, when given, apply to every row and win over the row's
     `exchange`/`routing_key` columns (a frame read from one queue carries the exchange it came
     from; an explicit option is the more deliberate choice). `confirmWindow` is the number of
-    published messages that may wait for their publisher confirm at once. `deliveryMode`
+    published messages that may wait for their publisher confirm at once, per task: 10,000
+    by default, enough that a task keeps publishing while the broker syncs a batch to disk
+    before confirming it (see docs/pipeline.md, "Throughput"). `deliveryMode`
     (2, persistent, unless set to 1, transient) is sent with every row that has no
     `delivery_mode` of its own.
     """
@@ -219,7 +222,7 @@ class WriteOptions:
             uri=_uri(lowered),
             exchange=lowered.get("exchange"),
             routing_key=lowered.get("routingkey"),
-            confirm_window=_integer(lowered, "confirmWindow", 1_000, 1),
+            confirm_window=_integer(lowered, "confirmWindow", CONFIRM_WINDOW, 1),
             mandatory=_boolean(lowered, "mandatory", True),
             heartbeat_s=_integer(lowered, "heartbeatS", 30, 0),
             delivery_mode=_delivery_mode(lowered),

@@ -256,7 +256,7 @@ class Client:
 
     # -- writing -----------------------------------------------------------------------
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | memoryview) -> None:
         with self._write_lock:
             self._socket.sendall(data)
             self._written_at = time.monotonic()
