@@ -25,6 +25,7 @@ from aiohttp import web
 from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.resources import read_body
+from warren.mgmt.workers import on_its_own
 from warren.runtime.broker import Broker
 from warren.runtime.cluster import operations
 from warren.runtime.cluster.node import ClusterNode
@@ -38,7 +39,7 @@ def _cluster(broker: Broker) -> ClusterNode | web.Response:
     """The node's cluster side, whose operators' verbs these are (the broker knows it as a
     `Cluster`, a protocol, so that it imports no cluster module). The workers of a node of
     several are no cluster to the outside: such a node is on its own."""
-    if not isinstance(broker.cluster, ClusterNode) or broker.board is not None:
+    if not isinstance(broker.cluster, ClusterNode) or on_its_own(broker):
         return replies.bad_request("not_clustered")
     return broker.cluster
 
