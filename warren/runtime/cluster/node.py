@@ -787,8 +787,17 @@ class ClusterNode:
         return cast("R", await self.peers.call(node, cast("Request", request), timeout))
 
     def node_of(self, member: str) -> str:
-        """The node a member is a worker of (module doc, 6); itself when a member is a node."""
-        return self.nodes_of.get(member, member)
+        """The node a member is a worker of (module doc, 6); itself when a member is a node.
+        A worker of a node that joined later is ``<name>-w<i>@<host>`` of a member
+        ``<name>@<host>`` (`warren.runtime.workers.layout.member_name`)."""
+        node = self.nodes_of.get(member)
+        if node is not None or not self.nodes_of:
+            return node or member
+        name, at, host = member.partition("@")
+        stem, dash_w, index = name.rpartition("-w")
+        joined = f"{stem}{at}{host}"
+        known = dash_w and index.isdigit() and (joined in self.nodes or joined == self.name)
+        return joined if known else member
 
     @property
     def front(self) -> str:
