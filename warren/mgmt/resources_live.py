@@ -21,7 +21,6 @@ from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
 from warren.mgmt.workers import (
     answered_elsewhere,
-    cluster_nodes,
     found_elsewhere,
     listed_elsewhere,
     on_its_own,
@@ -103,7 +102,7 @@ async def list_nodes(request: web.Request, broker: Broker, params: list[str]) ->
     cluster = broker.cluster
     if not isinstance(cluster, ClusterNode) or on_its_own(broker):
         return listed(request, broker, [admin_live.node_json(broker)])
-    names = cluster_nodes(cluster)
+    names = cluster.node_names()
     return listed(request, broker, [await _node(broker, name) for name in names])
 
 
@@ -120,7 +119,7 @@ async def get_node(request: web.Request, broker: Broker, params: list[str]) -> w
     if (
         not isinstance(cluster, ClusterNode)
         or on_its_own(broker)
-        or params[0] not in cluster_nodes(cluster)
+        or params[0] not in cluster.node_names()
     ):
         return replies.not_found()
     return single(request, await _node(broker, params[0]))

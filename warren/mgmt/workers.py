@@ -141,11 +141,6 @@ def on_its_own(broker: Broker) -> bool:
     return broker.board is not None and not (isinstance(cluster, ClusterNode) and cluster.nodes_of)
 
 
-def cluster_nodes(cluster: ClusterNode) -> list[str]:
-    """The cluster's nodes, each once however many workers it runs."""
-    return sorted({cluster.node_of(member) for member in (*cluster.nodes, cluster.name)})
-
-
 def node_of(broker: Broker) -> Callable[[str], str]:
     """The node a worker is part of, by the worker's name (module doc, 5)."""
     cluster = broker.cluster

@@ -354,8 +354,7 @@ class ClusterNode:
         vhost = self.broker.vhosts[record.vhost]
         vhost.delete_queue(record.name)
         size = _initial_size(record, self.config.quorum_cluster_size)
-        fronts = sorted({self.node_of(node) for node in (*self.nodes, self.name)})
-        members = place_replicas(self.front, fronts, size, self._rng)
+        members = place_replicas(self.front, self.node_names(), size, self._rng)
         group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
         operation = PutQueue(queue_definition(record), (group_id, members))
         leader = self._first_leader(record, members)
@@ -798,6 +797,10 @@ class ClusterNode:
         joined = f"{stem}{at}{host}"
         known = dash_w and index.isdigit() and (joined in self.nodes or joined == self.name)
         return joined if known else member
+
+    def node_names(self) -> list[str]:
+        """The cluster's nodes, each once however many workers it runs (module doc, 6)."""
+        return sorted({self.node_of(member) for member in (*self.nodes, self.name)})
 
     @property
     def front(self) -> str:

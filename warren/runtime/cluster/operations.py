@@ -69,6 +69,9 @@ class OperatedNode(Protocol):
     def node_of(self, member: str) -> str:
         """The node a member is a worker of (itself on a node of one process)."""
 
+    def node_names(self) -> list[str]:
+        """The cluster's nodes, each once however many workers it runs."""
+
     async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R: ...
 
     async def leader_call(self, request: LeaderRequest[R]) -> R: ...
@@ -179,7 +182,7 @@ async def rebalance(
 ) -> list[dict[str, Any]]:
     """Move leaders so that every node leads about as many queues (leadership transfers)."""
     hosts = _matching(cluster, vhost_pattern, queue_pattern)
-    counts = dict.fromkeys(sorted({cluster.node_of(n) for n in (*cluster.nodes, cluster.name)}), 0)
+    counts = dict.fromkeys(cluster.node_names(), 0)
     leaders: dict[str, str] = {}
     for host in hosts:
         leader = host.group.leader if host.group is not None else None
