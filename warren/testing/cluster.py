@@ -22,7 +22,8 @@ Theory of operation:
    worker ``i`` of a node listens for the cluster on the node's cluster port ``+ i``, so
    each node's cluster ports, and each proxy's, are consecutive, one proxy per worker
    (``i`` forwards to the peer's port ``+ i``); a node is up once every worker has logged
-   its start. `kill` is SIGKILL of the node's supervisor, which takes its workers with it.
+   its start. `kill` is SIGKILL of the node's supervisor, which takes its workers with it;
+   `kill_worker` is SIGKILL of one worker, which the supervisor starts again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from warren.runtime.ports import unused_port, unused_ports
+from warren.runtime.workers.layout import WORKER_INDEX_VARIABLE
 
 START_TIMEOUT_S = 30.0  # per worker: each is a whole node's start
 COOKIE = "warren-test-cookie"
@@ -246,6 +249,20 @@ class LocalCluster:
             assert node.process is not None
             node.process.send_signal(signal.SIGKILL)
             node.process.wait(timeout=10)
+
+    def kill_worker(self, name: str, index: int) -> int:
+        """SIGKILL worker `index` of node `name` alone (its supervisor starts it again);
+        the killed process's id. Found among the supervisor's children by the worker
+        index in its environment."""
+        process = self.nodes[name].process
+        assert process is not None and self.workers > 1
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+        marker = f"{WORKER_INDEX_VARIABLE}={index}".encode()
+        for pid in map(int, children.split()):
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        raise RuntimeError(f"{name} has no worker {index} running")
 
     def isolate(self, name: str) -> None:
         for (dialer, peer, _worker), proxy in self.proxies.items():
