@@ -48,8 +48,9 @@ def channel(cluster: LocalCluster, name: str) -> BlockingChannel:
 def on_tree(cluster: LocalCluster, tree: str) -> None:
     """Start every node with `tree` first on its Python path (new proxies each time)."""
     os.environ["PYTHONPATH"] = tree
-    cluster.proxies = {
-        key: FaultProxy(cluster.nodes[key[1]].cluster_port) for key in cluster.proxies
+    cluster.proxies = {  # on the ports of the last ones, which stop_all closed
+        key: FaultProxy(cluster.nodes[key[1]].cluster_port + key[2], proxy.port)
+        for key, proxy in cluster.proxies.items()
     }
     cluster.start_all()
 

@@ -194,16 +194,23 @@ async def serve(config: Config, worker: int | None = None) -> int:
 
 
 async def _serve(config: Config, listeners: list[Listener], worker: int | None) -> int:
+    nodes_of: dict[str, str] = {}  # in a cluster of nodes of several workers: their nodes
     if worker is None:
         broker = Broker(config)
     else:  # one node to the outside: its name, its limits counted across the workers
-        board = Board.inherited(os.environ, len(config.cluster_nodes), worker)
+        board = Board.inherited(os.environ, config.workers, worker)
         broker = Broker(config, workers_layout.node_of(config.node_name, worker), board)
+        if workers_layout.worker_names(config, broker.node_name)[0] == broker.node_name:
+            nodes_of = workers_layout.nodes_of_members(config)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
     try:
         describe = functools.partial(admin_live.node_json, broker)
-        cluster = ClusterNode(broker, config, stop.set, describe) if config.cluster_nodes else None
+        cluster = (
+            ClusterNode(broker, config, stop.set, describe, nodes_of=nodes_of)
+            if config.cluster_nodes
+            else None
+        )
     except ValueError as error:  # cluster_nodes or cluster_cookie
         raise StartError(str(error)) from None
     if cluster is not None:

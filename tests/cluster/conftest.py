@@ -2,7 +2,9 @@
 
 The cluster is shared by the module's tests; each test uses its own queue names. A test
 that kills or isolates a node brings it back before it ends (`revived`). `declare`,
-`publish` and `drain` are the few client steps the tests share, `until` their wait."""
+`publish` and `drain` are the few client steps the tests share, `until` their wait.
+With `WARREN_TEST_WORKERS=N` every node runs N worker processes (issue 19), as the
+integration suite's nodes do (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 import pika
 import pytest
 
+from tests.conftest import node_workers
 from warren.testing.cluster import LocalCluster
 
 NAMES = ["warren-a", "warren-b", "warren-c"]
@@ -37,7 +40,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # a low soft limit, so that flow control (connections not read) runs in every test
     extra = ["--quorum-commands-soft-limit", str(SOFT_LIMIT)]
     local = LocalCluster(
-        directory, NAMES, extra=[*extra, "--raft-snapshot-entries", str(SNAPSHOT_ENTRIES)]
+        directory,
+        NAMES,
+        extra=[*extra, "--raft-snapshot-entries", str(SNAPSHOT_ENTRIES)],
+        workers=node_workers(),
     )
     try:
         local.start_all()

@@ -54,7 +54,8 @@ def assert_same(observed: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def test_single_node_recovers_everything(unpacked: Path) -> None:
-    server = start_warren(unpacked / "single", **legacy_data.NODE_SETTINGS)
+    # the data directory of a node of one process (a node keeps its number of workers)
+    server = start_warren(unpacked / "single", **legacy_data.NODE_SETTINGS, workers=1)
     try:
         api = legacy_data.http_api(server.management_port)
         observed = legacy_data.observe(api, server.port)

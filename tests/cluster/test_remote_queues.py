@@ -429,3 +429,31 @@ def test_a_restarted_node_knows_other_homes_queues_once_it_listens(
         method, _props, body = channel.basic_get(f"{name}.18", auto_ack=True)
         assert method is not None and body == b"at once"
         connection.close()
+
+
+def test_a_worker_killed_alone_comes_back_with_its_queues(cluster: LocalCluster, name: str) -> None:
+    # A node of several workers (issue 19): its supervisor restarts the worker, which
+    # recovers its durable queues and rejoins the cluster as the same member; the other
+    # nodes use its queues again. Nothing to kill on a node of one process.
+    if cluster.workers == 1:
+        pytest.skip("nodes of one process (WARREN_TEST_WORKERS=2 runs it)")
+    queues = [f"{name}.{index}" for index in range(4)]
+    connection = connect(cluster, "warren-a")
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for queue in queues:  # spread over warren-a's workers, the connection following them
+        channel.queue_declare(queue, durable=True)
+    for queue in queues:
+        channel.basic_publish("", queue, b"kept", pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    known(cluster, ["warren-b"], queues[-1])
+    for index in range(cluster.workers):
+        cluster.kill_worker("warren-a", index)
+        reader = connect(cluster, "warren-b")
+        counts = [
+            eventually(reader, lambda fresh, q=queue: fresh.queue_declare(q, passive=True))
+            for queue in queues
+        ]
+        reader.close()
+        assert [count.method.message_count for count in counts] == [1] * len(queues)
+    assert cluster.nodes["warren-a"].running

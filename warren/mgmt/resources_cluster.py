@@ -25,6 +25,7 @@ from aiohttp import web
 from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.resources import read_body
+from warren.mgmt.workers import on_its_own
 from warren.runtime.broker import Broker
 from warren.runtime.cluster import operations
 from warren.runtime.cluster.node import ClusterNode
@@ -38,7 +39,7 @@ def _cluster(broker: Broker) -> ClusterNode | web.Response:
     """The node's cluster side, whose operators' verbs these are (the broker knows it as a
     `Cluster`, a protocol, so that it imports no cluster module). The workers of a node of
     several are no cluster to the outside: such a node is on its own."""
-    if not isinstance(broker.cluster, ClusterNode) or broker.board is not None:
+    if not isinstance(broker.cluster, ClusterNode) or on_its_own(broker):
         return replies.bad_request("not_clustered")
     return broker.cluster
 
@@ -67,7 +68,26 @@ async def cluster_status(request: web.Request, broker: Broker, params: list[str]
     cluster = _cluster(broker)
     if isinstance(cluster, web.Response):
         return cluster
-    return replies.ok(cluster.status())
+    return replies.ok(_as_nodes(cluster, cluster.status()))
+
+
+def _as_nodes(cluster: ClusterNode, status: dict[str, Any]) -> dict[str, Any]:
+    """The status with the workers of a node of several named as their node, once
+    (`warren.runtime.cluster.node`, module doc 6); unchanged on a node of one process."""
+    name = cluster.node_of
+    metadata = dict(status["metadata"])
+    if metadata.get("leader") is not None:
+        metadata["leader"] = name(metadata["leader"])
+    for key in ("members", "voters", "learners"):
+        if key in metadata:
+            metadata[key] = list(dict.fromkeys(name(member) for member in metadata[key]))
+    return {
+        **status,
+        "node": name(status["node"]),
+        "nodes": sorted({name(node) for node in status["nodes"]}),
+        "running": sorted({name(node) for node in status["running"]}),
+        "metadata": metadata,
+    }
 
 
 async def join_cluster(request: web.Request, broker: Broker, params: list[str]) -> web.Response:

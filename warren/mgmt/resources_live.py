@@ -19,7 +19,13 @@ from warren.mgmt import replies
 from warren.mgmt.authz import Level
 from warren.mgmt.context import listed, principal, rates, single
 from warren.mgmt.rates import HISTORY_AGE_S, connection_counts, totals_counts
-from warren.mgmt.workers import answered_elsewhere, found_elsewhere, listed_elsewhere, summed
+from warren.mgmt.workers import (
+    answered_elsewhere,
+    found_elsewhere,
+    listed_elsewhere,
+    on_its_own,
+    summed,
+)
 from warren.runtime import admin, admin_live, admin_neutral, config
 from warren.runtime.admin import NotFound
 from warren.runtime.broker import Broker
@@ -94,9 +100,9 @@ async def list_nodes(request: web.Request, broker: Broker, params: list[str]) ->
     """Every node of the cluster, as RabbitMQ lists them: a node that cannot be reached
     is named with ``"running": false`` only. A node of several workers is one node."""
     cluster = broker.cluster
-    if cluster is None or broker.board is not None:
+    if not isinstance(cluster, ClusterNode) or on_its_own(broker):
         return listed(request, broker, [admin_live.node_json(broker)])
-    names = sorted({*cluster.nodes, broker.config.node_name})
+    names = cluster.node_names()
     return listed(request, broker, [await _node(broker, name) for name in names])
 
 
@@ -110,7 +116,11 @@ async def get_node(request: web.Request, broker: Broker, params: list[str]) -> w
     cluster = broker.cluster
     if params[0] == broker.node_name:
         return single(request, admin_live.node_json(broker))
-    if cluster is None or broker.board is not None or params[0] not in cluster.nodes:
+    if (
+        not isinstance(cluster, ClusterNode)
+        or on_its_own(broker)
+        or params[0] not in cluster.node_names()
+    ):
         return replies.not_found()
     return single(request, await _node(broker, params[0]))
 

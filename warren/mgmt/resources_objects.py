@@ -266,7 +266,7 @@ async def list_queues(request: web.Request, broker: Broker, params: list[str]) -
         queue_json(request, broker, v, name, homes=homes) for v, name in names if name in v.queues
     ]
     items = await with_stats_elsewhere(request, items)
-    as_one_node(request, broker.node_name, items)
+    as_one_node(request, broker, items)
     return listed(request, broker, items)
 
 
@@ -287,7 +287,7 @@ async def get_queue(request: web.Request, broker: Broker, params: list[str]) -> 
         body = next((others[h] for h in holders if h in others), body)
     if stats:
         body["message_stats"] = stats
-    as_one_node(request, broker.node_name, [body])
+    as_one_node(request, broker, [body])
     return single(request, body)
 
 

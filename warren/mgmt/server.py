@@ -51,8 +51,7 @@ from warren.mgmt.rates import Rates, run_sampler
 from warren.mgmt.resources import route
 from warren.mgmt.workers import WORKERS_KEY
 from warren.runtime.broker import Broker
-from warren.runtime.cluster.node import parse_nodes
-from warren.runtime.workers.layout import management_address
+from warren.runtime.workers.layout import management_address, worker_names
 
 log = logging.getLogger("warren.mgmt")
 
@@ -93,7 +92,7 @@ async def start_management(
     if worker == 0:
         app[WORKERS_KEY] = tuple(
             (node, management_address(broker.config, index))
-            for index, node in enumerate(parse_nodes(broker.config.cluster_nodes))
+            for index, node in enumerate(worker_names(broker.config, broker.node_name))
             if index
         )
     runner = web.AppRunner(app, access_log=None, handle_signals=False)

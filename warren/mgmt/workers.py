@@ -21,7 +21,8 @@ Theory of operation:
 5. The node is one node to the outside: a queue's ``node``, ``leader``, ``members`` and
    ``online`` name it, not the worker that holds the queue (`as_one_node`), in worker 0's
    answers only: the other workers' name their own, which is how worker 0 finds the one
-   that holds a queue.
+   that holds a queue. In a cluster of such nodes, each worker is named as its node
+   (`warren.runtime.cluster.node`, module doc 6).
 6. A request goes on with the caller's ``Authorization``: each worker checks the caller
    itself (users and permissions are the node's). A worker that does not answer within
    `ASK_TIMEOUT_S` (it is restarting) is left out, as RabbitMQ leaves out a node that is
@@ -32,12 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
+
+from warren.runtime.cluster.node import ClusterNode
+
+if TYPE_CHECKING:
+    from warren.runtime.broker import Broker
 
 # the other workers' (node name, socket), on worker 0 only
 WORKERS_KEY = web.AppKey("workers", tuple)
@@ -128,17 +134,33 @@ async def with_stats_elsewhere(request: web.Request, items: list[Any]) -> list[A
     return items
 
 
-def as_one_node(request: web.Request, node: str, queues: list[Any]) -> None:
-    """On worker 0: the queues' workers named as the node `node` (module doc, 5)."""
+def on_its_own(broker: Broker) -> bool:
+    """A node of several workers that is in no cluster of nodes (its workers do not know
+    nodes of their own): its workers' internal cluster is no cluster to the outside."""
+    cluster = broker.cluster
+    return broker.board is not None and not (isinstance(cluster, ClusterNode) and cluster.nodes_of)
+
+
+def node_of(broker: Broker) -> Callable[[str], str]:
+    """The node a worker is part of, by the worker's name (module doc, 5)."""
+    cluster = broker.cluster
+    if isinstance(cluster, ClusterNode) and cluster.nodes_of:
+        return cluster.node_of
+    return lambda _worker: broker.node_name
+
+
+def as_one_node(request: web.Request, broker: Broker, queues: list[Any]) -> None:
+    """On worker 0: the queues' workers named as their nodes (module doc, 5)."""
     if WORKERS_KEY not in request.app:
         return
+    name = node_of(broker)
     for info in queues:
         for key in ("node", "leader"):
             if info.get(key):
-                info[key] = node
+                info[key] = name(info[key])
         for key in ("members", "online"):
             if info.get(key):
-                info[key] = [node]
+                info[key] = list(dict.fromkeys(name(member) for member in info[key]))
         if "open_files" in info:
             info["open_files"] = dict.fromkeys(info["online"], 0)
 

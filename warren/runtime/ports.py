@@ -37,12 +37,21 @@ def _bindable(port: int) -> bool:
 
 def unused_port() -> int:
     """A port free on 127.0.0.1 now, outside the ephemeral range, not given before here."""
-    ceiling = _ephemeral_start()
+    return unused_ports(1)
+
+
+def unused_ports(count: int) -> int:
+    """The first of `count` consecutive ports that `unused_port` could each give (a node of
+    several workers listens on its cluster port and the `count - 1` after it)."""
+    ceiling = _ephemeral_start() - count + 1
     for _ in range(1_000) if ceiling - FLOOR >= 1_000 else ():
-        port = random.randrange(FLOOR, ceiling)
-        if port not in _given and _bindable(port):
-            _given.add(port)
-            return port
+        first = random.randrange(FLOOR, ceiling)
+        ports = range(first, first + count)
+        if _given.isdisjoint(ports) and all(_bindable(port) for port in ports):
+            _given.update(ports)
+            return first
+    if count > 1:
+        raise OSError(f"no {count} consecutive free ports below the ephemeral range")
     with socket.socket() as probe:  # no room below the ephemeral range: take the kernel's pick
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])

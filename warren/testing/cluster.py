@@ -18,6 +18,12 @@ Theory of operation:
    `cluster_nodes` it was first given across restarts. `kill(name)` is SIGKILL;
    `start(name)` starts the node again on the same data directory. Waits are bounded and
    fail with the node's log file named.
+4. `workers` runs every node as that many worker processes (`warren.runtime.workers`):
+   worker ``i`` of a node listens for the cluster on the node's cluster port ``+ i``, so
+   each node's cluster ports, and each proxy's, are consecutive, one proxy per worker
+   (``i`` forwards to the peer's port ``+ i``); a node is up once every worker has logged
+   its start. `kill` is SIGKILL of the node's supervisor, which takes its workers with it;
+   `kill_worker` is SIGKILL of one worker, which the supervisor starts again.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -37,17 +44,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warren.runtime.ports import unused_port
+from warren.runtime.ports import unused_port, unused_ports
+from warren.runtime.workers.layout import WORKER_INDEX_VARIABLE
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 30.0  # per worker: each is a whole node's start
 COOKIE = "warren-test-cookie"
+STARTED_LINE = " started, data in "  # warren.server's line once a node (or worker) serves
 
 
 class FaultProxy:
     """A TCP forwarder on its own event-loop thread that can cut its connections."""
 
-    def __init__(self, target_port: int) -> None:
-        self.port = unused_port()
+    def __init__(self, target_port: int, port: int) -> None:
+        self.port = port
         self.target_port = target_port
         self.cut = False
         self._writers: set[asyncio.StreamWriter] = set()
@@ -119,9 +128,9 @@ class FaultProxy:
 class ClusterNodeProcess:
     name: str
     data_dir: Path
+    cluster_port: int  # and the `workers - 1` after it
     port: int = field(default_factory=unused_port)
     management_port: int = field(default_factory=unused_port)
-    cluster_port: int = field(default_factory=unused_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -147,23 +156,32 @@ class LocalCluster:
         raft_tick_ms: int = 50,
         extra: list[str] | None = None,
         faults: bool = True,
+        workers: int = 1,
     ) -> None:
         self.directory = directory
         self.raft_tick_ms = raft_tick_ms
         self.extra = extra or []
-        self.nodes = {name: ClusterNodeProcess(name, directory / name) for name in names}
+        self.workers = workers
+        self.nodes = {name: self._node(name) for name in names}
         self.seeds = {name: [other for other in names if other != name] for name in names}
-        # (dialer, peer): the proxy that forwards the dialer's connections to the peer
-        self.proxies: dict[tuple[str, str], FaultProxy] = {}
+        # (dialer, peer, worker): the proxy that forwards the dialer's connections to the
+        # peer's worker (module doc, 2 and 4)
+        self.proxies: dict[tuple[str, str, int], FaultProxy] = {}
         for a in names if faults else ():
             for b in names:
                 if a != b:
-                    self.proxies[a, b] = FaultProxy(self.nodes[b].cluster_port)
+                    first = unused_ports(workers)
+                    for index in range(workers):
+                        target = self.nodes[b].cluster_port + index
+                        self.proxies[a, b, index] = FaultProxy(target, first + index)
+
+    def _node(self, name: str) -> ClusterNodeProcess:
+        return ClusterNodeProcess(name, self.directory / name, unused_ports(self.workers))
 
     def _peers(self, name: str) -> str:
         entries = [f"{name}=127.0.0.1:{self.nodes[name].cluster_port}"]
         for other in self.seeds[name]:
-            proxy = self.proxies.get((name, other))
+            proxy = self.proxies.get((name, other, 0))
             port = proxy.port if proxy is not None else self.nodes[other].cluster_port
             entries.append(f"{other}=127.0.0.1:{port}")
         return ",".join(entries)
@@ -171,7 +189,7 @@ class LocalCluster:
     def add_node(self, name: str, seeds: list[str]) -> None:
         """Start a node that joins the running cluster knowing only `seeds`; the others
         learn of it when it joins."""
-        self.nodes[name] = ClusterNodeProcess(name, self.directory / name)
+        self.nodes[name] = self._node(name)
         self.seeds[name] = list(seeds)
         self.start(name)
 
@@ -191,12 +209,14 @@ class LocalCluster:
         command += ["--cluster-port", str(node.cluster_port), "--cluster-cookie", COOKIE]
         command += ["--cluster-nodes", self._peers(name)]
         command += ["--raft-tick-ms", str(self.raft_tick_ms), *self.extra]
+        if self.workers > 1:
+            command += ["--workers", str(self.workers)]
         with node.log_path.open("wb") as log:
             node.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
     def wait_listening(self, name: str) -> None:
         node = self.nodes[name]
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + START_TIMEOUT_S * self.workers
         while time.monotonic() < deadline:
             assert node.process is not None
             if node.process.poll() is not None:
@@ -206,9 +226,18 @@ class LocalCluster:
                     + " | ".join(tail)
                 )
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", node.port)):
-                return
+                if self._started(node):
+                    return
             time.sleep(0.05)
-        raise RuntimeError(f"{name} did not listen within {START_TIMEOUT_S} s: {node.log_path}")
+        raise RuntimeError(
+            f"{name} did not listen within {START_TIMEOUT_S * self.workers} s: {node.log_path}"
+        )
+
+    def _started(self, node: ClusterNodeProcess) -> bool:
+        """Every worker serves (the AMQP port opens with the first of them)."""
+        if self.workers == 1:
+            return True
+        return node.log_path.read_text(errors="replace").count(STARTED_LINE) >= self.workers
 
     def start(self, name: str) -> None:
         self.launch(name)
@@ -221,9 +250,23 @@ class LocalCluster:
             node.process.send_signal(signal.SIGKILL)
             node.process.wait(timeout=10)
 
+    def kill_worker(self, name: str, index: int) -> int:
+        """SIGKILL worker `index` of node `name` alone (its supervisor starts it again);
+        the killed process's id. Found among the supervisor's children by the worker
+        index in its environment."""
+        process = self.nodes[name].process
+        assert process is not None and self.workers > 1
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+        marker = f"{WORKER_INDEX_VARIABLE}={index}".encode()
+        for pid in map(int, children.split()):
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        raise RuntimeError(f"{name} has no worker {index} running")
+
     def isolate(self, name: str) -> None:
-        for pair, proxy in self.proxies.items():
-            if name in pair:
+        for (dialer, peer, _worker), proxy in self.proxies.items():
+            if name in (dialer, peer):
                 proxy.set_cut(True)
 
     def heal(self) -> None:

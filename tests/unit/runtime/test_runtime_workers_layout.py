@@ -11,9 +11,11 @@ from warren.runtime.config import Config, ConfigError, load
 from warren.runtime.workers.layout import (
     LAYOUT_FILE,
     load_or_create,
+    nodes_of_members,
     worker_config,
     worker_index,
     worker_name,
+    worker_names,
 )
 
 
@@ -56,10 +58,45 @@ def test_the_layout_is_kept_and_its_worker_count_enforced(tmp_path: Path) -> Non
         load_or_create(dataclasses.replace(config, workers=3))
 
 
-def test_workers_and_a_cluster_do_not_mix_yet(tmp_path: Path) -> None:
-    config = Config(data_dir=tmp_path, workers=2, cluster_nodes=["a@h=127.0.0.1:1"])
-    with pytest.raises(ConfigError, match="cannot be in a cluster yet"):
-        load_or_create(config)
+def test_in_a_cluster_every_nodes_workers_are_members_named_after_their_node(
+    tmp_path: Path,
+) -> None:
+    # Refused before: a node of several workers could not be in a cluster (issue 19).
+    peers = ["a@h=127.0.0.1:7000", "b@h=10.0.0.2:7100"]
+    config = Config(
+        data_dir=tmp_path,
+        workers=2,
+        node_name="a@h",
+        cluster_nodes=peers,
+        cluster_port=7000,
+        cluster_cookie="secret",
+        quorum_cluster_size=3,
+    )
+    load_or_create(config)
+    first, second = worker_config(config, 0), worker_config(config, 1)
+    assert (first.node_name, second.node_name) == ("a@h", "a-w1@h")
+    assert (first.cluster_port, second.cluster_port) == (7000, 7001)
+    members = ["a@h=127.0.0.1:7000", "a-w1@h=127.0.0.1:7001"]
+    members += ["b@h=10.0.0.2:7100", "b-w1@h=10.0.0.2:7101"]
+    assert first.cluster_nodes == second.cluster_nodes == members
+    assert second.cluster_cookie == "secret" and second.quorum_cluster_size == 3
+    assert second.data_dir == tmp_path / "workers" / "1"
+    assert worker_names(second, "a@h") == ["a@h", "a-w1@h"]
+    assert nodes_of_members(second) == {
+        "a@h": "a@h",
+        "a-w1@h": "a@h",
+        "b@h": "b@h",
+        "b-w1@h": "b@h",
+    }
+
+
+def test_a_node_on_its_own_names_its_workers_apart_from_itself(tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path, workers=2, node_name="rabbit@host")
+    load_or_create(config)
+    assert worker_names(worker_config(config, 1), "rabbit@host") == [
+        "rabbit-w0@host",
+        "rabbit-w1@host",
+    ]
 
 
 def test_worker_index_and_name() -> None:

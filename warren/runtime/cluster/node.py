@@ -21,6 +21,10 @@ Theory of operation:
 5. Classic queues live on the node that declared them; the other nodes use them through
    proxies (`warren.runtime.cluster.remote`), which also carry a quorum queue's
    deliveries to consumers on nodes that hold no replica of it.
+6. In a cluster of nodes of several worker processes each (`warren.runtime.workers`),
+   every worker is a member (`nodes_of` names each one's node): a node's quorum replicas
+   are on its *front*, the worker named after it, so replicas, leaders and members name
+   nodes, and two replicas never share a node; the others reach them as any member does.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from warren.cluster.metadata import (
@@ -202,11 +206,14 @@ class ClusterNode:
         links: PeerLinks | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
+        nodes_of: Mapping[str, str] | None = None,
     ) -> None:
         """`links`, `rng` and `clock` are the simulator's seams (`warren.testing.sim.stack`):
         by default the node talks TCP (`Peers`), draws from the OS's entropy and stamps
-        entries with the wall clock."""
+        entries with the wall clock. `nodes_of`: each member's node, when members are the
+        workers of nodes of several (module doc, 6)."""
         self.broker = broker
+        self.nodes_of: Mapping[str, str] = nodes_of or {}
         # the node as the management API shows it, for the other nodes' /api/nodes
         self.describe = describe
         self.config = config
@@ -348,11 +355,24 @@ class ClusterNode:
         vhost = self.broker.vhosts[record.vhost]
         vhost.delete_queue(record.name)
         size = _initial_size(record, self.config.quorum_cluster_size)
-        members = place_replicas(self.name, sorted(self.nodes), size, self._rng)
+        members = place_replicas(self.front, self.node_names(), size, self._rng)
         group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
         operation = PutQueue(queue_definition(record), (group_id, members))
         leader = self._first_leader(record, members)
         return asyncio.ensure_future(self._declared(operation, group_id, leader))
+
+    async def _elected_elsewhere(self, group_id: str, leader: str, deadline: float) -> None:
+        """A queue declared here without a replica here: `leader` campaigns, and the
+        declare is done once the group has a leader (or `deadline` passed)."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(PeerUnavailable, RemoteError):
+            await self.ask(leader, Campaign(group_id), 2.0)
+        while loop.time() < deadline:
+            with contextlib.suppress(PeerUnavailable, RemoteError):
+                status = await self.ask(leader, GroupStatus(group_id), 2.0)
+                if status is not None and status["leader"] is not None:
+                    return
+            await asyncio.sleep(RETRY_S)
 
     def _first_leader(self, record: QueueRecord, members: list[str]) -> str:
         """RabbitMQ's leader locator: the x-queue-leader-locator argument, else the
@@ -375,10 +395,10 @@ class ClusterNode:
                 leader = host.group.leader if host.group is not None else None
                 if leader in led:
                     led[leader] += 1
-            return min(members, key=lambda node: (led[node], node != self.name, node))
+            return min(members, key=lambda node: (led[node], node != self.front, node))
         if locator == "random":
             return self._rng.choice(members)
-        return self.name
+        return self.front
 
     async def _declared(self, operation: PutQueue, group_id: str, leader: str) -> None:
         await self.replicate(operation)
@@ -389,9 +409,12 @@ class ClusterNode:
         while host is None and loop.time() < deadline:  # this node applies it a bit later
             await asyncio.sleep(RETRY_S)
             host = self.broker.queues.get((stored.vhost, stored.name))
-        if not isinstance(host, QuorumHost) or host.group_id != group_id or host.group is None:
+        if not isinstance(host, QuorumHost) or host.group_id != group_id:
             return  # another declare of the name came first: the caller checks it
         group = host.group
+        if group is None:  # a worker that is not its node's front (module doc, 6)
+            await self._elected_elsewhere(group_id, leader, deadline)
+            return
         if leader == self.name:
             group.campaign()
         else:
@@ -773,6 +796,28 @@ class ClusterNode:
         """A request to another node; its answer is the type the request names (the link
         decodes it as that type: `warren.runtime.cluster.calls.reply_type`)."""
         return cast("R", await self.peers.call(node, cast("Request", request), timeout))
+
+    def node_of(self, member: str) -> str:
+        """The node a member is a worker of (module doc, 6); itself when a member is a node.
+        A worker of a node that joined later is ``<name>-w<i>@<host>`` of a member
+        ``<name>@<host>`` (`warren.runtime.workers.layout.member_name`)."""
+        node = self.nodes_of.get(member)
+        if node is not None or not self.nodes_of:
+            return node or member
+        name, at, host = member.partition("@")
+        stem, dash_w, index = name.rpartition("-w")
+        joined = f"{stem}{at}{host}"
+        known = dash_w and index.isdigit() and (joined in self.nodes or joined == self.name)
+        return joined if known else member
+
+    def node_names(self) -> list[str]:
+        """The cluster's nodes, each once however many workers it runs (module doc, 6)."""
+        return sorted({self.node_of(member) for member in (*self.nodes, self.name)})
+
+    @property
+    def front(self) -> str:
+        """The member that holds this node's quorum replicas (module doc, 6)."""
+        return self.node_of(self.name)
 
     def _remaining(self, deadline: float) -> float:
         return max(0.1, deadline - asyncio.get_running_loop().time())

@@ -71,6 +71,12 @@ class OperatedNode(Protocol):
     def queues(self) -> Mapping[str, QuorumHost]:
         """This node's quorum queue hosts by Raft group id."""
 
+    def node_of(self, member: str) -> str:
+        """The node a member is a worker of (itself on a node of one process)."""
+
+    def node_names(self) -> list[str]:
+        """The cluster's nodes, each once however many workers it runs."""
+
     async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R: ...
 
     async def leader_call(self, request: LeaderRequest[R]) -> R: ...
@@ -181,7 +187,7 @@ async def rebalance(
 ) -> list[dict[str, Any]]:
     """Move leaders so that every node leads about as many queues (leadership transfers)."""
     hosts = _matching(cluster, vhost_pattern, queue_pattern)
-    counts = dict.fromkeys(sorted({*cluster.nodes, cluster.name}), 0)
+    counts = dict.fromkeys(cluster.node_names(), 0)
     leaders: dict[str, str] = {}
     for host in hosts:
         leader = host.group.leader if host.group is not None else None
@@ -238,10 +244,13 @@ async def forget(cluster: OperatedNode, node: str) -> None:
     if node == cluster.name:
         raise MembershipError("a node cannot forget itself")
     _known(cluster, node)
-    if cluster.peers.connected(node):
+    # a node of several workers is all of them (warren.runtime.cluster.node, module doc 6)
+    workers = sorted(member for member in cluster.nodes if cluster.node_of(member) == node)
+    if any(cluster.peers.connected(worker) for worker in workers):
         raise MembershipError(f"{node} is running: stop it first")
     for host in list(cluster.queues.values()):
         if node in host.members and len(host.members) > 1:
             await delete_member(cluster, host.record.vhost, host.record.name, node)
-    await cluster.leader_call(RemoveMember(METADATA_GROUP, node))
-    await cluster.replicate(NodeForgotten(node))
+    for worker in workers:
+        await cluster.leader_call(RemoveMember(METADATA_GROUP, worker))
+        await cluster.replicate(NodeForgotten(worker))

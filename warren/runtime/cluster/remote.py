@@ -418,6 +418,9 @@ class RemoteNode(Protocol):
     @property
     def metadata(self) -> Replaying: ...
 
+    def node_of(self, member: str) -> str:
+        """The node a member is a worker of (itself on a node of one process)."""
+
 
 class RemoteQueues:
     """This node's side of remote queues: as a home, and as a user of others' queues."""
@@ -471,7 +474,7 @@ class RemoteQueues:
     def call(self, host: RemoteHost, request: AnyQueueRequest) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not host.attached or not self.peers.connected(host.home):
-            future.set_exception(home_down(host.record, host.home))
+            future.set_exception(home_down(host.record, self.cluster.node_of(host.home)))
             return future
         number = next(self.numbers)
         self._calls[number] = (host, future, request)
@@ -708,7 +711,7 @@ class RemoteQueues:
             if proxy.home == home:
                 del self._calls[number]
                 if not future.done():
-                    future.set_exception(home_down(proxy.record, home))
+                    future.set_exception(home_down(proxy.record, self.cluster.node_of(home)))
 
 
 # a home's handler of each request, by the request's type

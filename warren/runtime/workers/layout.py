@@ -21,6 +21,14 @@ Theory of operation:
    sending end, their descriptors named by ``INBOXES_VARIABLE`` (`inboxes`).
 5. A node keeps the number of workers it was first started with: its queues live in the
    workers' directories (changing the count is not supported yet, and is refused).
+6. A node of several workers in a cluster (``cluster_nodes`` names other nodes) is one
+   flat cluster of every node's workers: worker 0 is the member named after the node (so
+   peers, operators and the management API name nodes as they do with one process; a
+   node's quorum replicas live on it), worker ``i`` is ``<name>-w<i>@<host>`` on the
+   node's cluster port ``+ i``, and every node of the cluster runs the same number of
+   workers, so that every worker derives the same members and addresses from
+   ``cluster_nodes`` (`worker_config`, `members_of_nodes`). The node's cluster port and
+   cookie are the operator's, not the layout's.
 It reads and writes ``workers.json`` and makes socket pairs; it starts nothing.
 """
 
@@ -35,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from warren.runtime.cluster.node import parse_nodes
 from warren.runtime.config import Config, ConfigError
 from warren.runtime.ports import unused_port
 
@@ -70,9 +79,24 @@ def worker_name(node_name: str, index: int) -> str:
 
 
 def node_of(worker: str, index: int) -> str:
-    """The node's name, from worker `index`'s (`worker_name`'s inverse)."""
+    """The node's name, from worker `index`'s (`worker_name`'s and `member_name`'s inverse)."""
     name, at, host = worker.partition("@")
     return f"{name.removesuffix(f'-w{index}')}{at}{host}"
+
+
+def worker_names(config: Config, node: str) -> list[str]:
+    """The names of `node`'s workers by index, as worker `config` (`worker_config`'s) lists
+    them: ``<name>-w<i>`` on a node on its own, `member_name` in a cluster of nodes."""
+    listed = {entry.partition("=")[0] for entry in config.cluster_nodes}
+    name = worker_name if worker_name(node, 0) in listed else member_name
+    return [name(node, index) for index in range(config.workers)]
+
+
+def nodes_of_members(config: Config) -> dict[str, str]:
+    """In a cluster of nodes, each worker's node by the worker's name (worker `config`
+    lists them node by node, in worker order: `members_of_nodes`)."""
+    members = [entry.partition("=")[0] for entry in config.cluster_nodes]
+    return {member: node_of(member, index % config.workers) for index, member in enumerate(members)}
 
 
 def management_address(config: Config, index: int) -> str:
@@ -83,13 +107,7 @@ def management_address(config: Config, index: int) -> str:
 
 def load_or_create(config: Config) -> Layout:
     """The node's layout; made (free ports, a fresh cookie) on its first start. Raises
-    ConfigError when the data directory was made for another number of workers, or the
-    node is also to be in a cluster (not supported yet)."""
-    if config.cluster_nodes:
-        raise ConfigError(
-            f"bad workers = {config.workers}: a node of several workers cannot be in a"
-            " cluster yet (cluster_nodes is set); use workers = 1"
-        )
+    ConfigError when the data directory was made for another number of workers."""
     path = config.data_dir / LAYOUT_FILE
     if path.exists():
         layout = read(path)
@@ -124,13 +142,41 @@ def read(path: Path) -> Layout:
     return Layout(str(document["cookie"]), tuple(int(port) for port in document["cluster_ports"]))
 
 
+def member_name(node_name: str, index: int) -> str:
+    """Worker `index`'s name as a member of the node's cluster (module doc, 6)."""
+    return node_name if index == 0 else worker_name(node_name, index)
+
+
+def members_of_nodes(config: Config) -> dict[str, tuple[str, int]]:
+    """Every worker of every node of the cluster the node's `config` names, with its
+    cluster address (module doc, 6); this node is included whether listed or not."""
+    nodes = parse_nodes(config.cluster_nodes)
+    nodes.setdefault(config.node_name, (config.bind[0], config.cluster_port))
+    return {
+        member_name(node, index): (host, port + index)
+        for node, (host, port) in nodes.items()
+        for index in range(config.workers)
+    }
+
+
 def worker_config(config: Config, index: int) -> Config:
     """Worker `index`'s settings: the node's, as a member of the node's internal cluster.
-    A quorum queue gets one replica (its worker's) unless declared with more."""
+    A quorum queue gets one replica (its worker's) unless declared with more. In a cluster
+    of nodes, a member of the flat cluster of their workers (module doc, 6)."""
     layout = read(config.data_dir / LAYOUT_FILE)
     if not 0 <= index < layout.workers:
         raise ConfigError(
             f"{WORKER_INDEX_VARIABLE}={index}: this node has {layout.workers} workers"
+        )
+    if config.cluster_nodes:
+        return dataclasses.replace(
+            config,
+            node_name=member_name(config.node_name, index),
+            data_dir=config.data_dir / WORKERS_DIR / str(index),
+            cluster_nodes=[
+                f"{name}={host}:{port}" for name, (host, port) in members_of_nodes(config).items()
+            ],
+            cluster_port=config.cluster_port + index,
         )
     names = [worker_name(config.node_name, number) for number in range(layout.workers)]
     return dataclasses.replace(

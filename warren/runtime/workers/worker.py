@@ -49,6 +49,7 @@ from warren.runtime.cluster.remote import RemoteHost
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.queues.host import QueueHost
 from warren.runtime.workers.handover import TakenOver, capture, decode, encode, quiet
+from warren.runtime.workers.layout import worker_names
 
 if TYPE_CHECKING:
     from warren.runtime.broker import Broker
@@ -75,7 +76,7 @@ class Worker:
         self.broker = broker
         self.cluster = cluster
         self.index = index
-        self.names = [entry.partition("=")[0] for entry in broker.config.cluster_nodes]
+        self.names = worker_names(broker.config, broker.node_name)  # by index
         self.inbox = inbox
         self.outboxes = outboxes
         self.handed = self.taken = 0
