@@ -1,6 +1,6 @@
 """Startup: the broker's durable state back from the data directory, before any listener.
 
-Theory of operation (`open_durability`):
+Theory of operation (`recover`):
 1. Definitions first (`definitions.sqlite3`): vhosts, then policies and operator policies
    (so that each queue finds its policy when its host is created), durable exchanges,
    durable queues, then the bindings between them, each declared through the model as a
@@ -22,7 +22,7 @@ Theory of operation (`open_durability`):
 4. The journal retires and compacts what it can; `Durability` takes over the open store,
    log and journal and is set as `broker.durability`.
 5. What the restores dead-lettered is held (`Recovered`) until the caller carries it out:
-   at once on a node of its own (`open_durability`), and in a cluster (or a node of
+   at once on a node of its own, and in a cluster (or a node of
    several workers) once the node knows the other nodes' queues, which it learns when
    their links come up (`warren.server`): a dead-letter queue homed elsewhere is then
    found, as RabbitMQ's replicated queue table finds it, instead of the message being
@@ -89,28 +89,15 @@ class Recovered:
                 host.effects.perform(effects)
 
 
-def open_durability(
-    broker: Broker,
-    data_dir: Path,
-    on_failure: Callable[[], None] = lambda: None,
-    segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
-) -> Durability:
-    """Rebuild the broker's durable state from `data_dir`, its dead-lettering done, and
-    return the driver (which is also set as `broker.durability`). Call on the event loop,
-    before listeners open."""
-    recovered = recover(broker, data_dir, on_failure, segment_max_bytes)
-    recovered.carry_out()
-    return recovered.durability
-
-
 def recover(
     broker: Broker,
     data_dir: Path,
     on_failure: Callable[[], None] = lambda: None,
     segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
 ) -> Recovered:
-    """`open_durability` with the restores' dead-lettering left to `Recovered.carry_out`
-    (module doc, 5)."""
+    """Rebuild the broker's durable state from `data_dir`; the driver is also set as
+    `broker.durability`, the restores' dead-lettering is left to `Recovered.carry_out`
+    (module doc, 5). Call on the event loop, before listeners open."""
     definitions = DefinitionsStore.open(data_dir / DEFINITIONS_FILE)
     try:
         loaded = definitions.load()

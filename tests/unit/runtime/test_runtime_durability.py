@@ -21,7 +21,7 @@ from warren.runtime.durability import Durability
 from warren.runtime.queues.classic import ClassicHost
 from warren.runtime.queues.host import ACCEPTED, now_ms
 from warren.runtime.queues.paging import PRESSURE_RESIDENT_MESSAGES, PageSlot
-from warren.runtime.recovery import open_durability, recover
+from warren.runtime.recovery import recover
 from warren.storage.log import LogFailed
 from warren.storage.pages import PageRef
 
@@ -39,7 +39,9 @@ class Node:
     def __init__(self, data_dir: Path, **config: Any) -> None:
         self.broker = Broker(Config(data_dir=data_dir, **config))
         self.failures = 0
-        self.durability: Durability = open_durability(self.broker, data_dir, self._failed)
+        recovered = recover(self.broker, data_dir, self._failed)
+        recovered.carry_out()
+        self.durability: Durability = recovered.durability
 
     def _failed(self) -> None:
         self.failures += 1
