@@ -318,6 +318,7 @@ def test_what_expired_while_down_is_dead_lettered_to_another_workers_queue(
     assert {_home(node, dead), _home(node, expiring)} == {0, 1}  # goes to the emptiest)
     channel.confirm_delivery()
     channel.basic_publish("", expiring, b"expired", pika.BasicProperties(delivery_mode=2))
+    connection.close()
     home = Path(node.data_dir) / "workers" / str(_home(node, expiring)) / "node.lock"
     pid = int(home.read_text())
     if killed == "node":
