@@ -45,7 +45,7 @@ from warren.runtime.broker import Broker
 from warren.runtime.cluster.node import ClusterNode
 from warren.runtime.config import Config
 from warren.runtime.connection import AmqpConnection
-from warren.runtime.recovery import open_durability
+from warren.runtime.recovery import recover
 from warren.runtime.tls import server_context
 from warren.runtime.workers import layout as workers_layout
 from warren.runtime.workers.board import Board
@@ -216,9 +216,10 @@ async def _serve(config: Config, listeners: list[Listener], worker: int | None) 
     if cluster is not None:
         await cluster.open()  # quorum queues find their Raft groups as definitions return
     # Durable state is back before anything listens: a client never sees a half-loaded node.
-    durability = open_durability(
+    recovered = recover(
         broker, config.data_dir, stop.set, segment_max_bytes=config.log_segment_max_bytes
     )
+    durability = recovered.durability
     try:
         if cluster is not None:
             cluster.attach(durability)
@@ -231,6 +232,9 @@ async def _serve(config: Config, listeners: list[Listener], worker: int | None) 
                     f"cluster port {config.cluster_port} is in use by another program: stop"
                     " it, or choose another port with --cluster-port (WARREN_CLUSTER_PORT)"
                 ) from None
+            if recovered.dead_letters:  # their queues may be homed on the other nodes
+                await cluster.queues_known()
+        recovered.carry_out()
         following = None  # a worker's connections follow their queues to other workers
         links = workers_layout.inboxes(os.environ)
         if cluster is not None and worker is not None and links is not None:

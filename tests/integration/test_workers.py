@@ -298,6 +298,57 @@ def test_a_killed_worker_is_restarted_with_its_durable_queues(
     assert node.process.poll() is None  # the supervisor, and so the node, carried on
 
 
+@pytest.mark.parametrize("killed", ["node", "worker"])
+def test_what_expired_while_down_is_dead_lettered_to_another_workers_queue(
+    node: WarrenServer,
+    server_factory: Callable[..., WarrenServer],
+    unique: str,
+    killed: str,
+) -> None:
+    """A message whose TTL ran out while its worker was down is dead-lettered when the
+    worker recovers, into a dead-letter queue homed on the other worker: the recovering
+    worker waits until it knows the other's queues (it learns them when their link comes
+    up) instead of finding no such queue and dropping the message."""
+    dead, expiring = f"{unique}.dead", f"{unique}.expiring"
+    dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}
+    connection = _connect(node)
+    channel = connection.channel()
+    channel.queue_declare(dead, durable=True)  # one queue on each worker (a declare
+    channel.queue_declare(expiring, durable=True, arguments={**dlx, "x-message-ttl": 500})
+    assert {_home(node, dead), _home(node, expiring)} == {0, 1}  # goes to the emptiest)
+    channel.confirm_delivery()
+    channel.basic_publish("", expiring, b"expired", pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    home = Path(node.data_dir) / "workers" / str(_home(node, expiring)) / "node.lock"
+    pid = int(home.read_text())
+    if killed == "node":
+        node.kill()
+        time.sleep(1.0)  # due while the node is down: dead-lettered as it recovers
+        node = server_factory(data_dir=node.data_dir, workers=2, bind="127.0.0.1")
+    else:  # restarted by the supervisor after 0.5 s: due by then, almost always
+        os.kill(pid, signal.SIGKILL)
+        _until(lambda: home.read_text().strip() not in ("", str(pid)))
+    _until(lambda: _answering(node))
+    connection = _connect(node)
+    channel = connection.channel()
+    got: list[bytes] = []
+
+    def dead_lettered() -> bool:
+        _, properties, body = channel.basic_get(dead, auto_ack=True)
+        if body is not None:
+            deaths = (properties.headers or {}).get("x-death", [])
+            got.append(body)
+            assert [death["reason"] for death in deaths] == ["expired"]
+        return bool(got)
+
+    _until(dead_lettered)
+    assert got == [b"expired"]
+    assert channel.queue_declare(expiring, passive=True).method.message_count == 0
+    channel.queue_delete(dead)
+    channel.queue_delete(expiring)
+    connection.close()
+
+
 def _home(server: WarrenServer, queue: str) -> int:
     node = _worker_api(server, 1, f"queues/%2F/{urllib.parse.quote(queue, safe='')}")["node"]
     return int(node.split("@")[0].rsplit("-w", 1)[1])

@@ -21,7 +21,10 @@ Theory of operation:
    6 Discard, 7 Get, 8 SettleDeadLetter, 9 Purge, 10 Touch, 11 Tick, 12 Configure) and
    the fields are the command's, in its dataclass's order. An Enqueue's message is
    ``[exchange, routing_key, properties, body]`` (properties and body as MessagePack bin,
-   the bytes the publisher sent); consumer keys (`Checkout`, `Cancel`, `Get.holder`) are
+   the bytes the publisher sent; the exchange and routing key as str, or as bin, the
+   bytes that came, when they are not UTF-8: AMQP allows any bytes there, and the
+   broker holds such a name with lone surrogates, `surrogateescape`, which a MessagePack
+   str cannot carry); consumer keys (`Checkout`, `Cancel`, `Get.holder`) are
    ``[node, incarnation, number]``; `Configure`'s settings are a map of
    `QueueSettings`' fields (enums by value). A 128-byte publish adds about 170 bytes.
 3. Version 1 (``FORMAT``, 0x01, written by the release before) held one command:
@@ -45,7 +48,7 @@ Theory of operation:
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import msgspec
 
@@ -81,8 +84,9 @@ _R = TypeVar("_R")
 class MessageRecord(msgspec.Struct, array_like=True):
     """A publish's message as its entry holds it, made a `Message` when read (point 4)."""
 
-    exchange: str
-    routing_key: str
+    # str, or bytes for a name that is not UTF-8 (point 2; msgspec takes no str | bytes)
+    exchange: Any
+    routing_key: Any
     properties: bytes
     body: bytes
 
@@ -300,13 +304,32 @@ def message_record(message: object) -> MessageRecord:
     """A whole `Message` as an entry (or a peer link's frame) holds it."""
     assert type(message) is Message, "a quorum queue is sent whole messages"
     return MessageRecord(
-        message.exchange, message.routing_key, message.properties_raw, message.body
+        _name(message.exchange), _name(message.routing_key), message.properties_raw, message.body
     )
+
+
+def _name(text: str) -> str | bytes:
+    """An exchange name or routing key as a record holds it (point 2)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+    return text
+
+
+def _text(name: object) -> str:
+    if type(name) is str:
+        return name
+    if type(name) is bytes:
+        return name.decode("utf-8", "surrogateescape")
+    raise ValueError(f"a message's exchange or routing key is {name!r}")
 
 
 def message(held: object) -> Message:
     """The `Message` of an Enqueue this module decoded (or an earlier release pickled)."""
     if type(held) is MessageRecord:
-        return Message(held.exchange, held.routing_key, held.properties, held.body)
+        return Message(_text(held.exchange), _text(held.routing_key), held.properties, held.body)
     assert type(held) is Message, "a quorum queue is sent whole messages"
     return held

@@ -1,6 +1,6 @@
 """Startup: the broker's durable state back from the data directory, before any listener.
 
-Theory of operation (`open_durability`):
+Theory of operation (`recover`):
 1. Definitions first (`definitions.sqlite3`): vhosts, then policies and operator policies
    (so that each queue finds its policy when its host is created), durable exchanges,
    durable queues, then the bindings between them, each declared through the model as a
@@ -21,21 +21,28 @@ Theory of operation (`open_durability`):
    memory recovers.
 4. The journal retires and compacts what it can; `Durability` takes over the open store,
    log and journal and is set as `broker.durability`.
+5. What the restores dead-lettered is held (`Recovered`) until the caller carries it out:
+   at once on a node of its own, and in a cluster (or a node of
+   several workers) once the node knows the other nodes' queues, which it learns when
+   their links come up (`warren.server`): a dead-letter queue homed elsewhere is then
+   found, as RabbitMQ's replicated queue table finds it, instead of the message being
+   dropped. The other effects (timers, drop-head) are carried out at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from warren.amqp.table import decode_table, decode_table_typed
 from warren.errors import AmqpError
 from warren.model import DestinationKind, QueueRecord, VHost
 from warren.model.policy import PolicyError, make_policy
 from warren.model.vhost import RESERVED_PREFIX
-from warren.queue import Restore, Restored
+from warren.queue import DeadLetter, Effect, Restore, Restored
 from warren.runtime.access import CLUSTER_NAME, Permission, TopicPermission, User, VHostInfo
 from warren.runtime.durability import Durability
 from warren.runtime.queues.classic import ClassicHost
@@ -65,14 +72,32 @@ LOG_DIRECTORY = "log"
 PAGES_DIRECTORY = "pages"
 
 
-def open_durability(
+@dataclass(slots=True)
+class Recovered:
+    """A node's durable state back (`durability`, also `broker.durability`), with what its
+    restores dead-lettered still to be carried out (module doc, 5)."""
+
+    durability: Durability
+    dead_letters: list[tuple[ClassicHost, list[Effect]]]
+
+    def carry_out(self) -> None:
+        """Dead-letter what expired while the node was down, through the queues the node
+        knows now; a queue deleted meanwhile (by the metadata log) dead-letters nothing."""
+        held, self.dead_letters = self.dead_letters, []
+        for host, effects in held:
+            if host.broker.queues.get((host.record.vhost, host.name)) is host:
+                host.effects.perform(effects)
+
+
+def recover(
     broker: Broker,
     data_dir: Path,
     on_failure: Callable[[], None] = lambda: None,
     segment_max_bytes: int = SEGMENT_MAX_BYTES_DEFAULT,
-) -> Durability:
-    """Rebuild the broker's durable state from `data_dir` and return the driver (which is
-    also set as `broker.durability`). Call on the event loop, before listeners open."""
+) -> Recovered:
+    """Rebuild the broker's durable state from `data_dir`; the driver is also set as
+    `broker.durability`, the restores' dead-lettering is left to `Recovered.carry_out`
+    (module doc, 5). Call on the event loop, before listeners open."""
     definitions = DefinitionsStore.open(data_dir / DEFINITIONS_FILE)
     try:
         loaded = definitions.load()
@@ -97,12 +122,12 @@ def open_durability(
     restored = [e for e in loaded.exchanges if e.name in vhost_of(broker, e.vhost).exchanges]
     durability.remember_stored(restored, loaded.bindings)
     broker.durability = durability
-    _restore_messages(hosts, recovered)
+    dead_letters = _restore_messages(hosts, recovered)
     journal.maintain()  # may append compaction copies: the first group commit takes them
     durability.sync_soon()
     count = sum(len(messages) for messages in recovered.values())
     log.info("recovered %s durable queues, %s persistent messages", len(hosts), count)
-    return durability
+    return Recovered(durability, dead_letters)
 
 
 def _skip_undecodable(sequence: int, error: RecordFormatError) -> None:
@@ -261,17 +286,23 @@ def restore_binding(broker: Broker, stored: BindingDefinition) -> None:
 
 def _restore_messages(
     hosts: Mapping[str, ClassicHost], recovered: Mapping[str, list[RecoveredMessage]]
-) -> None:
-    """Every queue first, effects (expiry, dead-lettering, drop-head) after: a message
-    dead-lettered into another durable queue must not take an id recovered there."""
-    pending: list[tuple[ClassicHost, list[Any]]] = []
+) -> list[tuple[ClassicHost, list[Effect]]]:
+    """Every queue first, effects (expiry, drop-head) after: a message dead-lettered into
+    another durable queue must not take an id recovered there. Returns the dead-lettering,
+    held (module doc, 5)."""
+    pending: list[tuple[ClassicHost, list[Effect]]] = []
     for key, messages in recovered.items():
         host = hosts[key]
         effects = host.restore(Restore([_restored(message) for message in messages]))
         pending.append((host, effects))
+    held: list[tuple[ClassicHost, list[Effect]]] = []
     for host, effects in pending:
-        if effects:
-            host.effects.perform(effects)
+        dead = [effect for effect in effects if type(effect) is DeadLetter]
+        if len(dead) < len(effects):
+            host.effects.perform([effect for effect in effects if type(effect) is not DeadLetter])
+        if dead:
+            held.append((host, dead))
+    return held
 
 
 def _restored(recovered: RecoveredMessage) -> Restored:

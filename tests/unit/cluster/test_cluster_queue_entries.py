@@ -101,6 +101,19 @@ def test_a_publish_comes_back_with_its_message_and_is_small() -> None:
     assert len(many) < 100 * 170  # the sender once for all
 
 
+def test_names_that_are_not_utf8_come_back_as_the_bytes_that_came() -> None:
+    """Point 2: AMQP allows any bytes in a routing key or exchange name; the broker holds
+    them with lone surrogates, which a MessagePack str cannot carry: such a name is bin."""
+    odd = b"k\xff\xfe".decode("utf-8", "surrogateescape")
+    publish = Enqueue(Message(odd, odd + ".é", b"\x00\x00", b"hi"), 2)
+    data = queue_entries.encode(KEY, [(1, publish)])
+    assert msgspec.msgpack.decode(data[1:])[2][0][1][:2] == [b"k\xff\xfe", b"k\xff\xfe.\xc3\xa9"]
+    (decoded,) = queue_entries.decode(data)
+    assert isinstance(decoded, Sequenced) and isinstance(decoded.command, Enqueue)
+    copy = queue_entries.message(decoded.command.message)
+    assert (copy.exchange, copy.routing_key) == (odd, odd + ".é")
+
+
 def test_the_layout_is_the_documented_one() -> None:
     """Version 2 (module doc, point 2): a format byte, then a MessagePack array."""
     data = queue_entries.encode(KEY, [(7, Settle([1, 2]))])

@@ -14,13 +14,14 @@ import pytest
 
 from warren.amqp.content import BasicProperties, Message, encode_properties
 from warren.queue import Configure, Enqueue, Get, Got, Purge, Settle
+from warren.runtime.admin import typed_arguments
 from warren.runtime.broker import Broker
 from warren.runtime.config import Config
 from warren.runtime.durability import Durability
 from warren.runtime.queues.classic import ClassicHost
-from warren.runtime.queues.host import ACCEPTED
+from warren.runtime.queues.host import ACCEPTED, now_ms
 from warren.runtime.queues.paging import PRESSURE_RESIDENT_MESSAGES, PageSlot
-from warren.runtime.recovery import open_durability
+from warren.runtime.recovery import recover
 from warren.storage.log import LogFailed
 from warren.storage.pages import PageRef
 
@@ -38,7 +39,9 @@ class Node:
     def __init__(self, data_dir: Path, **config: Any) -> None:
         self.broker = Broker(Config(data_dir=data_dir, **config))
         self.failures = 0
-        self.durability: Durability = open_durability(self.broker, data_dir, self._failed)
+        recovered = recover(self.broker, data_dir, self._failed)
+        recovered.carry_out()
+        self.durability: Durability = recovered.durability
 
     def _failed(self) -> None:
         self.failures += 1
@@ -51,7 +54,7 @@ class Node:
             durable=durable,
             exclusive=False,
             auto_delete=False,
-            arguments={},
+            arguments=typed_arguments(arguments),
         )
         assert created
         host = self.broker.declare_queue(record)
@@ -166,6 +169,37 @@ def test_a_restart_restores_messages_with_ids_and_delivery_marks(tmp_path: Path)
         await node.durability.close()
 
     run(first)
+    run(second)
+
+
+def test_what_expired_while_down_is_dead_lettered_when_recovery_is_carried_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`recover` holds the dead-lettering of what expired while the node was down, so a
+    node of several workers (or in a cluster) carries it out once it knows every queue."""
+    dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+
+    async def first() -> None:
+        node = Node(tmp_path)
+        node.declare("dead")
+        publish(node.declare("expiring", **dlx, **{"x-message-ttl": 60_000}), b"expired")
+        await node.synced()
+        await node.durability.close()
+
+    async def second() -> None:
+        broker = Broker(Config(data_dir=tmp_path))
+        recovered = recover(broker, tmp_path)
+        dead, expiring = broker.queue("/", "dead"), broker.queue("/", "expiring")
+        assert dead is not None and expiring is not None
+        assert (dead.machine.ready_count, expiring.machine.ready_count) == (0, 0)
+        recovered.carry_out()
+        reply = dead.execute(Get(no_ack=True))
+        assert isinstance(reply, Got) and reply.entry.message.body == b"expired"
+        await recovered.durability.close()
+
+    run(first)
+    later = now_ms() + 120_000  # the node was down for two minutes
+    monkeypatch.setattr("warren.runtime.queues.classic.now_ms", lambda: later)
     run(second)
 
 

@@ -314,6 +314,22 @@ class ClusterNode:
             await asyncio.sleep(RETRY_S)
         log.warning("node %s serves before it caught up with the metadata log", self.name)
 
+    async def queues_known(self) -> None:
+        """Until every other node has sent this one its own classic queues and bindings
+        since their link came up (`RemoteQueues.heard`), so that what recovery
+        dead-letters finds a dead-letter queue whose home is another node, as RabbitMQ's
+        replicated queue table does. Bounded by `CATCH_UP_WAIT_S`: a node that is down
+        has no queue to take a message anyway."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CATCH_UP_WAIT_S
+        others = set(self.nodes) - {self.name}
+        while not others <= self.remote.heard:
+            if loop.time() >= deadline:
+                missing = ", ".join(sorted(others - self.remote.heard))
+                log.warning("node %s dead-letters before it heard from %s", self.name, missing)
+                return
+            await asyncio.sleep(RETRY_S)
+
     async def _existing_members(self) -> tuple[str | None, list[str]]:
         """A running peer and the metadata group's members as it knows them; (None, [])
         once every other node of ``cluster_nodes`` answered that it has no metadata group

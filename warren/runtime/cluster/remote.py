@@ -44,7 +44,9 @@ Theory of operation:
    when a link comes up each node sends the other what it holds of these, with its own
    classic queues as they are now: the other makes what it misses and drops its proxies
    of queues the node no longer has (a non-durable queue does not survive its home's
-   restart, as in RabbitMQ).
+   restart, as in RabbitMQ). The nodes it heard this from since their links came up are
+   ``heard``: a restarted node dead-letters what expired while it was down once it has
+   heard from every other node (`ClusterNode.queues_known`).
 7. The management API of a node shows another node's classic queue with the counts its
    home answers when asked (``counters``): ready and unacknowledged messages and bytes,
    and consumers.
@@ -440,6 +442,8 @@ class RemoteQueues:
         self._fetched: dict[str, dict[ClassicHost, set[int]]] = {}
         # answers to publishes that wait for this node's log: (log sequence, node, call, reply)
         self._durable_answers: deque[tuple[int, str, int, object]] = deque()
+        # nodes whose own classic queues and bindings arrived since their link came up (6)
+        self.heard: set[str] = set()
         self.peers.on_message(self._received)
         self.peers.on_link(self._link)
 
@@ -667,6 +671,7 @@ class RemoteQueues:
         missed (module doc, 6)."""
         self._node_lost(node)
         self._home_lost(node)
+        self.heard.discard(node)
         if up:
             operations = self.cluster.transient.operations(self.cluster.name)
             self.peers.send(node, Definitions(operations))
@@ -683,6 +688,7 @@ class RemoteQueues:
         # a binding whose end this node does not know yet comes with the metadata log
         known: list[Operation] = [PutBinding(b) for b in bindings if self._ends_known(b)]
         self.cluster.metadata.replay(known)
+        self.heard.add(node)
 
     def _ends_known(self, binding: BindingDefinition) -> bool:
         vhost = self.broker.vhosts.get(binding.vhost)

@@ -66,7 +66,7 @@ from warren.runtime.config import Config
 from warren.runtime.confirms import Confirms
 from warren.runtime.durability import Durability
 from warren.runtime.queues.host import REPLICATING, QueueHost
-from warren.runtime.recovery import open_durability
+from warren.runtime.recovery import recover
 from warren.runtime.stats import MessageStats
 from warren.storage.log import LogFailed
 from warren.storage.raftwal import RaftWal
@@ -333,9 +333,13 @@ class SimNode:
         # as `warren.server` starts a node: the Raft log, the definitions (recovered quorum
         # queues find their groups), then the cluster's metadata group
         await cluster.open()
-        self.durability = open_durability(broker, config.data_dir, self._failed)
+        recovered = recover(broker, config.data_dir, self._failed)
+        self.durability = recovered.durability
         cluster.attach(self.durability)
         await cluster.start()
+        if recovered.dead_letters:  # then what expired while it was down
+            await cluster.queues_known()
+        recovered.carry_out()
         self.ready = True
         world.log(f"{self.name} up")
 
