@@ -85,7 +85,7 @@ class Recovered:
         knows now; a queue deleted meanwhile (by the metadata log) dead-letters nothing."""
         held, self.dead_letters = self.dead_letters, []
         for host, effects in held:
-            if host.broker.queues.get((host.record.vhost, host.name)) is host:
+            if host.broker.queue(host.record.vhost, host.name) is host:
                 host.effects.perform(effects)
 
 
@@ -297,7 +297,7 @@ def _restore_messages(
         pending.append((host, effects))
     held: list[tuple[ClassicHost, list[Effect]]] = []
     for host, effects in pending:
-        dead = [effect for effect in effects if type(effect) is DeadLetter]
+        dead: list[Effect] = [effect for effect in effects if type(effect) is DeadLetter]
         if len(dead) < len(effects):
             host.effects.perform([effect for effect in effects if type(effect) is not DeadLetter])
         if dead:
