@@ -20,12 +20,15 @@ DATA_DIR ?=
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 # What `make test` runs once more with 2 workers per node (WARREN_TEST_WORKERS=2): the golden
 # scenarios and what crosses workers most, cheaply (docs/internals/workers.md, "The suite with
-# 2 workers"). test_workers.py is not here: it starts its nodes with 2 workers in the main run.
+# 2 workers"), and the cluster files where a node's queues live on two workers (among them
+# the kill of one worker, which runs only then). test_workers.py is not here: it starts its
+# nodes with 2 workers in the main run.
 WORKERS_TESTS := $(addprefix tests/integration/,test_golden_dlx.py test_golden_maxlen.py \
 	test_golden_quorum.py test_golden_ttl.py test_errors_golden.py test_direct_reply_to.py \
 	test_mgmt_shapes.py test_consumers.py test_routing.py test_exchanges.py test_acks.py \
 	test_confirms_tx.py test_protocol_parity.py \
-	test_limits.py::test_connections_over_connection_max_are_refused)
+	test_limits.py::test_connections_over_connection_max_are_refused) \
+	tests/cluster/test_remote_queues.py tests/cluster/test_cluster_mgmt.py
 # How many of the slowest test steps (setup, call, teardown) `make test` lists.
 DURATIONS ?= 30
 # The web UI's end-to-end test drives Debian's chromium (never a browser Playwright downloads).
