@@ -3,7 +3,8 @@
 Theory of operation:
 1. pika turns every frame into callbacks and objects and hands the socket each frame on its
    own. The pipeline moves messages in bulk, so this client does large reads and writes on
-   one socket instead: `receive` reads whatever arrived (up to 1 MiB) and parses every whole
+   one socket instead: `receive` reads whatever arrived (up to 1 MiB, into one buffer kept
+   for every read: `recv` would allocate the whole MiB each time) and parses every whole
    frame in one loop; a publisher writes a whole window of publishes as one buffer. The frame
    and method codec is `warren.amqp` (pure, no I/O); this module owns the socket.
 2. Handshake (spec section 2.2.4): protocol header, `connection.start`/`start-ok` with
@@ -273,6 +274,7 @@ class Client:
         self.on_confirm: Callable[[int, bool, bool], None] | None = None  # tag, multiple, ack
         self.on_return: ReturnHandler | None = None
         self._decoder = DeliveryDecoder(FRAME_MAX)
+        self._read_into = memoryview(bytearray(READ_BYTES))  # rule 1: one buffer for every read
         self._replies: list[Method] = []
         self._content: _Assembly | None = None  # a message in several reads (rule 4)
         self._write_lock = threading.Lock()
@@ -343,13 +345,13 @@ class Client:
             self.send(HEARTBEAT_FRAME)
         self._socket.settimeout(timeout_s)
         try:
-            data = self._socket.recv(READ_BYTES)
+            count = self._socket.recv_into(self._read_into)
         except TimeoutError:
             return False
-        if not data:
+        if not count:
             raise ConnectionError("the broker closed the connection")
         decoder = self._decoder
-        decoder.feed(data)
+        decoder.feed(self._read_into[:count].tobytes())
         delivered = self.delivered
         while True:
             if self._content is None and delivered is not None:
