@@ -214,3 +214,29 @@ def test_a_first_micro_batch_hands_out_what_arrived_without_waiting_to_fill(
     first = query.recentProgress[0]
     assert first["numInputRows"] == 5
     assert first["durationMs"]["latestOffset"] < 10_000
+
+
+def test_available_now_stops_once_the_queue_it_found_is_read(spark: SparkSession, amqp, tmp_path):
+    """Reader rule 6: 3,000 messages, batches of 1,000 and 20 s of patience: the batches fill
+    from the target and the query stops when it has handed out all 3,000, without waiting
+    for the queue to stay quiet. (It counted reads of the socket as messages, so the target
+    seemed never reached: the last batch waited the 20 s out, and one more empty one.)"""
+    queue = amqp.queue("q")
+    amqp.publish(queue, 3_000)
+    query = (
+        spark.readStream.format("amqp")
+        .option("uri", amqp.url)
+        .option("queue", queue)
+        .option("maxMessagesPerTrigger", 1_000)
+        .option("maxWaitMs", 20_000)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = query.recentProgress
+    assert sum(batch["numInputRows"] for batch in batches) == 3_000
+    assert all(batch["numInputRows"] for batch in batches)  # none without data
+    assert max(batch["durationMs"]["latestOffset"] for batch in batches) < 10_000

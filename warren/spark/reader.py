@@ -301,7 +301,8 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
             taken = inbox.take(count_max, wait_s, while_arriving=available_now, enough=enough)
         if self._remaining is not None:
             # Under AvailableNow a quiet queue ends the run: what was there has been read.
-            self._remaining = self._remaining - len(taken) if taken else 0
+            handed_out = sum(len(delivered) for _index, delivered in taken)
+            self._remaining = self._remaining - handed_out if taken else 0
         if not taken:
             return start
         self._seq += 1
