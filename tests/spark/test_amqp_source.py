@@ -10,12 +10,14 @@ from __future__ import annotations
 import io
 import re
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from rich.console import Console
 
 from warren.spark.cli import watch
@@ -187,6 +189,24 @@ def test_a_missing_queue_fails_the_query_with_the_brokers_words(
         query.awaitTermination()
 
 
+def _patient_read(
+    spark: SparkSession, uri: str, queue: str, tmp_path: Path, available_now: bool
+) -> StreamingQuery:
+    """A streaming read of `queue` into the `noop` sink: batches of up to 1,000 messages,
+    20 s to fill one."""
+    writer = (
+        spark.readStream.format("amqp")
+        .option("uri", uri)
+        .option("queue", queue)
+        .option("maxMessagesPerTrigger", 1_000)
+        .option("maxWaitMs", 20_000)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+    )
+    return (writer.trigger(availableNow=True) if available_now else writer).start()
+
+
 def test_a_first_micro_batch_hands_out_what_arrived_without_waiting_to_fill(
     spark: SparkSession, amqp, tmp_path
 ):
@@ -194,17 +214,7 @@ def test_a_first_micro_batch_hands_out_what_arrived_without_waiting_to_fill(
     query's first batch takes the 5 without waiting the 20 s out."""
     queue = amqp.queue("q")
     amqp.publish(queue, 5)
-    query = (
-        spark.readStream.format("amqp")
-        .option("uri", amqp.url)
-        .option("queue", queue)
-        .option("maxMessagesPerTrigger", 1_000)
-        .option("maxWaitMs", 20_000)
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    query = _patient_read(spark, amqp.url, queue, tmp_path, available_now=False)
     try:
         while not query.recentProgress:
             assert query.exception() is None
@@ -214,3 +224,18 @@ def test_a_first_micro_batch_hands_out_what_arrived_without_waiting_to_fill(
     first = query.recentProgress[0]
     assert first["numInputRows"] == 5
     assert first["durationMs"]["latestOffset"] < 10_000
+
+
+def test_available_now_stops_once_the_queue_it_found_is_read(spark: SparkSession, amqp, tmp_path):
+    """Reader rule 6: 3,000 messages, batches of 1,000 and 20 s of patience: the batches fill
+    from the target and the query stops when it has handed out all 3,000, without waiting
+    for the queue to stay quiet. (It counted reads of the socket as messages, so the target
+    seemed never reached: the last batch waited the 20 s out, and one more empty one.)"""
+    queue = amqp.queue("q")
+    amqp.publish(queue, 3_000)
+    query = _patient_read(spark, amqp.url, queue, tmp_path, available_now=True)
+    query.awaitTermination()
+    batches = query.recentProgress
+    assert sum(batch["numInputRows"] for batch in batches) == 3_000
+    assert all(batch["numInputRows"] for batch in batches)  # none without data
+    assert max(batch["durationMs"]["latestOffset"] for batch in batches) < 10_000

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import pickle
+import subprocess
+import sys
 
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -163,3 +166,49 @@ def test_rows_are_persistent_unless_they_or_the_writer_say_otherwise():
     with pytest.raises(OptionError, match="option 'deliveryMode' must be 1"):
         WriteOptions.parse({"uri": URI, "deliveryMode": "3"})
     assert WriteOptions.parse({"uri": URI, "deliverymode": "1"}).delivery_mode == 1
+
+
+def test_record_batch_columns_from_buffers_hold_what_arrived(spark):
+    """Rule 2's buffers: text columns by their UTF-8 bytes (offsets count bytes), empty
+    bodies, a property some messages have and others lack, ints and flags."""
+    arrow = to_arrow_schema(spark.createDataFrame([], SCHEMA).schema, timezone="UTC")
+    raws = [
+        encode_properties(BasicProperties(delivery_mode=2, priority=i % 2, message_id=f"m{i}"))
+        for i in range(3)
+    ] + [b"\x00\x00"]
+    messages = Deliveries()
+    for i in range(9):
+        body = b"" if i % 4 == 0 else "é%d".encode() % i
+        messages.append("qé", i + 1, i % 2 == 1, "ex→", f"rk{i % 3}ü", raws[i % 4], body)
+    rows = record_batch(messages, arrow).to_pylist()
+    assert [
+        (row["queue"], row["exchange"], row["routing_key"], row["redelivered"], row["body"])
+        for row in rows
+    ] == [
+        ("qé", "ex→", f"rk{i % 3}ü", i % 2 == 1, b"" if i % 4 == 0 else "é%d".encode() % i)
+        for i in range(9)
+    ]
+    assert [(row["message_id"], row["priority"], row["delivery_mode"]) for row in rows] == [
+        (None, None, None) if i % 4 == 3 else (f"m{i % 4}", i % 4 % 2, 2) for i in range(9)
+    ]
+    assert {row["headers"] is not None and len(row["headers"]) == 0 for row in rows} == {True}
+
+
+def test_a_record_batch_of_plain_messages_does_not_import_pandas(spark):
+    """pyarrow imports pandas on the first array it builds from Python values: a reader's
+    planner process would pay that in its first micro-batch (rule 2)."""
+    arrow = to_arrow_schema(spark.createDataFrame([], SCHEMA).schema, timezone="UTC")
+    script = (
+        "import pickle, sys\n"
+        "from warren.spark.message import Deliveries, record_batch\n"
+        "schema = pickle.loads(sys.stdin.buffer.read())\n"
+        "messages = Deliveries()\n"
+        "for tag in range(1, 100):\n"
+        "    messages.append('q', tag, tag == 7, '', 'q', b'\\x10\\x00\\x02', b'x' * tag)\n"
+        "assert record_batch(messages, schema).num_rows == 99\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(arrow), capture_output=True, check=True
+    )
+    assert ran.stdout.decode().strip() == "False"

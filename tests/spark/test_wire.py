@@ -47,3 +47,34 @@ def test_deliveries_read_whole_or_in_pieces_are_the_same():
     assert got == expected + expected
     broker.close()
     client.close()  # the broker is gone: only the socket is closed
+
+
+def test_runs_of_alike_deliveries_are_taken_whole_and_end_where_one_differs():
+    """Rule 4's rows: a run of messages alike but for tag, redelivered and body bytes is
+    taken as a block; a message with another routing key, body size or properties (or a
+    consumer tag) ends it, and the next run starts after it."""
+    broker, client = connected()
+    client.delivered = Deliveries()
+    sent = []
+    for tag in range(1, 121):
+        routing_key = "other" if tag == 50 else "rk"
+        body = f"{tag:08}".encode() * (3 if tag == 80 else 2)  # tag 80: a longer body
+        properties = b"\x18\x00\x02\x05" if tag == 100 else PROPERTIES  # + priority 5
+        consumer_tag = "ctag2" if tag == 110 else "ctag"
+        sent.append((consumer_tag, tag, tag % 7 == 0, "ex", routing_key, properties, body))
+    data = b"".join(
+        deliver_frames(1, shortstr(ctag), tag, bit, Message(ex, rk, raw, body), 4096)
+        for ctag, tag, bit, ex, rk, raw, body in sent
+    )
+    got: list[tuple[object, ...]] = []
+    for chunks in ([data], [data[:1000], data[1000:]]):  # whole, then split inside a run
+        for chunk in chunks:
+            broker.sendall(chunk)
+            assert client.receive(5)
+            got += zip(*client.take_delivered().columns(), strict=True)
+        while len(got) % len(sent):  # what one read did not hold
+            assert client.receive(5)
+            got += zip(*client.take_delivered().columns(), strict=True)
+    assert got == sent + sent
+    broker.close()
+    client.close()

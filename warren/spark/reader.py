@@ -40,10 +40,9 @@ Theory of operation (streaming, `QueueStreamReader`):
 7. Start-up. A query's first micro-batch costs Spark seconds whatever its size (the tasks'
    Python workers, code generation), so it does not wait to fill: it hands out what has
    arrived as soon as anything has, and the consumers keep receiving (up to `prefetch`)
-   while Spark runs it; the batches after it fill as rule 3 says. And pyarrow imports pandas
-   on the first array it builds from Python values (1-2 s), so the planner starts that import
-   on a thread once its consumers are subscribed, while they wait for the broker, instead of
-   inside the first batch's `record_batch`.
+   while Spark runs it; the batches after it fill as rule 3 says. Its record batches are
+   made from buffers, so the planner does not import pandas on the way
+   (`warren.spark.message`, rule 2).
 
 Batch reads (`QueuePeekReader`) peek, as a streaming read consumes, on the driver: when
 Spark plans the read, `partitions` consumes every queue of the read on one connection without
@@ -81,7 +80,7 @@ from warren.amqp.methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from warren.spark.message import Deliveries, import_pandas_ahead, record_batch
+from warren.spark.message import Deliveries, record_batch
 from warren.spark.options import ReadOptions
 from warren.spark.wire import CHANNEL, Client
 
@@ -270,7 +269,6 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
                 raise
             self._ready_at_start = self._consumers[0].ready_at_start
             self._inbox = inbox
-            import_pandas_ahead()  # rule 7
         return self._inbox
 
     def _offset(self) -> dict[str, Any]:
@@ -303,7 +301,8 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
             taken = inbox.take(count_max, wait_s, while_arriving=available_now, enough=enough)
         if self._remaining is not None:
             # Under AvailableNow a quiet queue ends the run: what was there has been read.
-            self._remaining = self._remaining - len(taken) if taken else 0
+            handed_out = sum(len(delivered) for _index, delivered in taken)
+            self._remaining = self._remaining - handed_out if taken else 0
         if not taken:
             return start
         self._seq += 1
@@ -356,7 +355,6 @@ class QueuePeekReader(ReadsMessages, DataSourceReader):
         try:
             client.delivered = Deliveries()
             expected = _subscribe(client, self._options.queues, prefetch=0)  # all, unacked
-            import_pandas_ahead()  # as a stream reader does (rule 7)
             quiet_s = self._options.max_wait_ms / 1000
             inbox.put(0, client.take_delivered())  # what arrived with basic.consume-ok
             while len(inbox) < expected and client.receive(quiet_s):
