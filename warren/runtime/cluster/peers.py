@@ -32,8 +32,8 @@ Theory of operation:
    is dialed again; the node keeps running. An item that does not encode (`frames`,
    point 5) is left out of its frame, logged, and the request behind it fails with 541
    INTERNAL_ERROR: a call's caller at once, the peer's caller for an answer or failure,
-   a queue's caller (a `Call` with a number) as if its home had refused it; the rest of
-   the frame goes.
+   a queue's caller (a `Call` with a number) as if its home had refused it, and the
+   peer's queue caller for a `CallReply` or `CallError`; the rest of the frame goes.
 5. RPC (`call`/`serve`) rides on the same link. A remote `AmqpError` comes back as the
    same class with the same code and text; any other remote failure as `RemoteError`. A
    call fails with `PeerUnavailable` if there is no link, the link goes down or is
@@ -65,7 +65,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from warren.errors import AmqpError, SoftError
-from warren.runtime.cluster.calls import Call, CallError, PeerMessage, Request
+from warren.runtime.cluster.calls import Call, CallError, CallReply, PeerMessage, Request
 from warren.runtime.cluster.frames import (
     Answer,
     Ask,
@@ -355,9 +355,10 @@ class Peers:
                 call[1].set_exception(error)
         elif isinstance(item, Answer | Failure):
             self._enqueue(node, failure(item.call_id, error))
-        elif type(item.message) is Call and item.message.number:  # a queue's caller waits
-            detail = error.text.partition(" - ")[2]
-            self._dispatch(node, Send(CallError(item.message.number, int(error.code), detail)))
+        elif type(item.message) is Call and item.message.number:  # a queue's caller, here
+            self._dispatch(node, Send(_call_error(item.message.number, error)))
+        elif type(item.message) is CallReply or type(item.message) is CallError:  # there
+            self._enqueue(node, Send(_call_error(item.message.number, error)))
 
     # --- links -----------------------------------------------------------------------------
 
@@ -617,6 +618,10 @@ class Peers:
                 handler(node, up)
             except Exception:
                 log.exception("link handler failed for node %s", node)
+
+
+def _call_error(number: int, error: SoftError) -> CallError:
+    return CallError(number, int(error.code), error.text.partition(" - ")[2])
 
 
 def _write_handshake(writer: asyncio.StreamWriter, data: bytes) -> None:
