@@ -294,6 +294,29 @@ class Message:
         return properties.delivery_mode == PERSISTENT
 
 
+def packed_name(name: str) -> str | bytes:
+    """A message's exchange or routing key as a MessagePack record holds it (a quorum
+    queue's entry, its snapshot, a peer link's frame): the str, or the bytes that came when
+    it is not UTF-8. AMQP allows any bytes there and the broker holds such a name with lone
+    surrogates (`surrogateescape`), which a MessagePack str cannot carry."""
+    if name.isascii():
+        return name
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape")
+    return name
+
+
+def unpacked_name(held: object) -> str:
+    """The name `packed_name` gave, as the broker holds it."""
+    if type(held) is str:
+        return held
+    if type(held) is bytes:
+        return held.decode("utf-8", "surrogateescape")
+    raise ValueError(f"a message's exchange or routing key is {held!r}")
+
+
 _DELIVER_ID: Final = b"\x00\x3c\x00\x3c"
 _GET_OK_ID: Final = b"\x00\x3c\x00\x47"
 _TAG_AND_BIT = struct.Struct(">QB")

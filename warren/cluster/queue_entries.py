@@ -53,7 +53,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 import msgspec
 
 from warren import legacy
-from warren.amqp.content import Message
+from warren.amqp.content import Message, packed_name, unpacked_name
 from warren.model.settings import QueueSettings
 from warren.queue import (
     Cancel,
@@ -304,32 +304,21 @@ def message_record(message: object) -> MessageRecord:
     """A whole `Message` as an entry (or a peer link's frame) holds it."""
     assert type(message) is Message, "a quorum queue is sent whole messages"
     return MessageRecord(
-        _name(message.exchange), _name(message.routing_key), message.properties_raw, message.body
+        packed_name(message.exchange),
+        packed_name(message.routing_key),
+        message.properties_raw,
+        message.body,
     )
-
-
-def _name(text: str) -> str | bytes:
-    """An exchange name or routing key as a record holds it (point 2)."""
-    if text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape")
-    return text
-
-
-def _text(name: object) -> str:
-    if type(name) is str:
-        return name
-    if type(name) is bytes:
-        return name.decode("utf-8", "surrogateescape")
-    raise ValueError(f"a message's exchange or routing key is {name!r}")
 
 
 def message(held: object) -> Message:
     """The `Message` of an Enqueue this module decoded (or an earlier release pickled)."""
     if type(held) is MessageRecord:
-        return Message(_text(held.exchange), _text(held.routing_key), held.properties, held.body)
+        return Message(
+            unpacked_name(held.exchange),
+            unpacked_name(held.routing_key),
+            held.properties,
+            held.body,
+        )
     assert type(held) is Message, "a quorum queue is sent whole messages"
     return held

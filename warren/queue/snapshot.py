@@ -12,7 +12,9 @@ Theory of operation:
    int64, I uint32, B uint8; no deadline is -1). Messages that are ints (a quorum
    queue's Raft indexes) are such a column; a machine restored from a snapshot of
    machine version 1 may still hold whole messages: then the column is a list whose
-   items are ints or ``[exchange, routing_key, properties, body]``. Consumer, channel
+   items are ints or ``[exchange, routing_key, properties, body]`` (the names as str, or
+   as bin, the bytes that came, when they are not UTF-8: `content.packed_name`; a
+   snapshot written before, all str, reads as it did). Consumer, channel
    and sender keys are ``[node, incarnation, number]`` (a string in tests of the
    machine alone). Replies remembered per sender (`Sequenced`) are nil, a bool, an int,
    or tagged arrays (`_Rejected` 1, `_Got` 2 with the entry as a one-row set of
@@ -42,7 +44,7 @@ from typing import Any, Final, TypeAlias, cast
 import msgspec
 
 from warren import legacy
-from warren.amqp.content import Message
+from warren.amqp.content import Message, packed_name, unpacked_name
 from warren.errors import ErrorFields, SoftError, error_fields, error_from_fields
 from warren.model.settings import QueueSettings
 from warren.queue.machine import (
@@ -65,8 +67,9 @@ Key: TypeAlias = str | tuple[str, str, int]
 
 
 class _Message(msgspec.Struct, array_like=True):
-    exchange: str
-    routing_key: str
+    # str, or bytes for a name that is not UTF-8 (point 2; msgspec takes no str | bytes)
+    exchange: Any
+    routing_key: Any
     properties: bytes
     body: bytes
 
@@ -301,7 +304,8 @@ def _message_record(message: object) -> int | _Message:
     if type(message) is int:
         return message
     if type(message) is Message:
-        return _Message(message.exchange, message.routing_key, message.properties_raw, message.body)
+        exchange, routing_key = packed_name(message.exchange), packed_name(message.routing_key)
+        return _Message(exchange, routing_key, message.properties_raw, message.body)
     raise TypeError(f"a queue snapshot holds Raft indexes or messages, not {message!r}")
 
 
@@ -312,7 +316,9 @@ def _entries(columns: _Columns) -> list[Entry]:
             _unpacked(typecode, getattr(columns, name))
             if name != "message" or type(messages) is bytes
             else [
-                Message(m.exchange, m.routing_key, m.properties, m.body)
+                Message(
+                    unpacked_name(m.exchange), unpacked_name(m.routing_key), m.properties, m.body
+                )
                 if type(m) is _Message
                 else m
                 for m in messages

@@ -11,7 +11,17 @@ import pytest
 from tests.unit.queue.snapshot_state import SENDER, rich_machine
 from warren.amqp.content import Message
 from warren.errors import SoftError
-from warren.queue import Checkout, Enqueue, Got, Meta, QueueMachine, Refused, Rejected, snapshot
+from warren.queue import (
+    Checkout,
+    Enqueue,
+    Got,
+    Meta,
+    QueueMachine,
+    Refused,
+    Rejected,
+    Sequenced,
+    snapshot,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -60,6 +70,29 @@ def test_whole_messages_come_back_whole() -> None:
         return [(m.exchange, m.routing_key, m.properties_raw, m.body) for m in messages]  # type: ignore[union-attr]
 
     assert fields(restored) == fields(machine)
+
+
+def test_names_that_are_not_utf8_come_back_as_they_came() -> None:
+    """Point 2: AMQP allows any bytes in an exchange name or routing key; the broker holds
+    them with lone surrogates, which a MessagePack str cannot carry: such a name is bin."""
+    odd = b"k\xff\xfe".decode("utf-8", "surrogateescape")
+    machine = QueueMachine("qq")
+    for exchange, routing_key in ((odd, odd + ".é"), ("ex", "é")):
+        message = Message(exchange, routing_key, b"\x00\x00", b"hi")
+        machine.apply(Meta(1), Sequenced(SENDER, 1 if exchange == "ex" else 2, Enqueue(message, 2)))
+    data = snapshot.dumps(machine)
+    restored = snapshot.loads(data)
+    held = [(e.message.exchange, e.message.routing_key) for e in restored.held_entries()]  # type: ignore[union-attr]
+    assert held == [(odd, odd + ".é"), ("ex", "é")]
+    assert b"\xc4\x03k\xff\xfe" in data  # bin 8 of the bytes that came
+
+
+def test_a_snapshot_of_whole_messages_written_before_reads_as_it_did() -> None:
+    """`data/snapshot-f1-whole.bin` is `rich_machine(whole_messages=True)` as `dumps`
+    wrote it at 1d4e2eb, every name a str."""
+    written = (DATA / "snapshot-f1-whole.bin").read_bytes()
+    expected = rich_machine(whole_messages=True)
+    assert snapshot.dumps(snapshot.loads(written)) == written == snapshot.dumps(expected)
 
 
 def test_the_layout_is_the_documented_one() -> None:

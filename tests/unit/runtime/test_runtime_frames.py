@@ -72,9 +72,11 @@ from warren.runtime.cluster.frames import (
     answer,
     answer_value,
     decode_frame,
+    encode_apart,
     encode_frame,
     failure,
     failure_exception,
+    unsendable,
 )
 from warren.storage.definitions import BindingDefinition, QueueDefinition
 
@@ -287,3 +289,18 @@ def test_no_module_but_legacy_imports_pickle() -> None:
         if re.search(r"^\s*(import pickle|from pickle import)", path.read_text(), re.MULTILINE)
     )
     assert importers == ["legacy.py"]
+
+
+def test_a_frame_encoded_apart_leaves_out_only_what_does_not_encode() -> None:
+    """Point 5: the frame of the items that encode is the one they make on their own."""
+    odd = b"q\xff".decode("utf-8", "surrogateescape")
+    good: list[Item] = [Send(m) for m in MESSAGES[:3]] + [Ask(1, GroupStatus("g"))]
+    bad: Item = Ask(2, GroupStatus(odd))
+    with pytest.raises(UnicodeEncodeError):
+        encode_frame([*good[:2], bad, *good[2:]])
+    data, refused = encode_apart([*good[:2], bad, *good[2:]])
+    assert data == encode_frame(good)
+    assert [item for item, _ in refused] == [bad]
+    error = unsendable(*refused[0])
+    assert (error.code, type(error)) == (ReplyCode.INTERNAL_ERROR, SoftError)
+    assert error.text.startswith("INTERNAL_ERROR - a GroupStatus for another node does not")

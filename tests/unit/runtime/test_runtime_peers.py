@@ -15,8 +15,11 @@ import pytest
 from warren.errors import ReplyCode, SoftError, queue_not_found
 from warren.runtime.cluster.calls import (
     AppliedThrough,
+    Call,
+    CallError,
     GroupStatus,
     PeerMessage,
+    QueueCounts,
     RaftTraffic,
     Request,
 )
@@ -455,3 +458,74 @@ def test_what_a_node_sends_as_a_link_comes_up_arrives_when_both_dial_at_once() -
 def greet(peers: Peers, node: str, up: bool) -> None:
     if up:
         peers.send(node, note("hello from", peers.node))
+
+
+def test_an_item_that_does_not_encode_fails_its_request_and_the_rest_of_its_frame_goes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A name AMQP allows but a MessagePack str cannot carry (lone surrogates) once made
+    the link drop the whole frame: the calls batched with it were never answered."""
+    odd = b"q\xff".decode("utf-8", "surrogateescape")
+
+    async def body() -> None:
+        nodes = await start_nodes("a", "b")
+        a, b = nodes["a"], nodes["b"]
+        got: list[tuple[str, PeerMessage]] = []
+        a.on_message(lambda sender, message: got.append((sender, message)))
+        b.on_message(lambda sender, message: got.append((sender, message)))
+
+        async def handler(sender: str, request: Request) -> object:
+            assert type(request) is GroupStatus
+            if request.group_id == "missing":  # its failure does not encode either
+                raise queue_not_found(odd, "/")
+            return {"group": request.group_id}
+
+        b.serve(handler)
+        await eventually(lambda: a.connected("b"))
+
+        async def sends() -> None:
+            b.send("a", CallError(8, ReplyCode.NOT_FOUND, odd))  # a's queue call 8 waits
+            a.send("b", note("before"))
+            a.send("b", Call(7, QueueCounts("/", odd)))  # a queue's call waits on number 7
+            a.send("b", note("after"))
+
+        # one loop turn: every item goes in one frame
+        turn = [
+            asyncio.ensure_future(a.call("b", GroupStatus(name)))
+            for name in ("one", odd, "missing", "two")
+        ]
+        turn.append(asyncio.ensure_future(sends()))
+        one, bad, missing, two, _ = await asyncio.gather(*turn, return_exceptions=True)
+        assert (one, two) == ({"group": "one"}, {"group": "two"})
+        for error in (bad, missing):
+            assert isinstance(error, SoftError) and error.code == ReplyCode.INTERNAL_ERROR
+        assert isinstance(bad, SoftError) and "GroupStatus for another node" in bad.text
+        await eventually(lambda: ("a", note("after")) in got)
+        assert [m for s, m in got if s == "a"] == [note("before"), note("after")]
+
+        # a queue's caller hears a refusal for its number: 7 as if from its home, 8 from it
+        def refusals() -> list[tuple[int, int, str]]:
+            return sorted(
+                (m.number, m.code, m.detail) for s, m in got if s == "b" and type(m) is CallError
+            )
+
+        await eventually(lambda: len(refusals()) == 2)
+        cannot = "does not encode: 'utf-8' codec can't encode character '\\udcff'"
+        assert refusals() == [
+            (
+                7,
+                ReplyCode.INTERNAL_ERROR,
+                f"a Call for another node {cannot} in position 1: surrogates not allowed",
+            ),
+            (
+                8,
+                ReplyCode.INTERNAL_ERROR,
+                f"a CallError for another node {cannot} in position 1: surrogates not allowed",
+            ),
+        ]
+        await close_all(nodes)
+
+    with caplog.at_level(logging.ERROR, logger="warren.peers"):
+        run(body)
+    assert any("not sent to node b: INTERNAL_ERROR" in r.getMessage() for r in caplog.records)
+    assert any("not sent to node a: INTERNAL_ERROR" in r.getMessage() for r in caplog.records)

@@ -22,6 +22,12 @@ Theory of operation:
    reply type, raise `FrameError`: the peers are authenticated and of the same protocol
    (`MAGIC` in `peers`), so that is a bug or a corrupt link, and the receiver drops that
    link (it comes back; the node keeps running). A later layout takes the next format byte.
+5. An item msgspec cannot encode (a str with lone surrogates, a value of no wire type)
+   must not take the items sent with it along: `encode_frame` encodes the whole list at
+   once (the normal case, one call), and when that raises, `encode_apart` encodes item
+   by item and gives the frame of those that encode (the same bytes a list of them
+   encodes to) and each refused item with its error; the sender answers the request
+   behind each (`unsendable`) and carries on.
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from typing import Any, Final
 
 import msgspec
 
-from warren.errors import AmqpError, ErrorFields, error_fields, error_from_fields
+from warren.errors import (
+    AmqpError,
+    ErrorFields,
+    ReplyCode,
+    SoftError,
+    error_fields,
+    error_from_fields,
+)
 from warren.runtime.cluster.calls import NodeRequest, PeerMessage, Request, reply_decoder
 
 FORMAT: Final = 0x01
@@ -103,3 +116,24 @@ def decode_frame(data: bytes | memoryview) -> list[Item]:
         return _DECODER.decode(memoryview(data)[1:])
     except msgspec.DecodeError as error:
         raise FrameError(f"malformed peer frame: {error}") from None
+
+
+def encode_apart(items: list[Item]) -> tuple[bytes, list[tuple[Item, Exception]]]:
+    """The frame of the items that encode, and each that does not with why (point 5)."""
+    encoded: list[msgspec.Raw] = []
+    refused: list[tuple[Item, Exception]] = []
+    for item in items:
+        try:
+            encoded.append(msgspec.Raw(_ENCODER.encode(item)))
+        except (TypeError, ValueError, OverflowError) as error:  # msgspec's refusals
+            refused.append((item, error))
+    return _FORMAT_BYTE + _ENCODER.encode(encoded), refused
+
+
+def unsendable(item: Item, error: Exception) -> SoftError:
+    """What the request behind an item that does not encode fails with (point 5)."""
+    what = (
+        item.message if isinstance(item, Send) else item.request if isinstance(item, Ask) else item
+    )
+    detail = f"a {type(what).__name__} for another node does not encode: {error}"
+    return SoftError(ReplyCode.INTERNAL_ERROR, detail)

@@ -29,7 +29,11 @@ Theory of operation:
    failure). `send` only buffers; one callback per loop turn per link writes the whole
    buffer as one frame (batching). Delivery is best effort: a message for a node with no
    link is dropped. A frame that does not decode (`FrameError`) drops that link, which
-   is dialed again; the node keeps running.
+   is dialed again; the node keeps running. An item that does not encode (`frames`,
+   point 5) is left out of its frame, logged, and the request behind it fails with 541
+   INTERNAL_ERROR: a call's caller at once, the peer's caller for an answer or failure,
+   a queue's caller (a `Call` with a number) as if its home had refused it, and the
+   peer's queue caller for a `CallReply` or `CallError`; the rest of the frame goes.
 5. RPC (`call`/`serve`) rides on the same link. A remote `AmqpError` comes back as the
    same class with the same code and text; any other remote failure as `RemoteError`. A
    call fails with `PeerUnavailable` if there is no link, the link goes down or is
@@ -60,9 +64,10 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
-from warren.errors import AmqpError
-from warren.runtime.cluster.calls import PeerMessage, Request
+from warren.errors import AmqpError, SoftError
+from warren.runtime.cluster.calls import Call, CallError, CallReply, PeerMessage, Request
 from warren.runtime.cluster.frames import (
+    Answer,
     Ask,
     Failure,
     FrameError,
@@ -71,9 +76,11 @@ from warren.runtime.cluster.frames import (
     answer,
     answer_value,
     decode_frame,
+    encode_apart,
     encode_frame,
     failure,
     failure_exception,
+    unsendable,
 )
 from warren.runtime.cluster.frames import (
     RemoteError as RemoteError,  # where the runtime catches it
@@ -332,12 +339,26 @@ class Peers:
             return
         try:
             payload = encode_frame(items)
-        except Exception:
-            log.exception(
-                "dropping %s items for node %s: they do not encode", len(items), link.node
-            )
-            return
+        except (TypeError, ValueError, OverflowError):  # one item spoils it: rule 4
+            payload, refused = encode_apart(items)
+            for item, error in refused:
+                self._refuse(link.node, item, unsendable(item, error))
         link.writer.writelines((_LENGTH.pack(len(payload)), payload))
+
+    def _refuse(self, node: str, item: Item, error: SoftError) -> None:
+        """The request behind an item that does not encode fails, as its peer would have
+        failed it, and the rest of its frame goes (rule 4)."""
+        log.error("not sent to node %s: %s", node, error.text)
+        if isinstance(item, Ask):
+            call = self._calls.get(item.call_id)
+            if call is not None and not call[1].done():
+                call[1].set_exception(error)
+        elif isinstance(item, Answer | Failure):
+            self._enqueue(node, failure(item.call_id, error))
+        elif type(item.message) is Call and item.message.number:  # a queue's caller, here
+            self._dispatch(node, Send(_call_error(item.message.number, error)))
+        elif type(item.message) is CallReply or type(item.message) is CallError:  # there
+            self._enqueue(node, Send(_call_error(item.message.number, error)))
 
     # --- links -----------------------------------------------------------------------------
 
@@ -597,6 +618,10 @@ class Peers:
                 handler(node, up)
             except Exception:
                 log.exception("link handler failed for node %s", node)
+
+
+def _call_error(number: int, error: SoftError) -> CallError:
+    return CallError(number, int(error.code), error.text.partition(" - ")[2])
 
 
 def _write_handshake(writer: asyncio.StreamWriter, data: bytes) -> None:
