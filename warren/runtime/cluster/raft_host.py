@@ -51,6 +51,14 @@ Theory of operation:
 7. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
    membership survives a restart before anything is compacted. A recovered group waits in
    memory until `add_group` claims it (or `remove_group` drops it).
+10. A replica dropped because its node left the group (`remove_group(keep_vote=True)`)
+   leaves its term and vote behind, and the next replica of the group on this node
+   (`add_group` with no members, once the node is added again) starts from them and
+   writes them at once, as etcd and hashicorp/raft keep their Raft state per node: a
+   replica made again at term 0 could take an old leader's term from the entries it is
+   sent and vote a second time in a term its first incarnation voted in (two leaders).
+   Kept in memory only: a node restarted between the removal and the new replica
+   forgets them (`docs/internals/raft.md`, the limit of "votes need a configuration").
 8. A machine applies a committed entry with its `EntryMeta`, as ra's machines do: the
    Raft index and term, and the time the leader stamped on it when the command reached
    it (`RaftGroup.propose` puts `STAMP` before the application's bytes, so every replica
@@ -107,7 +115,7 @@ from warren.raft import (
 from warren.runtime.cluster.calls import PeerMessage, RaftTraffic
 from warren.runtime.cluster.peers import PeerLinks
 from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT
-from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
+from warren.storage.raftwal import GroupState, RaftWal, StoredEntry, StoredHardState
 
 log = logging.getLogger("warren.raft_host")
 
@@ -552,6 +560,8 @@ class RaftHost:
         self._on_failure = on_failure
         self._wal: RaftWal | None = None
         self._recovered: dict[str, GroupState] = {}
+        # term and vote of groups whose replica left for good until made again (point 10)
+        self._retired: dict[str, HardState] = {}
         self._groups: dict[str, RaftGroup] = {}
         self._touched: dict[RaftGroup, None] = {}  # groups that may have a ready, in order
         # the round's messages by destination node, in order (`RaftGroup.send`, `_flush`)
@@ -616,6 +626,7 @@ class RaftHost:
             raise RuntimeError("RaftHost.start has not run")
         config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
         state = self._recovered.pop(group_id, None)
+        retired = self._retired.pop(group_id, None)
         kept: list[int] = []
         source = _WalEntries(self.wal, group_id)
         if state is not None:
@@ -629,18 +640,30 @@ class RaftHost:
             node = RaftNode(config, self._rng, snapshot=snapshot)
             self.save_snapshot(group_id, snapshot)
         else:
-            node = RaftNode(config, self._rng)
+            node = RaftNode(config, self._rng, hard_state=retired)
+            if retired is not None:
+                self.wal.save_hard_state(group_id, retired.term, retired.vote, 0)
         node.log.source = source
         group = RaftGroup(self, group_id, machine, node, kept)
         self._groups[group_id] = group
         self.touch(group)
         return group
 
-    def remove_group(self, group_id: str) -> None:
-        """Stop hosting the group and drop its WAL records; waiting proposals fail."""
+    def remove_group(self, group_id: str, *, keep_vote: bool = False) -> None:
+        """Stop hosting the group and drop its WAL records; waiting proposals fail.
+        `keep_vote`: this node left the group and may join it again; the term and vote
+        stay for its next replica (point 10). Without it the group is forgotten whole."""
+        self._retired.pop(group_id, None)
         group = self._groups.pop(group_id, None)
-        if group is None and self._recovered.pop(group_id, None) is None:
+        recovered = self._recovered.pop(group_id, None)
+        if group is not None:
+            last: HardState | StoredHardState = group.node.hard_state
+        elif recovered is not None:
+            last = recovered.hard_state
+        else:
             return
+        if keep_vote:
+            self._retired[group_id] = HardState(last.term, last.vote, 0)
         if group is not None:
             group.removed = True
             self._touched.pop(group, None)
