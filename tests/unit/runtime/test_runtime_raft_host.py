@@ -662,8 +662,8 @@ def test_a_replica_made_again_starts_from_the_term_and_vote_of_the_one_removed(
     tmp_path: Path,
 ) -> None:
     """Point 10: a replica of a node that left the group leaves its term and vote to the
-    next one, which writes them at once (they survive its restart); a group forgotten
-    whole (its queue deleted) leaves nothing."""
+    next one, across a restart in between, and the next one writes them at once (they
+    survive its restart); a group forgotten whole (its queue deleted) leaves nothing."""
 
     async def body() -> None:
         nodes = await cluster(tmp_path, ["a"], ["g"])
@@ -672,6 +672,9 @@ def test_a_replica_made_again_starts_from_the_term_and_vote_of_the_one_removed(
         voted = node.group("g").node.hard_state
         assert voted.term > 0 and voted.vote == node.host.node_id
         node.host.remove_group("g", keep_vote=True)
+        await node.stop()
+        await node.start()
+        assert node.host.recovered_groups() == []  # no replica to recover
         again = node.add_group("g", None).node
         assert (again.term, again.vote, again.log.commit_index) == (voted.term, voted.vote, 0)
         await node.stop()

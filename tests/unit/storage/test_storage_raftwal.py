@@ -108,6 +108,44 @@ def test_a_dropped_group_is_forgotten_and_can_start_again(tmp_path: Path) -> Non
     wal.close()
 
 
+def test_a_group_left_keeps_its_term_and_vote_until_stored_again_or_dropped(
+    tmp_path: Path,
+) -> None:
+    wal = RaftWal.open(tmp_path, SMALL_SEGMENT_BYTES)
+    for group in ("g", "h", "k"):
+        wal.append_entries(group, entries(1, 3, term=2))
+        wal.save_hard_state(group, 4, 7, 3)
+        wal.leave_group(group, 4, 7)
+    wal.drop_group("h")  # its queue deleted: the vote goes too
+    wal.save_hard_state("k", 4, 7, 0)  # made again: its records from now on count
+    wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_left() == {"g": StoredHardState(4, 7)}
+    assert wal.take_recovered() == {"k": GroupState(StoredHardState(4, 7, 0))}
+    # the LEFT record stays live while it is the group's latest word, then goes
+    for round_number in range(1, 20):
+        wal.append_entries("other", entries(round_number, round_number, 1, size=100))
+        wal.save_snapshot("other", round_number, 1, b"", b"")
+        wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_left() == {"g": StoredHardState(4, 7)}
+    wal.append_entries("g", entries(1, 1, term=5))  # stored again before a hard state
+    wal.save_hard_state("g", 5, 0, 0)
+    wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_left() == {}
+    assert wal.take_recovered()["g"] == GroupState(StoredHardState(5, 0, 0), None, entries(1, 1, 5))
+    # superseded, the LEFT record is dead: with every group gone, old segments are too
+    wal.drop_group("g")
+    wal.drop_group("k")
+    for round_number in range(20, 40):
+        wal.append_entries("other", entries(round_number, round_number, 1, size=100))
+        wal.save_snapshot("other", round_number, 1, b"", b"")
+        wal.sync()
+    assert wal.segment_count <= 3
+    wal.close()
+
+
 def test_unsynced_records_are_lost_in_a_crash_and_the_old_ones_survive(tmp_path: Path) -> None:
     wal = RaftWal.open(tmp_path, SMALL_SEGMENT_BYTES)
     wal.save_hard_state("g", 1, 7, 0)

@@ -57,8 +57,9 @@ Theory of operation:
    writes them at once, as etcd and hashicorp/raft keep their Raft state per node: a
    replica made again at term 0 could take an old leader's term from the entries it is
    sent and vote a second time in a term its first incarnation voted in (two leaders).
-   Kept in memory only: a node restarted between the removal and the new replica
-   forgets them (`docs/internals/raft.md`, the limit of "votes need a configuration").
+   The WAL keeps them meanwhile (a LEFT record, `warren.storage.raftwal`), so a restart
+   in between forgets nothing; removing the group without `keep_vote` (its queue was
+   deleted) forgets them.
 8. A machine applies a committed entry with its `EntryMeta`, as ra's machines do: the
    Raft index and term, and the time the leader stamped on it when the command reached
    it (`RaftGroup.propose` puts `STAMP` before the application's bytes, so every replica
@@ -584,6 +585,9 @@ class RaftHost:
         if not wal.report.clean:
             log.warning("Raft WAL recovered with damage: %s", wal.report.summary())
         self._recovered = wal.take_recovered()
+        self._retired = {
+            group_id: HardState(left.term, left.vote) for group_id, left in wal.take_left().items()
+        }
         for name in self.peers.nodes:
             self.names.add(name)
         self.peers.on_message(self._on_message)
@@ -637,7 +641,7 @@ class RaftHost:
         elif members is not None:
             voters = frozenset(self.names.add(name) for name in members)
             snapshot = Snapshot(0, 0, Membership(voters))
-            node = RaftNode(config, self._rng, snapshot=snapshot)
+            node = RaftNode(config, self._rng, snapshot=snapshot, hard_state=retired)
             self.save_snapshot(group_id, snapshot)
         else:
             node = RaftNode(config, self._rng, hard_state=retired)
@@ -652,23 +656,26 @@ class RaftHost:
     def remove_group(self, group_id: str, *, keep_vote: bool = False) -> None:
         """Stop hosting the group and drop its WAL records; waiting proposals fail.
         `keep_vote`: this node left the group and may join it again; the term and vote
-        stay for its next replica (point 10). Without it the group is forgotten whole."""
-        self._retired.pop(group_id, None)
+        stay for its next replica (point 10). Without it the group is forgotten whole,
+        a kept vote too."""
         group = self._groups.pop(group_id, None)
         recovered = self._recovered.pop(group_id, None)
+        retired = self._retired.pop(group_id, None)
+        last: HardState | StoredHardState | None = retired
         if group is not None:
-            last: HardState | StoredHardState = group.node.hard_state
-        elif recovered is not None:
-            last = recovered.hard_state
-        else:
-            return
-        if keep_vote:
-            self._retired[group_id] = HardState(last.term, last.vote, 0)
-        if group is not None:
+            last = group.node.hard_state
             group.removed = True
             self._touched.pop(group, None)
             group.fail_proposals(HostStopped(f"group {group_id} removed from {self.node}"))
-        self.wal.drop_group(group_id)
+        elif recovered is not None:
+            last = recovered.hard_state
+        if last is None:
+            return
+        if keep_vote:
+            self._retired[group_id] = HardState(last.term, last.vote)
+            self.wal.leave_group(group_id, last.term, last.vote)
+        else:
+            self.wal.drop_group(group_id)
         self._kick()
 
     def group(self, group_id: str) -> RaftGroup | None:
