@@ -51,15 +51,6 @@ Theory of operation:
 7. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
    membership survives a restart before anything is compacted. A recovered group waits in
    memory until `add_group` claims it (or `remove_group` drops it).
-10. A replica dropped because its node left the group (`remove_group(keep_vote=True)`)
-   leaves its term and vote behind, and the next replica of the group on this node
-   (`add_group` with no members, once the node is added again) starts from them and
-   writes them at once, as etcd and hashicorp/raft keep their Raft state per node: a
-   replica made again at term 0 could take an old leader's term from the entries it is
-   sent and vote a second time in a term its first incarnation voted in (two leaders).
-   The WAL keeps them meanwhile (a LEFT record, `warren.storage.raftwal`), so a restart
-   in between forgets nothing; removing the group without `keep_vote` (its queue was
-   deleted) forgets them.
 8. A machine applies a committed entry with its `EntryMeta`, as ra's machines do: the
    Raft index and term, and the time the leader stamped on it when the command reached
    it (`RaftGroup.propose` puts `STAMP` before the application's bytes, so every replica
@@ -74,6 +65,15 @@ Theory of operation:
    Raft messages from a peer that do not decode (`RaftCodecError`) are no such bug here:
    that batch is dropped with a logged error, as a malformed AMQP frame closes only its
    connection, and Raft sends what matters again.
+10. A replica dropped because its node left the group (`remove_group(keep_vote=True)`)
+    leaves its term and vote behind, and the next replica of the group on this node
+    (`add_group` with no members, once the node is added again) starts from them and
+    writes them at once, as etcd and hashicorp/raft keep their Raft state per node: a
+    replica made again at term 0 could take an old leader's term from the entries it is
+    sent and vote a second time in a term its first incarnation voted in (two leaders).
+    The WAL keeps them meanwhile (a LEFT record, `warren.storage.raftwal`), so a restart
+    in between forgets nothing; removing the group without `keep_vote` (its queue was
+    deleted) forgets them.
 """
 
 from __future__ import annotations
