@@ -59,10 +59,11 @@ Theory of operation:
     them with its log (stack sim seed 27: such a vote elected a node without them).
     Any other node votes, even one outside its configuration: a learner may be a voter
     in a candidate's later configuration, and a removed node that still has its log may
-    be the vote a member that never learned of the removal needs. Limit: once the new
-    replica has learned an old configuration from the entries it is being sent, and
-    before it has them all, it votes again; only a node keeping its Raft state (term,
-    vote, last log position) when it drops a replica would close that window.
+    be the vote a member that never learned of the removal needs. Once the new replica
+    has learned an old configuration from what it is sent it votes again, so it must not
+    start at term 0 with no vote: it could take an old leader's term and vote a second
+    time in a term its first incarnation voted in. The runtime starts it from the term
+    and vote of the replica it dropped (`warren.runtime.cluster.raft_host`, point 10).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ Theory of operation:
    kind, data), HARD_STATE (term, vote, commit), SNAPSHOT (index, term, the first index
    whose entry must stay readable, the membership bytes as the caller gave them, the
    application's data), BODIES (entries encoded as ENTRIES, kept only to be read back,
-   never part of the log) or DROP (forget the group). Encoding is plain `struct`,
+   never part of the log), DROP (forget the group) or LEFT (the node left the group:
+   forget it as DROP does, but keep its term and vote for a replica made again; see
+   `warren.runtime.cluster.raft_host`, point 10). Encoding is plain `struct`,
    little-endian; the log adds the CRC and sequence number.
 2. Writes only append in memory. Durability is the log's group commit: `seal` on the
    event loop, `sync_batch` on a worker thread (appends may go on meanwhile), then
@@ -17,10 +19,15 @@ Theory of operation:
    the stored entry at its index had the snapshot's term (InstallSnapshot receiver rules 6
    and 7: a diverged log goes whole); a DROP forgets the group. The keep-or-drop decision
    is taken when the snapshot is written and stored in the record, so replay never needs
-   an entry that space reclaim may have deleted since.
+   an entry that space reclaim may have deleted since. A LEFT record's term and vote are
+   handed over apart (`take_left`) unless a later record of the group made it again,
+   whose state then starts from them. LEFT is a later kind than the others: data
+   written before it has none and reads as before; a release before it refuses a WAL
+   holding one (an unknown kind) rather than forget a vote.
 4. Space: per group a ledger of which records are live: the latest HARD_STATE, the latest
    SNAPSHOT, and ENTRIES records holding an entry after the snapshot not replaced by a
-   later append. Everything else is dead, a DROP record at once. A record becomes dead
+   later append; a LEFT record counts as the group's latest HARD_STATE. Everything else is
+   dead, a DROP record at once. A record becomes dead
    only when the record that supersedes it is durable (a pending kill waits in `_kills`),
    so a crash can never find the old record deleted and the new one lost. A sealed
    segment with no live record is retired; the log deletes retired segments oldest first
@@ -65,12 +72,14 @@ class _Kind(enum.IntEnum):
     SNAPSHOT = 3
     DROP = 4
     BODIES = 5
+    LEFT = 6
 
 
 _HEAD: Final = struct.Struct("<BH")  # record kind, group id length; then the group id
 _COUNT: Final = struct.Struct("<I")
 _ENTRY: Final = struct.Struct("<QQBI")  # index, term, kind length, data length; kind, data
 _HARD_STATE: Final = struct.Struct("<QQQ")  # term, vote, commit
+_LEFT: Final = struct.Struct("<QQ")  # term, vote
 # index, term, keeps entries, keep_from, membership and data lengths
 _SNAPSHOT: Final = struct.Struct("<QQBQII")
 
@@ -186,6 +195,7 @@ class RaftWal:
         self._live: dict[int, int] = {}  # segment id -> live records in it
         self._kills: deque[tuple[int, int]] = deque()  # (killer sequence, victim segment)
         self._recovered: dict[str, GroupState] = {}
+        self._left: dict[str, StoredHardState] = {}  # replay: the LEFT records in force
         # the entries of the record read last (sequential reads hit it): (sequence, entries)
         self._last_read: tuple[int, list[StoredEntry]] = (0, [])
         # replay: (group, entries, sequence, segment id, offset) of a BODIES record
@@ -211,6 +221,12 @@ class RaftWal:
         """The groups replay found, handed over once (later calls return nothing)."""
         recovered, self._recovered = self._recovered, {}
         return recovered
+
+    def take_left(self) -> dict[str, StoredHardState]:
+        """The term and vote (commit 0) of every group the node left and did not host
+        again, as replay found them, handed over once."""
+        left, self._left = self._left, {}
+        return left
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -305,6 +321,12 @@ class RaftWal:
         """Forget the group: its records are dead once this record is durable."""
         sequence, _segment_id = self._append(_head(_Kind.DROP, group))
         self._track_drop(group, sequence)
+
+    def leave_group(self, group: str, term: int, vote: int) -> None:
+        """Forget the group as `drop_group` does, but keep its term and vote (`take_left`
+        after a restart) until the group is stored again or dropped."""
+        sequence, segment_id = self._append(_head(_Kind.LEFT, group) + _LEFT.pack(term, vote))
+        self._track_left(group, sequence, segment_id)
 
     def _append(self, payload: bytes) -> tuple[int, int]:
         sequence = self.log.append(payload)
@@ -482,6 +504,10 @@ class RaftWal:
         for segment_id in ledger.readable.segment:
             self._kill(sequence, segment_id)
 
+    def _track_left(self, group: str, sequence: int, segment_id: int) -> None:
+        self._track_drop(group, sequence)
+        self._track_hard_state(self._ledger(group), sequence, segment_id)
+
     # --- replay ----------------------------------------------------------------------------
 
     def _replay(self, sequence: int, segment_id: int, offset: int, payload: bytes) -> None:
@@ -491,7 +517,7 @@ class RaftWal:
             kind, group, position = _decode_head(payload)
             if kind is _Kind.ENTRIES:
                 entries = _decode_entries(payload, position)
-                _replay_entries(self._recovered.setdefault(group, GroupState()), entries)
+                _replay_entries(self._replayed(group), entries)
                 ledger = self._ledger(group)
                 self._track_entries(ledger, entries, sequence, segment_id)
                 self._track_readable(ledger, entries, sequence, segment_id, offset)
@@ -500,12 +526,12 @@ class RaftWal:
                 self._pending_bodies = (group, bodies, sequence, segment_id, offset)
             elif kind is _Kind.HARD_STATE:
                 term, vote, commit = _HARD_STATE.unpack_from(payload, position)
-                state = self._recovered.setdefault(group, GroupState())
+                state = self._replayed(group)
                 state.hard_state = StoredHardState(term, vote, commit)
                 self._track_hard_state(self._ledger(group), sequence, segment_id)
             elif kind is _Kind.SNAPSHOT:
                 snapshot, keeps, keep_from = _decode_snapshot(payload, position)
-                state = self._recovered.setdefault(group, GroupState())
+                state = self._replayed(group)
                 state.snapshot = snapshot
                 state.entries = [e for e in state.entries if keeps and e.index > snapshot.index]
                 ledger = self._ledger(group)
@@ -515,11 +541,26 @@ class RaftWal:
                     ledger, snapshot.index, snapshot.term, keeps, sequence, segment_id, offset
                 )
                 self._track_keep_from(ledger, snapshot.index, keeps, keep_from, sequence)
+            elif kind is _Kind.LEFT:
+                term, vote = _LEFT.unpack_from(payload, position)
+                self._recovered.pop(group, None)
+                self._left[group] = StoredHardState(term, vote)
+                self._track_left(group, sequence, segment_id)
             else:
                 self._recovered.pop(group, None)
+                self._left.pop(group, None)
                 self._track_drop(group, sequence)
         except (struct.error, ValueError, IndexError) as error:
             raise LogCorrupt(f"Raft WAL record {sequence} does not decode: {error}") from error
+
+    def _replayed(self, group: str) -> GroupState:
+        """The group's state so far; a group left and stored again starts from the term
+        and vote its LEFT record kept."""
+        state = self._recovered.get(group)
+        if state is None:
+            left = self._left.pop(group, None)
+            state = self._recovered[group] = GroupState(left or StoredHardState())
+        return state
 
 
 def _head(kind: _Kind, group: str) -> bytes:

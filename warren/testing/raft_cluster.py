@@ -7,8 +7,9 @@ Theory of operation:
    (`deliver`), drops them (`drop`) or lets everything settle (`stabilize`). Blocked links
    (`partition`, `isolate`) drop messages when they are delivered, not when sent.
 3. `crash` discards a node's memory; `restart` rebuilds it from its storage, as the runtime
-   will; `wipe` starts it again with empty storage and no membership, as the runtime makes
-   a replica again on a node that was removed (delete_member, then add_member). Node
+   will; `wipe` starts it again with empty storage and no membership but its term and
+   vote, as the runtime makes a replica again on a node that was removed (delete_member,
+   then add_member; `warren.runtime.cluster.raft_host`, point 10). Node
    randomness comes from `random.Random(node_id)`, so a test replays exactly.
 """
 
@@ -149,9 +150,12 @@ class Cluster:
         self.pending = [m for m in self.pending if m.to != node_id]
 
     def wipe(self, node_id: NodeId) -> RaftNode:
-        """The node loses its storage and starts again knowing nothing (point 3)."""
+        """The node loses its storage and starts again knowing nothing but its term and
+        vote, as the runtime makes a replica again (point 3)."""
+        kept = self.nodes[node_id].hard_state
         self.crash(node_id)
         self.storage[node_id] = MemoryStorage()
+        self.storage[node_id].hard_state = HardState(kept.term, kept.vote)
         return self.restart(node_id, bootstrap=False)
 
     def run(self, node_id: NodeId) -> None:

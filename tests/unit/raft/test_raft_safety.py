@@ -13,10 +13,12 @@ from warren.raft import (
     Entry,
     EntryKind,
     HardState,
+    Membership,
     MembershipChange,
     Message,
     MessageType,
     Role,
+    Snapshot,
 )
 from warren.testing.raft_cluster import Cluster
 
@@ -120,3 +122,26 @@ def test_a_learner_still_votes() -> None:
     cluster.deliver(sender=2, to=4)
     answer = next(m for m in cluster.pending if m.type is MessageType.VOTE_RESPONSE)
     assert answer.sender == 4 and not answer.reject
+
+
+def test_a_replica_made_again_does_not_vote_twice_in_a_term() -> None:
+    # The gap point 13 left. 1 leads term 4; 3 campaigns in term 5 and 2 votes for it.
+    # Before 1 hears of term 5 it removes 2, whose node drops the replica and makes it
+    # again, empty; 1 sends the new replica a snapshot with the configuration it knows
+    # (2 a voter). Had the new replica started at term 0 it would take term 4 from 1,
+    # then grant 1's vote request for term 5: node 2's second vote in term 5, for a
+    # second leader of the term.
+    cluster = plain()
+    node = cluster[2]
+    node.step(Message(MessageType.VOTE, 2, 3, term=5))
+    cluster.run(2)
+    assert (node.term, node.vote) == (5, 3)
+    node = cluster.wipe(2)
+    old = Snapshot(1, 1, Membership(frozenset({1, 2, 3})))
+    node.step(Message(MessageType.SNAPSHOT, 2, 1, term=4, snapshot=old))
+    cluster.run(2)
+    node.step(Message(MessageType.VOTE, 2, 1, term=5, index=1, log_term=1))
+    cluster.run(2)
+    answer = [m for m in cluster.pending if m.type is MessageType.VOTE_RESPONSE][-1]
+    assert (answer.to, answer.reject) == (1, True)
+    assert (node.term, node.vote) == (5, 3)

@@ -656,3 +656,36 @@ def test_a_leader_asked_to_remove_itself_hands_over_and_the_new_leader_removes_i
         await stop_all(nodes)
 
     run(body)
+
+
+def test_a_replica_made_again_starts_from_the_term_and_vote_of_the_one_removed(
+    tmp_path: Path,
+) -> None:
+    """Point 10: a replica of a node that left the group leaves its term and vote to the
+    next one, across a restart in between, and the next one writes them at once (they
+    survive its restart); a group forgotten whole (its queue deleted) leaves nothing."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["a"], ["g"])
+        node = nodes["a"]
+        await leader_of([node], "g")
+        voted = node.group("g").node.hard_state
+        assert voted.term > 0 and voted.vote == node.host.node_id
+        node.host.remove_group("g", keep_vote=True)
+        await node.stop()
+        await node.start()
+        assert node.host.recovered_groups() == []  # no replica to recover
+        again = node.add_group("g", None).node
+        assert (again.term, again.vote, again.log.commit_index) == (voted.term, voted.vote, 0)
+        await node.stop()
+        await node.start()
+        assert node.host.recovered_groups() == ["g"]
+        recovered = node.add_group("g", None).node
+        assert (recovered.term, recovered.vote) == (voted.term, voted.vote)
+        node.host.remove_group("g", keep_vote=True)
+        node.host.remove_group("g")  # the queue is deleted: the kept vote goes too
+        fresh = node.add_group("g", None).node
+        assert (fresh.term, fresh.vote) == (0, 0)
+        await node.stop()
+
+    run(body)

@@ -108,6 +108,44 @@ def test_a_dropped_group_is_forgotten_and_can_start_again(tmp_path: Path) -> Non
     wal.close()
 
 
+def test_a_group_left_keeps_its_term_and_vote_until_stored_again_or_dropped(
+    tmp_path: Path,
+) -> None:
+    wal = RaftWal.open(tmp_path, SMALL_SEGMENT_BYTES)
+    for group in ("g", "h", "k"):
+        wal.append_entries(group, entries(1, 3, term=2))
+        wal.save_hard_state(group, 4, 7, 3)
+        wal.leave_group(group, 4, 7)
+    wal.drop_group("h")  # its queue deleted: the vote goes too
+    wal.save_hard_state("k", 4, 7, 0)  # made again: its records from now on count
+    wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_left() == {"g": StoredHardState(4, 7)}
+    assert wal.take_recovered() == {"k": GroupState(StoredHardState(4, 7, 0))}
+    # the LEFT record stays live while it is the group's latest word, then goes
+    for round_number in range(1, 20):
+        wal.append_entries("other", entries(round_number, round_number, 1, size=100))
+        wal.save_snapshot("other", round_number, 1, b"", b"")
+        wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_left() == {"g": StoredHardState(4, 7)}
+    wal.append_entries("g", entries(1, 1, term=5))  # stored again before a hard state
+    wal.save_hard_state("g", 5, 0, 0)
+    wal.sync()
+    wal = reopen(wal, tmp_path)
+    assert wal.take_left() == {}
+    assert wal.take_recovered()["g"] == GroupState(StoredHardState(5, 0, 0), None, entries(1, 1, 5))
+    # superseded, the LEFT record is dead: with every group gone, old segments are too
+    wal.drop_group("g")
+    wal.drop_group("k")
+    for round_number in range(20, 40):
+        wal.append_entries("other", entries(round_number, round_number, 1, size=100))
+        wal.save_snapshot("other", round_number, 1, b"", b"")
+        wal.sync()
+    assert wal.segment_count <= 3
+    wal.close()
+
+
 def test_unsynced_records_are_lost_in_a_crash_and_the_old_ones_survive(tmp_path: Path) -> None:
     wal = RaftWal.open(tmp_path, SMALL_SEGMENT_BYTES)
     wal.save_hard_state("g", 1, 7, 0)
@@ -255,6 +293,7 @@ operation = st.one_of(
         st.integers(0, 4),  # how far before the snapshot entries stay readable
     ),
     st.tuples(st.just("drop"), st.sampled_from(GROUPS)),
+    st.tuples(st.just("leave"), st.sampled_from(GROUPS), st.integers(0, 9)),
     st.tuples(st.just("sync")),
     st.tuples(st.just("reopen")),
 )
@@ -267,6 +306,7 @@ def test_replay_after_reclaim_matches_a_naive_model(operations: list[tuple[objec
         directory = Path(name)
         wal = RaftWal.open(directory, SMALL_SEGMENT_BYTES)
         model: dict[str, ModelGroup] = {}
+        left: dict[str, StoredHardState] = {}  # groups left: their term and vote
         term = 1
         for op in operations:
             term += 1
@@ -274,13 +314,15 @@ def test_replay_after_reclaim_matches_a_naive_model(operations: list[tuple[objec
                 wal.take_recovered()
                 wal = reopen(wal, directory)
                 assert wal.take_recovered() == {g: as_state(m) for g, m in model.items()}
+                assert wal.take_left() == left
             elif op[0] == "sync":
                 wal.sync()
             else:
-                apply_operation(wal, model, op, term)
+                apply_operation(wal, model, left, op, term)
             assert_readable(wal, model)
         wal = reopen(wal, directory)
         assert wal.take_recovered() == {g: as_state(m) for g, m in model.items()}
+        assert wal.take_left() == left
         assert_readable(wal, model)
         wal.close()
 
@@ -294,10 +336,26 @@ def assert_readable(wal: RaftWal, model: dict[str, ModelGroup]) -> None:
 
 
 def apply_operation(
-    wal: RaftWal, model: dict[str, ModelGroup], op: tuple[object, ...], term: int
+    wal: RaftWal,
+    model: dict[str, ModelGroup],
+    left: dict[str, StoredHardState],
+    op: tuple[object, ...],
+    term: int,
 ) -> None:
     kind, group = op[0], str(op[1])
-    state = model.setdefault(group, ModelGroup())
+    if kind == "leave":
+        model.pop(group, None)
+        left[group] = StoredHardState(term, int(str(op[2])))
+        wal.leave_group(group, term, int(str(op[2])))
+        return
+    if kind == "drop":
+        model.pop(group, None)
+        left.pop(group, None)
+        wal.drop_group(group)
+        return
+    if group not in model:  # stored again after it was left: from its term and vote
+        model[group] = ModelGroup(hard_state=left.pop(group, StoredHardState()))
+    state = model[group]
     if kind == "append":
         back, count = int(str(op[2])), int(str(op[3]))
         floor = state.snapshot.index + 1 if state.snapshot is not None else 1
@@ -332,9 +390,6 @@ def apply_operation(
             keep_from = bodies[0].index if bodies else index + 1
             state.readable = {e.index: e.data for e in bodies}
         wal.save_snapshot(group, index, snapshot_term, b"m", b"s%d" % term, keep_from, bodies)
-    else:
-        del model[group]
-        wal.drop_group(group)
 
 
 def as_state(group: ModelGroup) -> GroupState:

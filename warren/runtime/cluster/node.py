@@ -566,7 +566,7 @@ class ClusterNode:
         if self.name in members and host.group is None:
             host.group = self.raft.add_group(group_id, host.replica, None)
         elif self.name not in members and host.group is not None:
-            self.raft.remove_group(group_id)
+            self.raft.remove_group(group_id, keep_vote=True)  # for a replica made again
             host.group = None
             host.drop_replica()
 
@@ -608,8 +608,8 @@ class ClusterNode:
 
     def forget_queue(self, host: QuorumHost) -> None:
         self._forwarders.pop(host.group_id, None)
-        if self.queues.pop(host.group_id, None) is not None and host.group is not None:
-            self.raft.remove_group(host.group_id)
+        if self.queues.pop(host.group_id, None) is not None:
+            self.raft.remove_group(host.group_id)  # a kept vote too, with no replica here
             host.group = None
 
     def queue_columns(self, host: object) -> dict[str, object]:

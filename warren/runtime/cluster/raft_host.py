@@ -65,6 +65,15 @@ Theory of operation:
    Raft messages from a peer that do not decode (`RaftCodecError`) are no such bug here:
    that batch is dropped with a logged error, as a malformed AMQP frame closes only its
    connection, and Raft sends what matters again.
+10. A replica dropped because its node left the group (`remove_group(keep_vote=True)`)
+    leaves its term and vote behind, and the next replica of the group on this node
+    (`add_group` with no members, once the node is added again) starts from them and
+    writes them at once, as etcd and hashicorp/raft keep their Raft state per node: a
+    replica made again at term 0 could take an old leader's term from the entries it is
+    sent and vote a second time in a term its first incarnation voted in (two leaders).
+    The WAL keeps them meanwhile (a LEFT record, `warren.storage.raftwal`), so a restart
+    in between forgets nothing; removing the group without `keep_vote` (its queue was
+    deleted) forgets them.
 """
 
 from __future__ import annotations
@@ -107,7 +116,7 @@ from warren.raft import (
 from warren.runtime.cluster.calls import PeerMessage, RaftTraffic
 from warren.runtime.cluster.peers import PeerLinks
 from warren.storage.log import SEGMENT_MAX_BYTES_DEFAULT
-from warren.storage.raftwal import GroupState, RaftWal, StoredEntry
+from warren.storage.raftwal import GroupState, RaftWal, StoredEntry, StoredHardState
 
 log = logging.getLogger("warren.raft_host")
 
@@ -552,6 +561,8 @@ class RaftHost:
         self._on_failure = on_failure
         self._wal: RaftWal | None = None
         self._recovered: dict[str, GroupState] = {}
+        # term and vote of groups whose replica left for good until made again (point 10)
+        self._retired: dict[str, HardState] = {}
         self._groups: dict[str, RaftGroup] = {}
         self._touched: dict[RaftGroup, None] = {}  # groups that may have a ready, in order
         # the round's messages by destination node, in order (`RaftGroup.send`, `_flush`)
@@ -574,6 +585,9 @@ class RaftHost:
         if not wal.report.clean:
             log.warning("Raft WAL recovered with damage: %s", wal.report.summary())
         self._recovered = wal.take_recovered()
+        self._retired = {
+            group_id: HardState(left.term, left.vote) for group_id, left in wal.take_left().items()
+        }
         for name in self.peers.nodes:
             self.names.add(name)
         self.peers.on_message(self._on_message)
@@ -616,6 +630,7 @@ class RaftHost:
             raise RuntimeError("RaftHost.start has not run")
         config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
         state = self._recovered.pop(group_id, None)
+        retired = self._retired.pop(group_id, None)
         kept: list[int] = []
         source = _WalEntries(self.wal, group_id)
         if state is not None:
@@ -626,26 +641,41 @@ class RaftHost:
         elif members is not None:
             voters = frozenset(self.names.add(name) for name in members)
             snapshot = Snapshot(0, 0, Membership(voters))
-            node = RaftNode(config, self._rng, snapshot=snapshot)
+            node = RaftNode(config, self._rng, snapshot=snapshot, hard_state=retired)
             self.save_snapshot(group_id, snapshot)
         else:
-            node = RaftNode(config, self._rng)
+            node = RaftNode(config, self._rng, hard_state=retired)
+            if retired is not None:
+                self.wal.save_hard_state(group_id, retired.term, retired.vote, 0)
         node.log.source = source
         group = RaftGroup(self, group_id, machine, node, kept)
         self._groups[group_id] = group
         self.touch(group)
         return group
 
-    def remove_group(self, group_id: str) -> None:
-        """Stop hosting the group and drop its WAL records; waiting proposals fail."""
+    def remove_group(self, group_id: str, *, keep_vote: bool = False) -> None:
+        """Stop hosting the group and drop its WAL records; waiting proposals fail.
+        `keep_vote`: this node left the group and may join it again; the term and vote
+        stay for its next replica (point 10). Without it the group is forgotten whole,
+        a kept vote too."""
         group = self._groups.pop(group_id, None)
-        if group is None and self._recovered.pop(group_id, None) is None:
-            return
+        recovered = self._recovered.pop(group_id, None)
+        retired = self._retired.pop(group_id, None)
+        last: HardState | StoredHardState | None = retired
         if group is not None:
+            last = group.node.hard_state
             group.removed = True
             self._touched.pop(group, None)
             group.fail_proposals(HostStopped(f"group {group_id} removed from {self.node}"))
-        self.wal.drop_group(group_id)
+        elif recovered is not None:
+            last = recovered.hard_state
+        if last is None:
+            return
+        if keep_vote:
+            self._retired[group_id] = HardState(last.term, last.vote)
+            self.wal.leave_group(group_id, last.term, last.vote)
+        else:
+            self.wal.drop_group(group_id)
         self._kick()
 
     def group(self, group_id: str) -> RaftGroup | None:
