@@ -21,20 +21,17 @@ Theory of operation:
 from __future__ import annotations
 
 import dataclasses
-import struct
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from warren.amqp.content import BASIC_CLASS_ID, content_frames, shortstr
-from warren.amqp.frames import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD
+from warren.amqp.content import content_frames, shortstr
+from warren.amqp.frames import FRAME_END_BYTE
 from warren.spark.message import Outgoing, outgoing_of
 
 _PUBLISH = b"\x00\x3c\x00\x28\x00\x00"  # basic.publish, ticket 0
-_FRAME_START = struct.Struct(">BHI")
-_HEADER_PREFIX = struct.Struct(">HHQ")  # class id, weight, body size
 _BODY_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
 
 
@@ -156,19 +153,11 @@ def _method(alike: Outgoing, mandatory: bool) -> bytes:
 
 
 def _head(channel: int, method: bytes, alike: Outgoing, size: int) -> bytes:
-    """Every frame byte of a publish before its body of `size` bytes (rule 2)."""
-    header = _HEADER_PREFIX.pack(BASIC_CLASS_ID, 0, size) + alike.properties
-    head = [
-        _FRAME_START.pack(FRAME_METHOD, channel, len(method)),
-        method,
-        FRAME_END_BYTE,
-        _FRAME_START.pack(FRAME_HEADER, channel, len(header)),
-        header,
-        FRAME_END_BYTE,
-    ]
-    if size:
-        head.append(_FRAME_START.pack(FRAME_BODY, channel, size))
-    return b"".join(head)
+    """Every frame byte of a publish before its body of `size` bytes (rule 2): the frames
+    `content_frames` makes of a body of that size, less the body and its frame end (all of
+    them for an empty body, which has no body frame). `size` fits one frame."""
+    frames = content_frames(channel, method, alike.properties, bytes(size), size + 8)
+    return frames[: -(size + 1)] if size else frames
 
 
 def _tails(has_body_frame: npt.NDArray[np.bool_]) -> list[bytes]:
