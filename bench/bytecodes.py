@@ -13,6 +13,10 @@ mypyc (`make mypyc`) takes away: compiled code executes no bytecode. For each so
    - `confirms`: persistent messages with publisher confirms to a durable queue nobody
      consumes (what a reliable producer and the Spark writer do), each batch of 1000 awaited
      for its confirms, then the queue is deleted;
+   - `spark`: the Spark writer's shape, without Spark: `warren.spark.writer.publish_batches`
+     frames record batches of 1000 persistent messages into one buffer each (many publishes
+     per socket write, no message ids) and settles confirms in runs, into a durable queue
+     nobody consumes, which is deleted at the end;
    - `drop-head`: transient messages to a queue of `x-max-length` 1000 with `drop-head`
      overflow that nobody consumes (W7's shape): past the first 1000 every publish drops
      the head.
@@ -40,9 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import pyarrow as pa
 
 from bench.brokers import reachable
 from warren.runtime.ports import unused_port
+from warren.spark.options import WriteOptions
+from warren.spark.writer import publish_batches
 
 # Run as `python -c _COUNTER OUT ARGS...`: the node's `python -m warren ARGS`, counting.
 _COUNTER = """
@@ -136,9 +143,25 @@ async def drop_head(url: str, messages: int) -> None:
     await connection.close()
 
 
+async def spark(url: str, messages: int) -> None:
+    """The Spark writer's publisher on record batches of 1000 bodies, into a durable queue."""
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    queue = await channel.declare_queue(f"bytecodes-{os.getpid()}", durable=True)
+    options = WriteOptions.parse({"uri": url, "routingKey": queue.name})
+    batches = (
+        pa.record_batch([pa.array([b"x" * 128] * min(1000, messages - start))], names=["body"])
+        for start in range(0, messages, 1000)
+    )
+    await asyncio.to_thread(publish_batches, options, batches)
+    await queue.delete(if_unused=False, if_empty=False)
+    await connection.close()
+
+
 WORKLOADS: dict[str, Callable[[str, int], Coroutine[Any, Any, None]]] = {
     "w1": w1,
     "confirms": confirms,
+    "spark": spark,
     "drop-head": drop_head,
 }
 
