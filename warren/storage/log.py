@@ -49,8 +49,9 @@ Theory of operation:
    one sealed segment (compaction).
 8. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
    pages and not report it again): the log marks itself failed and refuses all further
-   appends and syncs with `LogFailed`. Durability can no longer be promised; the node must
-   stop and recover from disk.
+   appends and syncs with `LogFailed` (an append racing a failure on the sync thread may
+   still be buffered, never to be written). Durability can no longer be promised; the node
+   must stop and recover from disk.
 
 Threads: none inside. The log is not thread-safe, with one allowance: while `sync_batch` runs
 on one thread, `append`, `seal` (after it returned), `segment_of`, `active_segment_id`,
@@ -430,6 +431,10 @@ class Log:
         self._next_sequence = active.last_sequence + 1
         self._durable_sequence = active.last_sequence
         self._pending: list[_Chunk] = []
+        # The bytes of the last pending chunk while it belongs to the active segment and the
+        # log takes appends: `append` adds to it with no other check while a record fits.
+        self._tail: bytearray | None = None
+        self._tail_limit = min(segment_max_bytes, RECORD_PAYLOAD_MAX_BYTES)
         self._pending_first_sequence = self._next_sequence
         self._in_flight = False
         self._flight: Batch | None = None  # the batch `sync_batch` is writing, for `read_record`
@@ -488,6 +493,12 @@ class Log:
         return self._durable_sequence
 
     @property
+    def unsealed_from(self) -> int:
+        """The first sequence number not sealed into a batch yet: the records from here on
+        become durable together, with the next batch."""
+        return self._pending_first_sequence
+
+    @property
     def pending_records(self) -> int:
         """Appended and not yet sealed for a sync."""
         return self._next_sequence - self._pending_first_sequence
@@ -517,37 +528,49 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview) -> int:
         """Buffer one record; return its sequence number. Durable only after a sync."""
+        length = len(payload)
+        active = self._segments[-1]
+        offset = active.size_bytes
+        data = self._tail
+        if data is None or offset + RECORD_HEADER_BYTES + length > self._tail_limit:
+            data = self._open_tail(length)
+            active = self._segments[-1]
+            offset = active.size_bytes
+        sequence = self._next_sequence
+        crc = zlib.crc32(payload, zlib.crc32(_RECORD_TAIL.pack(length, sequence)))
+        data += _RECORD_HEADER.pack(crc, length, sequence)
+        data += payload
+        active.size_bytes = offset + RECORD_HEADER_BYTES + length
+        active.last_sequence = sequence
+        self._last_offset = offset
+        self._next_sequence = sequence + 1
+        return sequence
+
+    def _open_tail(self, length: int) -> bytearray:
+        """The pending bytes the next record of `length` bytes goes to, after every check
+        `append` leaves out while it has a tail with room: the log still takes appends, the
+        record's size, and the segment's (a new one once the active one is full)."""
         if self._failed is not None or self._closed:
             self._refuse()
-        length = len(payload)
         if length > RECORD_PAYLOAD_MAX_BYTES:
             raise ValueError(f"record of {length} bytes exceeds {RECORD_PAYLOAD_MAX_BYTES}")
-        record_bytes = RECORD_HEADER_BYTES + length
         active = self._segments[-1]
         pending = self._pending
         if (
-            active.size_bytes + record_bytes > self._segment_max_bytes
+            active.size_bytes + RECORD_HEADER_BYTES + length > self._segment_max_bytes
             and active.last_sequence >= active.first_sequence
         ):
-            active = self._roll()
+            self._roll()
             chunk = pending[-1]
         elif pending and pending[-1].segment_id == active.segment_id:
             chunk = pending[-1]
         else:
             chunk = _Chunk(active.segment_id, active.size_bytes, create=False)
             pending.append(chunk)
-        sequence = self._next_sequence
-        tail = _RECORD_TAIL.pack(length, sequence)
-        self._last_offset = active.size_bytes
-        data = chunk.data
-        data += _RECORD_HEADER.pack(zlib.crc32(payload, zlib.crc32(tail)), length, sequence)
-        data += payload
-        active.size_bytes += record_bytes
-        active.last_sequence = sequence
-        self._next_sequence = sequence + 1
-        return sequence
+        self._tail = chunk.data
+        return chunk.data
 
-    def _roll(self) -> _Segment:
+    def _roll(self) -> None:
         sequence = self._next_sequence
         segment = _Segment(
             self._segments[-1].segment_id + 1,
@@ -560,7 +583,6 @@ class Log:
         self._pending.append(chunk)
         self._segments.append(segment)
         self._firsts.append(sequence)
-        return segment
 
     def seal(self) -> Batch | None:
         """Take the pending appends as a batch for `sync_batch`; None if there are none."""
@@ -572,6 +594,7 @@ class Log:
             return None
         batch = Batch(tuple(self._pending), self._pending_first_sequence, self._next_sequence - 1)
         self._pending = []
+        self._tail = None
         self._pending_first_sequence = self._next_sequence
         self._in_flight = True
         self._flight = batch
@@ -599,6 +622,7 @@ class Log:
                     os.fsync(self._directory_fd)
         except OSError as error:
             self._failed = error
+            self._tail = None  # appends go through `_open_tail`, which refuses them
             raise LogFailed(f"log write failed, durability lost: {error}") from error
         self._durable_sequence = batch.last_sequence
         self._in_flight = False
@@ -737,6 +761,7 @@ class Log:
                 pass
             except OSError as error:
                 self._failed = error
+                self._tail = None
                 raise LogFailed(f"deleting a segment failed: {error}") from error
             del self._segments[0]
             del self._firsts[0]
@@ -772,6 +797,7 @@ class Log:
                 self.flush_and_sync()
         finally:
             self._closed = True
+            self._tail = None
             if self._write_fd >= 0:
                 os.close(self._write_fd)
                 self._write_fd = -1

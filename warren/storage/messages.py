@@ -189,10 +189,13 @@ def encode(record: QueueRecord) -> bytes:
     raise TypeError(f"not a queue record: {record!r}")
 
 
+def encode_route(exchange: str, routing_key: str) -> bytes:
+    """An `Enqueued` record's route: the exchange and routing key as two shortstrs."""
+    return _shortstr(exchange, "exchange name") + _shortstr(routing_key, "routing key")
+
+
 def _encode_enqueued(record: Enqueued) -> bytes:
-    route = _shortstr(record.exchange, "exchange name") + _shortstr(
-        record.routing_key, "routing key"
-    )
+    route = encode_route(record.exchange, record.routing_key)
     return encode_enqueued(
         record.queue_key,
         record.msg_id,
