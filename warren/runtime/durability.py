@@ -50,7 +50,7 @@ from warren.model.policy import Policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Enqueue
 from warren.runtime.queues.host import QueueHost, Waiter
-from warren.runtime.queues.paging import Pager, PageSlot
+from warren.runtime.queues.paging import PageSlot
 from warren.storage.definitions import (
     BindingDefinition,
     DefinitionsStore,
@@ -113,7 +113,6 @@ class Durability:
         # what the store holds, so redeclares and repeated binds cost no transaction
         self._exchanges: dict[str, dict[str, None]] = {}  # vhost -> names
         self._bindings: set[BindingDefinition] = set()
-        self.pager = Pager()
         self.syncs = 0
         self.observer: DefinitionsObserver | None = None  # None: a single node
 
@@ -292,30 +291,40 @@ class Durability:
     def enqueued(self, host: QueueHost, msg_id: int, command: Enqueue, now_ms: int) -> None:
         """The machine took a message: log it if it is persistent. Runs before the effects
         of the same command, so its record precedes any delivery or settlement of it. A
-        message in a `PageSlot` is paged out once its record is durable."""
+        message in a `PageSlot` is paged out at once: until the next group commit its
+        record is read back from the log's write buffer."""
         held = command.message
-        if type(held) is PageRef:
+        if type(held) is Message:
+            message, slot = held, None
+        elif type(held) is PageSlot:
+            message, slot = held.message, held
+            assert message is not None  # emptied only after this record is durable
+        else:
+            assert type(held) is PageRef
             return  # only messages that are never logged go to scratch pages
-        slot = held if type(held) is PageSlot else None
-        message = held if slot is None else slot.message
-        assert isinstance(message, Message)
         if not message.persistent:
             return
         key = host.journal_key
         assert key is not None
-        sequence = self.journal.enqueue_fields(
+        machine = host.machine
+        ttl_ms = command.ttl_ms
+        self.journal.enqueue_fields(
             key,
             msg_id,
             now_ms,
-            host.machine.message_deadline(now_ms, command.ttl_ms),
+            # most messages have no TTL at all: no call to find that out
+            None
+            if ttl_ms is None and machine.settings.message_ttl_ms is None
+            else machine.message_deadline(now_ms, ttl_ms),
             command.priority,
             message.route,
             message.properties_raw,
             message.body,
         )
-        if slot is not None and self.pager.hold(sequence, slot):
-            self.wait(self.pager)
-        self._kick()
+        if slot is not None:
+            slot.message = None  # paged out: `QueueJournal.read` finds it by `sequence`
+        if not self._scheduled:
+            self._kick()
 
     def delivered(self, key: str, msg_ids: Iterable[int]) -> None:
         marks = self._marks.get(key)
