@@ -30,6 +30,7 @@ class FakeDurability:
     def __init__(self) -> None:
         self.log = FakeLog()
         self.waiters: list[Any] = []
+        self.deferred = 0  # records of settlements not appended yet
 
     def wait(self, waiter: Any) -> None:
         self.waiters.append(waiter)
@@ -37,6 +38,11 @@ class FakeDurability:
     def forget(self, waiter: Any) -> None:
         while waiter in self.waiters:
             self.waiters.remove(waiter)
+
+    def write_deferred(self) -> None:
+        """Settlements are collected, and appended only here (as `Durability` does)."""
+        self.log.next_sequence += self.deferred
+        self.deferred = 0
 
 
 class Publisher:
@@ -375,7 +381,7 @@ def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
     channel.transaction.settlements.append((Settle, []))
 
     def settlement_that_logs(command: type, taken: list[tuple[int, Any]]) -> None:
-        durability.log.next_sequence += 2  # as acks of persistent messages would
+        durability.deferred += 2  # as acks of persistent messages would, written later
 
     channel._apply_settlement = settlement_that_logs  # type: ignore[method-assign]
     channel._tx_commit(m.TxCommit())
