@@ -125,43 +125,39 @@ class Confirms:
         """A publish went through routing (after `expect` for its quorum queues): `refused`
         if a queue said no, the futures of other nodes' queues that will say, and the log
         sequence it appended (0: none)."""
-        self.publish_seq += 1
+        seq = self.publish_seq = self.publish_seq + 1
         if refused:
             self._nack_latest()
         elif replicated is not None:
             self._hold_futures(replicated, log_sequence)
-        elif log_sequence:
-            self._hold(log_sequence)
-        else:
+        elif not log_sequence:
             self._ready()
-
-    def _hold(self, log_sequence: int) -> None:
-        """The latest publish is confirmed once the log is durable up to `log_sequence`."""
-        durability = self.durability
-        assert durability is not None  # a sequence comes from its log
-        log = durability.log
-        held = self._held
-        if held:
-            last = held[-1]
-            if (
-                last.last_seq == self.publish_seq - 1
-                and last.log_sequence >= log.unsealed_from
-                and not last.waiting
-            ):
-                # The publish before this one waits for a record of the same unsealed
-                # batch: both are durable after the same sync, so one entry holds the run
-                # (and this confirms is a waiter already: that record is not durable).
-                last.last_seq = self.publish_seq
-                last.log_sequence = self._log_wanted = log_sequence
+        else:  # held until the log is durable up to `log_sequence` (inline: most publishes)
+            durability = self.durability
+            assert durability is not None  # a sequence comes from its log
+            log = durability.log
+            held = self._held
+            if held:
+                last = held[-1]
+                if (
+                    last.last_seq == seq - 1
+                    and last.log_sequence >= log.unsealed_from
+                    and not last.waiting
+                ):
+                    # The publish before this one waits for a record of the same unsealed
+                    # batch: both are durable after the same sync, so one entry holds the
+                    # run (and this is a waiter already: that record is not durable).
+                    last.last_seq = seq
+                    last.log_sequence = self._log_wanted = log_sequence
+                    return
+            if log_sequence <= log.durable_sequence:
+                self._ready()
                 return
-        if log_sequence <= log.durable_sequence:
-            self._ready()
-            return
-        held.append(_Held(self.publish_seq, log_sequence))
-        self._log_wanted = log_sequence
-        if not self._log_waiting:  # once per run of held confirms, not per publish
-            self._log_waiting = True
-            durability.wait(self)
+            held.append(_Held(seq, log_sequence))
+            self._log_wanted = log_sequence
+            if not self._log_waiting:  # once per run of held confirms, not per publish
+                self._log_waiting = True
+                durability.wait(self)
 
     def _hold_futures(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
         """The latest publish is confirmed once every future says True (and the log is
