@@ -228,9 +228,12 @@ def encode_enqueued(
 
     `route` is the exchange and routing key as two AMQP shortstrs (``Message.route``).
     """
-    if (  # two shortstrs and nothing else
-        not route or 1 + route[0] >= len(route) or len(route) != 2 + route[0] + route[1 + route[0]]
-    ):
+    try:  # two shortstrs and nothing else
+        exchange_length = route[0]
+        two_shortstrs = len(route) == 2 + exchange_length + route[1 + exchange_length]
+    except IndexError:
+        two_shortstrs = False
+    if not two_shortstrs:
         raise ValueError("route is not two shortstrs")
     try:
         fixed = _ENQUEUED.pack(
