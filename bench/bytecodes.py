@@ -13,6 +13,13 @@ mypyc (`make mypyc`) takes away: compiled code executes no bytecode. For each so
    - `confirms`: persistent messages with publisher confirms to a durable queue nobody
      consumes (what a reliable producer and the Spark writer do), each batch of 1000 awaited
      for its confirms, then the queue is deleted;
+   - `w2`: W2's shape: persistent messages with confirms (batches of 1000 awaited) to a
+     durable queue that another connection consumes with manual acks, prefetch 1000, one
+     `basic.ack` per message, until all are acked;
+   - `spark`: the Spark writer's shape, without Spark: `warren.spark.writer.publish_batches`
+     frames record batches of 1000 persistent messages into one buffer each (many publishes
+     per socket write, no message ids) and settles confirms in runs, into a durable queue
+     nobody consumes, which is deleted at the end;
    - `drop-head`: transient messages to a queue of `x-max-length` 1000 with `drop-head`
      overflow that nobody consumes (W7's shape): past the first 1000 every publish drops
      the head.
@@ -40,9 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import pyarrow as pa
 
 from bench.brokers import reachable
 from warren.runtime.ports import unused_port
+from warren.spark.options import WriteOptions
+from warren.spark.writer import publish_batches
 
 # Run as `python -c _COUNTER OUT ARGS...`: the node's `python -m warren ARGS`, counting.
 _COUNTER = """
@@ -136,9 +146,61 @@ async def drop_head(url: str, messages: int) -> None:
     await connection.close()
 
 
+async def w2(url: str, messages: int) -> None:
+    """Persistent messages with confirms through a durable queue to a manual-ack consumer."""
+    publisher, consumer = await aio_pika.connect(url), await aio_pika.connect(url)
+    consuming = await consumer.channel()
+    await consuming.set_qos(prefetch_count=1000)
+    queue = await consuming.declare_queue(f"bytecodes-w2-{os.getpid()}", durable=True)
+    done = asyncio.get_running_loop().create_future()
+    got = 0
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        nonlocal got
+        await message.ack()
+        got += 1
+        if got == messages:
+            done.set_result(None)
+
+    await queue.consume(on_message)
+    channel = await publisher.channel(publisher_confirms=True)
+    persistent = aio_pika.DeliveryMode.PERSISTENT
+    for start in range(0, messages, 1000):
+        batch = range(start, min(start + 1000, messages))
+        await asyncio.gather(
+            *(
+                channel.default_exchange.publish(
+                    aio_pika.Message(b"x" * 128, delivery_mode=persistent), queue.name
+                )
+                for _ in batch
+            )
+        )
+    await done
+    await queue.delete(if_unused=False, if_empty=False)
+    await publisher.close()
+    await consumer.close()
+
+
+async def spark(url: str, messages: int) -> None:
+    """The Spark writer's publisher on record batches of 1000 bodies, into a durable queue."""
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    queue = await channel.declare_queue(f"bytecodes-{os.getpid()}", durable=True)
+    options = WriteOptions.parse({"uri": url, "routingKey": queue.name})
+    batches = (
+        pa.record_batch([pa.array([b"x" * 128] * min(1000, messages - start))], names=["body"])
+        for start in range(0, messages, 1000)
+    )
+    await asyncio.to_thread(publish_batches, options, batches)
+    await queue.delete(if_unused=False, if_empty=False)
+    await connection.close()
+
+
 WORKLOADS: dict[str, Callable[[str, int], Coroutine[Any, Any, None]]] = {
     "w1": w1,
     "confirms": confirms,
+    "w2": w2,
+    "spark": spark,
     "drop-head": drop_head,
 }
 

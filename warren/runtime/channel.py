@@ -1127,6 +1127,8 @@ class Channel:
             self._publish(content)
         for command, taken in transaction.settlements:
             self._apply_settlement(command, taken)
+        if durability is not None and transaction.settlements:
+            durability.write_deferred()  # the acks' records, for the commit-ok to wait for
         if durability is not None and durability.log.next_sequence != logged_from:
             needed = durability.log.next_sequence - 1
             if needed > durability.log.durable_sequence:

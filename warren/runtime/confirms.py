@@ -14,7 +14,9 @@ Theory of operation:
    flush.
 3. What a held publish waits for:
    - the log: as a `Waiter` of the node's durability (`durable_reached`), up to the log
-     sequence it appended;
+     sequence it appended. Consecutive publishes whose records are in the same unsealed
+     batch become durable with the same sync: they share one `_Held` entry, whose tag and
+     log sequence move up with each (the Spark writer's publishes arrive hundreds a read);
    - quorum queues: by counters, with no object per publish. The channel names each
      quorum host a publish went to (`expect`), which adds its tag to that host's queue of
      tags; the host says, once per committed batch, up to which tag this channel's
@@ -48,13 +50,15 @@ from warren.runtime.stats import MessageStats
 
 
 class _Held:
-    """A confirm that waits: for the log to be durable up to `log_sequence`, and for
-    `waiting` futures (another node's classic queues)."""
+    """Confirms that wait, tags `seq` to `last_seq`: for the log to be durable up to
+    `log_sequence`, and for `waiting` futures (another node's classic queues). A run of
+    publishes held by records of one unsealed batch shares one entry (point 3)."""
 
-    __slots__ = ("log_sequence", "seq", "waiting")
+    __slots__ = ("last_seq", "log_sequence", "seq", "waiting")
 
     def __init__(self, seq: int, log_sequence: int, waiting: int = 0) -> None:
         self.seq = seq
+        self.last_seq = seq
         self.log_sequence = log_sequence
         self.waiting = waiting
 
@@ -121,28 +125,39 @@ class Confirms:
         """A publish went through routing (after `expect` for its quorum queues): `refused`
         if a queue said no, the futures of other nodes' queues that will say, and the log
         sequence it appended (0: none)."""
-        self.publish_seq += 1
+        seq = self.publish_seq = self.publish_seq + 1
         if refused:
             self._nack_latest()
         elif replicated is not None:
             self._hold_futures(replicated, log_sequence)
-        elif log_sequence:
-            self._hold(log_sequence)
-        else:
+        elif not log_sequence:
             self._ready()
-
-    def _hold(self, log_sequence: int) -> None:
-        """The latest publish is confirmed once the log is durable up to `log_sequence`."""
-        durability = self.durability
-        assert durability is not None  # a sequence comes from its log
-        if log_sequence <= durability.log.durable_sequence:
-            self._ready()
-            return
-        self._held.append(_Held(self.publish_seq, log_sequence))
-        self._log_wanted = log_sequence
-        if not self._log_waiting:  # once per run of held confirms, not per publish
-            self._log_waiting = True
-            durability.wait(self)
+        else:  # held until the log is durable up to `log_sequence` (inline: most publishes)
+            durability = self.durability
+            assert durability is not None  # a sequence comes from its log
+            log = durability.log
+            held = self._held
+            if held:
+                last = held[-1]
+                if (
+                    last.last_seq == seq - 1
+                    and last.log_sequence >= log.unsealed_from
+                    and not last.waiting
+                ):
+                    # The publish before this one waits for a record of the same unsealed
+                    # batch: both are durable after the same sync, so one entry holds the
+                    # run (and this is a waiter already: that record is not durable).
+                    last.last_seq = seq
+                    last.log_sequence = self._log_wanted = log_sequence
+                    return
+            if log_sequence <= log.durable_sequence:
+                self._ready()
+                return
+            held.append(_Held(seq, log_sequence))
+            self._log_wanted = log_sequence
+            if not self._log_waiting:  # once per run of held confirms, not per publish
+                self._log_waiting = True
+                durability.wait(self)
 
     def _hold_futures(self, outcomes: list[asyncio.Future[bool]], log_sequence: int) -> None:
         """The latest publish is confirmed once every future says True (and the log is

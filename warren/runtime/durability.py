@@ -18,10 +18,13 @@ Theory of operation:
    `delivered`, `settled`, `purged`, `queue_deleted`); the journal ignores msg_ids it
    never logged, so transient messages cost a lookup at most. Only persistent messages
    (delivery-mode 2) are logged; `warren.runtime.queues.paging` lets long queues keep their bodies
-   there only. First deliveries are collected per queue and logged as
-   one `Delivered` record per queue just before the batch is sealed, not one per message:
-   a mark only matters once it is durable, and the journal drops marks of messages that
-   left meanwhile (settled, purged, deleted), so the later record means the same.
+   there only. First deliveries and settlements are collected per queue and logged as one
+   `Settled` and one `Delivered` record per queue just before the batch is sealed
+   (`write_deferred`), not one per message or per ack: a mark or a settlement only matters
+   once it is durable, which it can only be with that batch, and the journal drops what
+   concerns messages that left meanwhile (purged, deleted), so the later record means the
+   same. A record that kills a message still follows its `Enqueued` (appended at once).
+   A transaction's commit writes them at once, so that its commit-ok waits for its acks.
 5. Group commit: every append asks for one ``call_soon`` callback per loop turn (`_kick`).
    When no batch is in flight it seals the appends of the turn into a batch and syncs it
    on a single thread of its own; when the sync returns, waiters (channels holding
@@ -50,7 +53,7 @@ from warren.model.policy import Policy
 from warren.model.vhost import RESERVED_PREFIX
 from warren.queue import Enqueue
 from warren.runtime.queues.host import QueueHost, Waiter
-from warren.runtime.queues.paging import Pager, PageSlot
+from warren.runtime.queues.paging import PageSlot
 from warren.storage.definitions import (
     BindingDefinition,
     DefinitionsStore,
@@ -109,11 +112,12 @@ class Durability:
         self._syncing: asyncio.Future[int] | None = None
         self._reading: asyncio.Future[dict[int, bytes]] | None = None  # compaction read
         self._waiters: dict[Waiter, None] = {}
-        self._marks: dict[str, list[int]] = {}  # first deliveries not yet logged, per queue
+        # first deliveries and settlements not yet logged, per queue (rule 4)
+        self._marks: dict[str, list[int]] = {}
+        self._settles: dict[str, list[int]] = {}
         # what the store holds, so redeclares and repeated binds cost no transaction
         self._exchanges: dict[str, dict[str, None]] = {}  # vhost -> names
         self._bindings: set[BindingDefinition] = set()
-        self.pager = Pager()
         self.syncs = 0
         self.observer: DefinitionsObserver | None = None  # None: a single node
 
@@ -292,30 +296,40 @@ class Durability:
     def enqueued(self, host: QueueHost, msg_id: int, command: Enqueue, now_ms: int) -> None:
         """The machine took a message: log it if it is persistent. Runs before the effects
         of the same command, so its record precedes any delivery or settlement of it. A
-        message in a `PageSlot` is paged out once its record is durable."""
+        message in a `PageSlot` is paged out at once: until the next group commit its
+        record is read back from the log's write buffer."""
         held = command.message
-        if type(held) is PageRef:
+        if type(held) is Message:
+            message, slot = held, None
+        elif type(held) is PageSlot:
+            message, slot = held.message, held
+            assert message is not None  # emptied only after this record is durable
+        else:
+            assert type(held) is PageRef
             return  # only messages that are never logged go to scratch pages
-        slot = held if type(held) is PageSlot else None
-        message = held if slot is None else slot.message
-        assert isinstance(message, Message)
         if not message.persistent:
             return
         key = host.journal_key
         assert key is not None
-        sequence = self.journal.enqueue_fields(
+        machine = host.machine
+        ttl_ms = command.ttl_ms
+        self.journal.enqueue_fields(
             key,
             msg_id,
             now_ms,
-            host.machine.message_deadline(now_ms, command.ttl_ms),
+            # most messages have no TTL at all: no call to find that out
+            None
+            if ttl_ms is None and machine.settings.message_ttl_ms is None
+            else machine.message_deadline(now_ms, ttl_ms),
             command.priority,
             message.route,
             message.properties_raw,
             message.body,
         )
-        if slot is not None and self.pager.hold(sequence, slot):
-            self.wait(self.pager)
-        self._kick()
+        if slot is not None:
+            slot.message = None  # paged out: `QueueJournal.read` finds it by `sequence`
+        if not self._scheduled:
+            self._kick()
 
     def delivered(self, key: str, msg_ids: Iterable[int]) -> None:
         marks = self._marks.get(key)
@@ -325,17 +339,29 @@ class Durability:
         else:
             marks.extend(msg_ids)
 
-    def _log_marks(self) -> None:
-        marks = self._marks
-        if marks:
+    def settled(self, key: str, msg_ids: Iterable[int]) -> None:
+        settles = self._settles.get(key)
+        if settles is None:
+            self._settles[key] = list(msg_ids)
+            self._kick()
+        else:
+            settles.extend(msg_ids)
+
+    def write_deferred(self) -> None:
+        """Append the settlements and first deliveries collected since the last batch was
+        sealed (rule 4): before a seal, and when a transaction's acks must be durable
+        before its commit-ok."""
+        settles, marks = self._settles, self._marks
+        if settles:
+            self._settles = {}
+            settle = self.journal.settle
+            for key, msg_ids in settles.items():
+                settle(key, msg_ids)
+        if marks:  # after the settlements: a mark of a message settled meanwhile is dropped
             self._marks = {}
             deliver = self.journal.deliver
             for key, msg_ids in marks.items():
                 deliver(key, msg_ids)
-
-    def settled(self, key: str, msg_ids: Iterable[int]) -> None:
-        if self.journal.settle(key, msg_ids) is not None:
-            self._kick()
 
     def purged(self, key: str, kept_msg_ids: list[int]) -> None:
         if self.journal.purge(key, kept_msg_ids) is not None:
@@ -345,10 +371,12 @@ class Durability:
 
     @property
     def caught_up(self) -> bool:
-        """Everything appended (or marked delivered) so far is durable; no sync in flight."""
+        """Everything appended (or marked delivered, or settled) so far is durable; no sync
+        in flight."""
         wal = self.log
         return (
             not self._marks
+            and not self._settles
             and self._syncing is None
             and wal.durable_sequence == wal.next_sequence - 1
         )
@@ -376,7 +404,7 @@ class Durability:
         if self.failed or self._closing:
             return
         try:
-            self._log_marks()
+            self.write_deferred()
             if self._syncing is not None:
                 return
             batch = self.log.seal()
@@ -464,7 +492,7 @@ class Durability:
             if self._syncing is not None:
                 log.error("the log thread did not finish; closing without a final sync")
             elif not self.failed:
-                self._log_marks()
+                self.write_deferred()
                 self.log.close(flush=True)
                 for waiter in list(self._waiters):
                     waiter.durable_reached(self.log.durable_sequence)

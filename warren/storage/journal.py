@@ -62,6 +62,7 @@ from warren.storage.messages import (
     encode,
     encode_delivered,
     encode_enqueued,
+    encode_route,
     encode_settled,
     recover,
 )
@@ -226,7 +227,16 @@ class QueueJournal:
 
     def enqueue(self, record: Enqueued) -> int:
         """Log a persistent message; return its sequence number (confirm once durable)."""
-        return self._enqueue(record.queue_key, record.msg_id, encode(record))
+        return self.enqueue_fields(
+            record.queue_key,
+            record.msg_id,
+            record.enqueued_at_ms,
+            record.expires_at_ms,
+            record.priority,
+            encode_route(record.exchange, record.routing_key),
+            record.properties_raw,
+            record.body,
+        )
 
     def enqueue_fields(
         self,
@@ -243,9 +253,6 @@ class QueueJournal:
         payload = encode_enqueued(
             queue_key, msg_id, enqueued_at_ms, expires_at_ms, priority, route, properties_raw, body
         )
-        return self._enqueue(queue_key, msg_id, payload)
-
-    def _enqueue(self, queue_key: str, msg_id: int, payload: bytes) -> int:
         queue = self._queues.get(queue_key)
         if queue is None:
             queue = self._queues[queue_key] = {}

@@ -49,8 +49,9 @@ Theory of operation:
    one sealed segment (compaction).
 8. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
    pages and not report it again): the log marks itself failed and refuses all further
-   appends and syncs with `LogFailed`. Durability can no longer be promised; the node must
-   stop and recover from disk.
+   appends and syncs with `LogFailed` (an append racing a failure on the sync thread may
+   still be buffered, never to be written). Durability can no longer be promised; the node
+   must stop and recover from disk.
 
 Threads: none inside. The log is not thread-safe, with one allowance: while `sync_batch` runs
 on one thread, `append`, `seal` (after it returned), `segment_of`, `active_segment_id`,
@@ -427,13 +428,25 @@ class Log:
         self._lock_fd = lock_fd
         self._directory_fd = directory_fd
         active = segments[-1]
-        self._next_sequence = active.last_sequence + 1
-        self._durable_sequence = active.last_sequence
+        # Read by callers on every message, so attributes rather than properties; only the
+        # log assigns them.
+        self.next_sequence = active.last_sequence + 1
+        # every record up to this sequence number is on disk and synced
+        self.durable_sequence = active.last_sequence
+        # the segment the last appended record went to (the next one goes here or after)
+        self.active_segment_id = active.segment_id
+        # the byte offset, in the active segment, of the record `append` returned last
+        self.last_record_offset = 0
         self._pending: list[_Chunk] = []
-        self._pending_first_sequence = self._next_sequence
+        # The bytes of the last pending chunk while it belongs to the active segment and the
+        # log takes appends: `append` adds to it with no other check while a record fits.
+        self._tail: bytearray | None = None
+        self._tail_limit = min(segment_max_bytes, RECORD_PAYLOAD_MAX_BYTES)
+        # the first sequence number not sealed into a batch yet: the records from here on
+        # become durable together, with the next batch
+        self.unsealed_from = self.next_sequence
         self._in_flight = False
         self._flight: Batch | None = None  # the batch `sync_batch` is writing, for `read_record`
-        self._last_offset = 0  # where in its segment the last appended record starts
         self._read_fds: dict[int, int] = {}  # segment id -> descriptor for `read_record`
         self._failed: BaseException | None = None
         self._closed = False
@@ -474,32 +487,13 @@ class Log:
         return self._directory
 
     @property
-    def active_segment_id(self) -> int:
-        """The segment the last appended record went to (the next one goes here or after)."""
-        return self._segments[-1].segment_id
-
-    @property
-    def next_sequence(self) -> int:
-        return self._next_sequence
-
-    @property
-    def durable_sequence(self) -> int:
-        """Every record up to this sequence number is on disk and synced."""
-        return self._durable_sequence
-
-    @property
     def pending_records(self) -> int:
         """Appended and not yet sealed for a sync."""
-        return self._next_sequence - self._pending_first_sequence
+        return self.next_sequence - self.unsealed_from
 
     @property
     def failed(self) -> bool:
         return self._failed is not None
-
-    @property
-    def last_record_offset(self) -> int:
-        """The byte offset, in the active segment, of the record `append` returned last."""
-        return self._last_offset
 
     def segments(self) -> list[SegmentInfo]:
         return [s.info() for s in self._segments]
@@ -517,38 +511,50 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview) -> int:
         """Buffer one record; return its sequence number. Durable only after a sync."""
+        length = len(payload)
+        active = self._segments[-1]
+        offset = active.size_bytes
+        data = self._tail
+        if data is None or offset + RECORD_HEADER_BYTES + length > self._tail_limit:
+            data = self._open_tail(length)
+            active = self._segments[-1]
+            offset = active.size_bytes
+        sequence = self.next_sequence
+        crc = zlib.crc32(payload, zlib.crc32(_RECORD_TAIL.pack(length, sequence)))
+        data += _RECORD_HEADER.pack(crc, length, sequence)
+        data += payload
+        active.size_bytes = offset + RECORD_HEADER_BYTES + length
+        active.last_sequence = sequence
+        self.last_record_offset = offset
+        self.next_sequence = sequence + 1
+        return sequence
+
+    def _open_tail(self, length: int) -> bytearray:
+        """The pending bytes the next record of `length` bytes goes to, after every check
+        `append` leaves out while it has a tail with room: the log still takes appends, the
+        record's size, and the segment's (a new one once the active one is full)."""
         if self._failed is not None or self._closed:
             self._refuse()
-        length = len(payload)
         if length > RECORD_PAYLOAD_MAX_BYTES:
             raise ValueError(f"record of {length} bytes exceeds {RECORD_PAYLOAD_MAX_BYTES}")
-        record_bytes = RECORD_HEADER_BYTES + length
         active = self._segments[-1]
         pending = self._pending
         if (
-            active.size_bytes + record_bytes > self._segment_max_bytes
+            active.size_bytes + RECORD_HEADER_BYTES + length > self._segment_max_bytes
             and active.last_sequence >= active.first_sequence
         ):
-            active = self._roll()
+            self._roll()
             chunk = pending[-1]
         elif pending and pending[-1].segment_id == active.segment_id:
             chunk = pending[-1]
         else:
             chunk = _Chunk(active.segment_id, active.size_bytes, create=False)
             pending.append(chunk)
-        sequence = self._next_sequence
-        tail = _RECORD_TAIL.pack(length, sequence)
-        self._last_offset = active.size_bytes
-        data = chunk.data
-        data += _RECORD_HEADER.pack(zlib.crc32(payload, zlib.crc32(tail)), length, sequence)
-        data += payload
-        active.size_bytes += record_bytes
-        active.last_sequence = sequence
-        self._next_sequence = sequence + 1
-        return sequence
+        self._tail = chunk.data
+        return chunk.data
 
-    def _roll(self) -> _Segment:
-        sequence = self._next_sequence
+    def _roll(self) -> None:
+        sequence = self.next_sequence
         segment = _Segment(
             self._segments[-1].segment_id + 1,
             first_sequence=sequence,
@@ -560,7 +566,7 @@ class Log:
         self._pending.append(chunk)
         self._segments.append(segment)
         self._firsts.append(sequence)
-        return segment
+        self.active_segment_id = segment.segment_id
 
     def seal(self) -> Batch | None:
         """Take the pending appends as a batch for `sync_batch`; None if there are none."""
@@ -570,9 +576,10 @@ class Log:
             raise LogError("a batch is already in flight; sync it before sealing another")
         if not self._pending:
             return None
-        batch = Batch(tuple(self._pending), self._pending_first_sequence, self._next_sequence - 1)
+        batch = Batch(tuple(self._pending), self.unsealed_from, self.next_sequence - 1)
         self._pending = []
-        self._pending_first_sequence = self._next_sequence
+        self._tail = None
+        self.unsealed_from = self.next_sequence
         self._in_flight = True
         self._flight = batch
         return batch
@@ -585,10 +592,10 @@ class Log:
         """
         if self._failed is not None:
             self._refuse()
-        if batch.first_sequence != self._durable_sequence + 1:
+        if batch.first_sequence != self.durable_sequence + 1:
             raise LogError(
                 f"batch {batch.first_sequence}..{batch.last_sequence} does not follow"
-                f" durable sequence {self._durable_sequence}"
+                f" durable sequence {self.durable_sequence}"
             )
         try:
             for chunk in batch.chunks:
@@ -599,8 +606,9 @@ class Log:
                     os.fsync(self._directory_fd)
         except OSError as error:
             self._failed = error
+            self._tail = None  # appends go through `_open_tail`, which refuses them
             raise LogFailed(f"log write failed, durability lost: {error}") from error
-        self._durable_sequence = batch.last_sequence
+        self.durable_sequence = batch.last_sequence
         self._in_flight = False
         self._flight = None  # after the durable sequence moved: see `read_record`
         return batch.last_sequence
@@ -621,7 +629,7 @@ class Log:
         """Write and sync all pending appends; return the highest durable sequence number."""
         batch = self.seal()
         if batch is None:
-            return self._durable_sequence
+            return self.durable_sequence
         return self.sync_batch(batch)
 
     def _refuse(self) -> None:
@@ -639,7 +647,7 @@ class Log:
     def located_records(self) -> Iterator[tuple[int, int, int, bytes]]:
         """`records` with where each one lies: (sequence, segment id, offset, payload)."""
         for segment in list(self._segments):
-            last = min(segment.last_sequence, self._durable_sequence)
+            last = min(segment.last_sequence, self.durable_sequence)
             if last < segment.first_sequence:
                 continue
             data = _read_file(self._directory / segment_file_name(segment.segment_id))
@@ -658,7 +666,7 @@ class Log:
         `LogCorrupt` if they do not match.
         """
         flight = self._flight
-        if sequence <= self._durable_sequence:
+        if sequence <= self.durable_sequence:
             fd = self._read_fds.get(segment_id)
             if fd is None:
                 self._segment(segment_id)  # KeyError for a segment the log does not have
@@ -677,7 +685,7 @@ class Log:
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
         """The payloads of the given records of a sealed, durable segment."""
         segment = self._segment(segment_id)
-        if segment is self._segments[-1] or segment.last_sequence > self._durable_sequence:
+        if segment is self._segments[-1] or segment.last_sequence > self.durable_sequence:
             raise ValueError(f"segment {segment_id} is still being written")
         wanted = set(sequences)
         for sequence in wanted:
@@ -725,7 +733,7 @@ class Log:
             if (
                 not oldest.retired
                 or len(self._segments) == 1
-                or oldest.last_sequence > self._durable_sequence
+                or oldest.last_sequence > self.durable_sequence
             ):
                 break
             try:
@@ -737,6 +745,7 @@ class Log:
                 pass
             except OSError as error:
                 self._failed = error
+                self._tail = None
                 raise LogFailed(f"deleting a segment failed: {error}") from error
             del self._segments[0]
             del self._firsts[0]
@@ -772,6 +781,7 @@ class Log:
                 self.flush_and_sync()
         finally:
             self._closed = True
+            self._tail = None
             if self._write_fd >= 0:
                 os.close(self._write_fd)
                 self._write_fd = -1

@@ -189,10 +189,13 @@ def encode(record: QueueRecord) -> bytes:
     raise TypeError(f"not a queue record: {record!r}")
 
 
+def encode_route(exchange: str, routing_key: str) -> bytes:
+    """An `Enqueued` record's route: the exchange and routing key as two shortstrs."""
+    return _shortstr(exchange, "exchange name") + _shortstr(routing_key, "routing key")
+
+
 def _encode_enqueued(record: Enqueued) -> bytes:
-    route = _shortstr(record.exchange, "exchange name") + _shortstr(
-        record.routing_key, "routing key"
-    )
+    route = encode_route(record.exchange, record.routing_key)
     return encode_enqueued(
         record.queue_key,
         record.msg_id,
@@ -225,9 +228,12 @@ def encode_enqueued(
 
     `route` is the exchange and routing key as two AMQP shortstrs (``Message.route``).
     """
-    if (  # two shortstrs and nothing else
-        not route or 1 + route[0] >= len(route) or len(route) != 2 + route[0] + route[1 + route[0]]
-    ):
+    try:  # two shortstrs and nothing else
+        exchange_length = route[0]
+        two_shortstrs = len(route) == 2 + exchange_length + route[1 + exchange_length]
+    except IndexError:
+        two_shortstrs = False
+    if not two_shortstrs:
         raise ValueError("route is not two shortstrs")
     try:
         fixed = _ENQUEUED.pack(

@@ -23,12 +23,14 @@ class FakeLog:
     def __init__(self) -> None:
         self.next_sequence = 1
         self.durable_sequence = 0
+        self.unsealed_from = 1
 
 
 class FakeDurability:
     def __init__(self) -> None:
         self.log = FakeLog()
         self.waiters: list[Any] = []
+        self.deferred = 0  # records of settlements not appended yet
 
     def wait(self, waiter: Any) -> None:
         self.waiters.append(waiter)
@@ -36,6 +38,11 @@ class FakeDurability:
     def forget(self, waiter: Any) -> None:
         while waiter in self.waiters:
             self.waiters.remove(waiter)
+
+    def write_deferred(self) -> None:
+        """Settlements are collected, and appended only here (as `Durability` does)."""
+        self.log.next_sequence += self.deferred
+        self.deferred = 0
 
 
 class Publisher:
@@ -56,7 +63,11 @@ class Publisher:
     def flush_later(self) -> None:
         self.flushes += 1
 
-    def persistent(self, log_sequence: int) -> None:
+    def persistent(self, log_sequence: int, batch_of_its_own: bool = True) -> None:
+        """A publish that appended record `log_sequence`; unless told otherwise, every record
+        before it was sealed into an earlier batch, so it is made durable by a sync of its own."""
+        if batch_of_its_own:
+            self.durability.log.unsealed_from = log_sequence
         self.confirms.published(False, None, log_sequence)
 
     def transient(self) -> None:
@@ -115,6 +126,33 @@ def test_confirms_wait_on_the_log_again_once_it_let_them_go() -> None:
     assert confirms(publisher.confirms.pending()) == [("BasicAck", 2, True)]
     assert publisher.durable(12) is False
     assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, False)]
+
+
+def test_a_run_of_publishes_in_one_unsealed_batch_shares_one_held_entry() -> None:
+    publisher = Publisher()
+    publisher.persistent(10)  # 1: the batch from 10 on is not sealed yet
+    publisher.persistent(11, batch_of_its_own=False)  # 2
+    publisher.persistent(12, batch_of_its_own=False)  # 3
+    assert len(publisher.confirms._held) == 1
+    assert publisher.durable(11) is True  # cannot happen with one batch, and must not ack 3
+    assert publisher.confirms.pending() == []
+    assert publisher.durable(12) is False
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, True)]
+
+
+def test_a_run_split_by_a_seal_or_another_publish_keeps_its_own_entries() -> None:
+    publisher = Publisher()
+    publisher.persistent(10)  # 1
+    publisher.persistent(11)  # 2: 10 was sealed meanwhile, 11 starts the next batch
+    publisher.transient()  # 3
+    publisher.persistent(12, batch_of_its_own=False)  # 4: not right after 2's tag
+    assert len(publisher.confirms._held) == 3
+    assert publisher.durable(10) is True
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
+    assert publisher.durable(11) is True
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, True)]
+    assert publisher.durable(12) is False
+    assert confirms(publisher.confirms.pending()) == [("BasicAck", 4, False)]
 
 
 def test_without_held_confirms_the_fast_path_acks_at_once() -> None:
@@ -343,7 +381,7 @@ def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
     channel.transaction.settlements.append((Settle, []))
 
     def settlement_that_logs(command: type, taken: list[tuple[int, Any]]) -> None:
-        durability.log.next_sequence += 2  # as acks of persistent messages would
+        durability.deferred += 2  # as acks of persistent messages would, written later
 
     channel._apply_settlement = settlement_that_logs  # type: ignore[method-assign]
     channel._tx_commit(m.TxCommit())

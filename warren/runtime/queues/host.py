@@ -176,6 +176,8 @@ class DurableStore(Protocol):
 
     def purged(self, key: str, kept_msg_ids: list[int]) -> None: ...
 
+    def write_deferred(self) -> None: ...
+
 
 class Node(Protocol):
     """What hosts need of the node (`warren.runtime.broker.Broker`)."""

@@ -18,10 +18,10 @@ Theory of operation:
      durable queues as above, all others (transient messages, non-durable queues) to the
      node's scratch `PageStore`, which never survives a restart, as RabbitMQ pages
      transient messages only when memory runs short.
-3. `Pager` empties a `PageSlot` (``slot.message = None``) after the group commit that makes
-   its record durable (it waits on the `Durability` driver as a publisher confirm does).
-   Until then the record's bytes sit in the log's write buffer, so letting go earlier would
-   save nothing. A scratch page is written at once and the entry holds only its `PageRef`.
+3. The durability empties a `PageSlot` (``slot.message = None``) as soon as it has appended
+   the message's record: until the next group commit that record is read back from the
+   log's write buffer (`Log.read_record`), so nothing waits for the sync to let the body go.
+   A scratch page is written at once and the entry holds only its `PageRef`.
 4. Everything that hands a message out (a delivery, basic.get, dead-lettering) first calls
    `resident`, which puts the `Message` back into the entry, reading the log or the scratch
    page (and freeing that page). A quorum queue's entry holds the Raft index of the entry
@@ -39,7 +39,6 @@ entry or a `PageRef`), whatever the size of the bodies.
 from __future__ import annotations
 
 import struct
-from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
@@ -154,24 +153,3 @@ def decode_page(data: bytes) -> Message:
         data[properties_start:body_start],
         data[body_start:],
     )
-
-
-class Pager:
-    """Empties slots once their records are durable (rule 3)."""
-
-    __slots__ = ("_held",)
-
-    def __init__(self) -> None:
-        self._held: deque[tuple[int, PageSlot]] = deque()  # (log sequence, slot), in order
-
-    def hold(self, sequence: int, slot: PageSlot) -> bool:
-        """Page `slot` out once log record `sequence` is durable; True if the caller must
-        have `durable_reached` called (nothing was held before)."""
-        self._held.append((sequence, slot))
-        return len(self._held) == 1
-
-    def durable_reached(self, durable_sequence: int) -> bool:
-        held = self._held
-        while held and held[0][0] <= durable_sequence:
-            held.popleft()[1].message = None
-        return bool(held)
