@@ -102,13 +102,13 @@ def table(records: list[dict[str, Any]], args: argparse.Namespace, names: list[s
     ]
     for workload in args.workloads:
         ok = [r for r in records if r["workload"] == workload.name and "error" not in r]
-        for label, figure in (
-            ("consumed msg/s", lambda r: r.get("consumed_per_s")),
-            ("cluster CPU us/msg", cluster_cpu_us),
-            ("crossings per message", crossings),
+        for label, figure, shown in (
+            ("consumed msg/s", lambda r: r.get("consumed_per_s"), "{:,.0f}"),
+            ("cluster CPU us/msg", cluster_cpu_us, "{:.1f}"),
+            ("crossings per message", crossings, "{:.3f}"),
         ):
             values = [[figure(r) for r in ok if r["broker"] == n] for n in names]
-            runs = [", ".join(f"{v:,.3g}" for v in each if v is not None) for each in values]
+            runs = [", ".join(shown.format(v) for v in each if v is not None) for each in values]
             medians = [statistics.median(v) if v and None not in v else None for v in values]
             ratio = f"{medians[1] / medians[0]:.2f}x" if medians[0] and medians[1] else "-"
             rows.append(f"| {workload.name} {label} (runs) | " + " | ".join(runs) + f" | {ratio} |")
