@@ -7,8 +7,9 @@ Owns one comparison:
 1. One Warren cluster per tree (`--cluster` nodes of `--workers` processes each, no fault
    proxies, Warren's default Raft tick: `brokers.start_warren_cluster`), both running for
    the whole comparison; the load generator drives each cluster's first node.
-2. Each workload runs `--reps` times per tree (`bench.run.run_one`), the trees alternating
-   and taking turns to go first, so that drift in the machine's load hits both alike.
+2. Each workload runs `--reps` times per tree (`bench.scaling.session`), the trees
+   alternating and taking turns to go first, so that drift in the machine's load hits
+   both alike.
 3. The figures: consumed msg/s, the CPU of every node's processes per consumed message,
    and the messages that crossed workers per published message, every node's workers'
    counts (`warren.runtime.workers.worker`, logged when a supervisor gets SIGUSR1) read
@@ -18,7 +19,6 @@ Owns one comparison:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import brokers, run, workloads
+from bench import brokers, run, scaling, workloads
 from bench.brokers import Broker
 from bench.scaling import CROSSED, LOG_WAIT_S, crossings
 
@@ -66,21 +66,6 @@ def cluster_cpu_us(record: dict[str, Any]) -> float | None:
     """Every node's CPU per consumed message (`bench.loadgen`'s per-node figures)."""
     per_node = record.get("node_cpu_us_per_msg")
     return float(sum(per_node)) if per_node else None
-
-
-def session(args: argparse.Namespace, targets: list[Broker], out: Path) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
-    for workload in args.workloads:
-        for rep in range(1, args.reps + 1):
-            for broker in targets if rep % 2 else targets[::-1]:
-                before = crossed(broker)
-                record = run.run_one(workload, broker, rep, args)
-                record["crossed"] = crossed(broker) - before
-                records.append(record)
-                with out.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
-                print(line(record), flush=True)
-    return records
 
 
 def line(record: dict[str, Any]) -> str:
@@ -131,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             targets.append(broker)
         args.results_dir.mkdir(parents=True, exist_ok=True)
         out = args.results_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-cluster-workers.jsonl"
-        records = session(args, targets, out)
+        records = scaling.session(args, targets, out, crossed, line, turns=True)
     finally:
         for broker in targets:
             broker.stop()
