@@ -11,6 +11,9 @@ the row's node); the nodes are killed and started again within each test.
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import urllib.error
 import urllib.parse
 import uuid
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.warren_only  # Warren's worker processes
 
 NODES = ["warren-a", "warren-b", "warren-c"]
 WORKERS = {node: [node, f"{node}-w1"] for node in NODES}  # each node's members, by worker
+CROSSED = re.compile(r"worker (\d+): (\d+) messages crossed workers")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +107,32 @@ def test_replicas_spread_over_both_workers_of_every_node(cluster: LocalCluster) 
     assert sorted(listed) == queues
     for item in listed.values():
         assert item["members"] == NODES and item["leader"] in NODES, item
+
+
+def crossed(cluster: LocalCluster, node: str) -> int:
+    """The messages that crossed between `node`'s workers so far: each worker logs its
+    count when the supervisor gets SIGUSR1 (`warren.runtime.workers.worker`)."""
+    process = cluster.nodes[node].process
+    assert process is not None
+    log = cluster.nodes[node].log_path
+    logged = len(CROSSED.findall(log.read_text(errors="replace")))
+    os.kill(process.pid, signal.SIGUSR1)
+    counts = until(
+        lambda: CROSSED.findall(log.read_text(errors="replace")),
+        lambda found: len(found) >= logged + 2,  # both workers answered
+    )
+    return sum({worker: int(count) for worker, count in counts}.values())  # each one's last
+
+
+def test_connections_follow_a_quorum_queue_to_its_nodes_replica(cluster: LocalCluster) -> None:
+    queues = declared_with_messages(cluster, "warren-a", 2)  # one on each of a's workers
+    for queue in queues:  # client-local: a's replica leads
+        assert until(lambda q=queue: cluster.queue("warren-a", q)["leader"], bool) == "warren-a"
+    before = crossed(cluster, "warren-a")
+    for queue in queues:  # new connections, wherever the kernel puts them
+        publish(cluster, "warren-a", queue, [b"more %d" % number for number in range(30)])
+        assert len(drain(cluster, "warren-a", queue, 50)) == 50
+    assert crossed(cluster, "warren-a") == before
 
 
 def test_replicas_come_back_after_kill_9_of_their_worker_and_of_their_node(
