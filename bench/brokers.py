@@ -166,11 +166,21 @@ def beam_pid() -> int:
     return int(found.stdout.split()[0]) if found.returncode == 0 and found.stdout.strip() else 0
 
 
-def start_warren_cluster(size: int) -> tuple[Broker | None, str]:
-    """`size` Warren nodes joined as one cluster, with Warren's default Raft tick."""
+def start_warren_cluster(
+    size: int, workers: int = 1, tree: Path | None = None, name: str = "warren"
+) -> tuple[Broker | None, str]:
+    """`size` Warren nodes of `workers` processes joined as one cluster, with Warren's
+    default Raft tick, from the source `tree` if given (`LocalCluster`'s ``tree``)."""
     workdir = tempfile.TemporaryDirectory(prefix="warren-bench-cluster-")
     names = [f"bench-{chr(ord('a') + n)}" for n in range(size)]
-    cluster = LocalCluster(Path(workdir.name), names, raft_tick_ms=WARREN_TICK_MS, faults=False)
+    cluster = LocalCluster(
+        Path(workdir.name),
+        names,
+        raft_tick_ms=WARREN_TICK_MS,
+        faults=False,
+        workers=workers,
+        tree=tree,
+    )
     try:
         cluster.start_all()
         _until_formed(lambda: _warren_running(cluster, names[0]) == size, "Warren", size)
@@ -180,7 +190,7 @@ def start_warren_cluster(size: int) -> tuple[Broker | None, str]:
         return None, str(exc)
     pids = [_pid(cluster.nodes[name].process) for name in names]
     url = cluster.nodes[names[0]].url
-    broker = Broker("warren", url, pids[0], workdir=workdir, peer_pids=tuple(pids[1:]))
+    broker = Broker(name, url, pids[0], workdir=workdir, peer_pids=tuple(pids[1:]))
     broker.shutdown = cluster.stop_all
     return broker, ""
 

@@ -52,6 +52,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "drive the first node of each",
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes of each Warren node this run starts (issue 19)",
+    )
+    p.add_argument(
         "--idle-wait",
         type=float,
         default=30.0,
@@ -74,13 +81,13 @@ def prepare_brokers(args: argparse.Namespace) -> list[Broker]:
     wanted = {b.strip().lower() for b in args.brokers.split(",")}
     found: list[Broker] = []
     if args.cluster > 1:
-        starters = {
-            "warren": brokers.start_warren_cluster,
-            "rabbitmq": brokers.start_rabbitmq_cluster,
-        }
         for name in (b for b in report.BROKERS if b in wanted):
             err.print(f"[bold]{report.LABELS[name]}:[/] starting {args.cluster} nodes")
-            broker, why = starters[name](args.cluster)
+            broker, why = (
+                brokers.start_warren_cluster(args.cluster, args.workers)
+                if name == "warren"
+                else brokers.start_rabbitmq_cluster(args.cluster)
+            )
             _add(found, broker, f"[yellow]{report.LABELS[name]} skipped:[/] {why}")
         return found
     if "warren" in wanted:
@@ -88,7 +95,7 @@ def prepare_brokers(args: argparse.Namespace) -> list[Broker]:
         if args.warren_url:
             broker, why = brokers.given_warren(args.warren_url, args.warren_pid)
         else:
-            broker, why = brokers.start_warren()
+            broker, why = brokers.start_warren(workers=args.workers)
         _add(found, broker, f"[yellow]Warren skipped:[/] {why}")
     if "rabbitmq" in wanted:
         broker, why = brokers.find_rabbitmq(args.rabbitmq_pid)

@@ -21,6 +21,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +66,31 @@ def crossed(broker: Broker) -> int | None:
     return sum(latest.values())
 
 
-def session(args: argparse.Namespace, targets: list[Broker], out: Path) -> list[dict[str, Any]]:
+def session(
+    args: argparse.Namespace,
+    targets: list[Broker],
+    out: Path,
+    count: Callable[[Broker], int | None] = crossed,
+    show: Callable[[dict[str, Any]], str] | None = None,
+    turns: bool = False,
+) -> list[dict[str, Any]]:
+    """Every workload `args.reps` times on each target, the crossings `count`ed around each
+    run, records appended to `out` and `show`n (`line`) as they come; with `turns` the
+    targets take turns to go first."""
     records: list[dict[str, Any]] = []
     for workload in args.workloads:
         for rep in range(1, args.reps + 1):
-            for broker in targets:
+            for broker in targets if rep % 2 or not turns else targets[::-1]:
                 run.wait_for_idle(0.0, [broker.pid])
-                before = crossed(broker)
+                before = count(broker)
                 record = run.run_one(workload, broker, rep, args)
-                after = crossed(broker)
+                after = count(broker)
                 if before is not None and after is not None:
                     record["crossed"] = after - before
                 records.append(record)
                 with out.open("a") as f:
                     f.write(json.dumps(record) + "\n")
-                print(line(record), flush=True)
+                print((show or line)(record), flush=True)
     return records
 
 

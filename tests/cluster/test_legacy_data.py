@@ -8,6 +8,11 @@ it, a metadata group with a snapshot, dead-lettered messages with x-death, and t
 definitions of a vhost. Each test starts the current code on a copy and must find every
 definition and every message (properties, headers, body) that the writing node handed out.
 A change of the on-disk format keeps these passing by reading the old data (issue #20).
+
+`tests/fixtures/legacy-workers.tar.gz` holds the same cluster's data with 2 worker
+processes a node, written when a node's quorum replicas all lived on its worker 0 (before
+they spread over the workers, issue 19): read by the current code, the old replicas stay
+where they were and serve, and new queues spread.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 
 from tests.conftest import start_warren
@@ -25,15 +31,20 @@ from warren.testing.cluster import LocalCluster
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 EXPECTED: dict[str, Any] = json.loads((FIXTURES / "legacy-data.json").read_text())
+WORKERS_EXPECTED: dict[str, Any] = json.loads((FIXTURES / "legacy-workers.json").read_text())
 
 pytestmark = pytest.mark.warren_only  # Warren's own data directories
 
 
+def unpack(archive: str, directory: Path) -> Path:
+    with tarfile.open(FIXTURES / archive) as opened:
+        opened.extractall(directory, filter="data")
+    return directory
+
+
 @pytest.fixture
 def unpacked(tmp_path: Path) -> Path:
-    with tarfile.open(FIXTURES / "legacy-data.tar.gz") as archive:
-        archive.extractall(tmp_path, filter="data")
-    return tmp_path
+    return unpack("legacy-data.tar.gz", tmp_path)
 
 
 def returned_once(message: dict[str, Any]) -> dict[str, Any]:
@@ -84,3 +95,43 @@ def test_cluster_recovers_everything(unpacked: Path, entry: str) -> None:
 def _linked(status: dict[str, Any]) -> None:
     if status["running"] != status["nodes"]:
         raise AssertionError(f"linked with {status['running']} of {status['nodes']}")
+
+
+def test_cluster_of_two_worker_nodes_keeps_its_replicas_and_spreads_new_ones(
+    tmp_path: Path,
+) -> None:
+    directory = unpack("legacy-workers.tar.gz", tmp_path) / "cluster"
+    cluster = LocalCluster(directory, ["a", "b", "c"], extra=legacy_data.NODE_FLAGS, workers=2)
+    try:
+        cluster.start_all()
+        node = cluster.nodes["a"]
+        api = legacy_data.http_api(node.management_port)
+        legacy_data.until(lambda: _linked(api("GET", "/api/warren/cluster", None)))
+        observed = legacy_data.observe(api, node.port)
+        old = api("GET", f"/api/warren/quorum/{legacy_data.VHOST}/{legacy_data.QUORUM}", None)
+        # a replica of the old layout is its node's worker 0, named after the node
+        assert [(row["node"], row["member"]) for row in old] == [(n, n) for n in "abc"]
+        connection = pika.BlockingConnection(pika.URLParameters(node.url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("spread", durable=True, arguments={"x-queue-type": "quorum"})
+        channel.basic_publish("", "spread", b"new", pika.BasicProperties(delivery_mode=2))
+        connection.close()
+        new = api("GET", "/api/warren/quorum/%2F/spread", None)
+        # each node's worker 0 holds a replica (the old queue's): the new one's go to worker 1
+        assert [(row["node"], row["member"]) for row in new] == [(n, f"{n}-w1") for n in "abc"]
+        assert legacy_data.until(lambda: _got(node.url, "spread")) == b"new"
+    finally:
+        cluster.stop_all()
+    assert_same(observed, WORKERS_EXPECTED["cluster"])
+
+
+def _got(url: str, queue: str) -> bytes:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        _method, _properties, body = connection.channel().basic_get(queue, auto_ack=True)
+    finally:
+        connection.close()
+    if body is None:
+        raise AssertionError(f"{queue} is empty")
+    return bytes(body)

@@ -122,15 +122,20 @@ async def found_elsewhere(request: web.Request) -> web.Response | None:
 
 async def with_stats_elsewhere(request: web.Request, items: list[Any]) -> list[Any]:
     """`items` (objects named by vhost and name: exchanges, queues) with the other workers'
-    message stats of each added to their own (module doc, 4)."""
+    message stats of each added to their own (module doc, 4), and a quorum queue's leader
+    as the worker that holds the node's replica of it knows it (module doc, 3)."""
     mine = {(item["vhost"], item["name"]): item for item in items}
     for answer in (await answered_elsewhere(request)).values():
         for other in answer if isinstance(answer, list) else [answer]:
             item = mine.get((other.get("vhost"), other.get("name")))
-            if item is not None and "message_stats" in other:
+            if item is None:
+                continue
+            if "message_stats" in other:
                 item["message_stats"] = summed(
                     item.get("message_stats", {}), other["message_stats"]
                 )
+            if item.get("leader") is None and other.get("leader") is not None:
+                item.update({key: other[key] for key in ("leader", "node", "online")})
     return items
 
 

@@ -24,6 +24,9 @@ Theory of operation:
    (``i`` forwards to the peer's port ``+ i``); a node is up once every worker has logged
    its start. `kill` is SIGKILL of the node's supervisor, which takes its workers with it;
    `kill_worker` is SIGKILL of one worker, which the supervisor starts again.
+5. `tree` runs another source tree's Warren (an earlier commit's, to write data of its
+   layout or to measure against it): that directory is the processes' working directory
+   and ``PYTHONPATH`` (``python -m`` puts the working directory first on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -157,8 +160,10 @@ class LocalCluster:
         extra: list[str] | None = None,
         faults: bool = True,
         workers: int = 1,
+        tree: Path | None = None,
     ) -> None:
         self.directory = directory
+        self.tree = tree
         self.raft_tick_ms = raft_tick_ms
         self.extra = extra or []
         self.workers = workers
@@ -211,8 +216,11 @@ class LocalCluster:
         command += ["--raft-tick-ms", str(self.raft_tick_ms), *self.extra]
         if self.workers > 1:
             command += ["--workers", str(self.workers)]
+        env = None if self.tree is None else {**os.environ, "PYTHONPATH": str(self.tree)}
         with node.log_path.open("wb") as log:
-            node.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            node.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.tree
+            )
 
     def wait_listening(self, name: str) -> None:
         node = self.nodes[name]

@@ -22,9 +22,13 @@ Theory of operation:
    proxies (`warren.runtime.cluster.remote`), which also carry a quorum queue's
    deliveries to consumers on nodes that hold no replica of it.
 6. In a cluster of nodes of several worker processes each (`warren.runtime.workers`),
-   every worker is a member (`nodes_of` names each one's node): a node's quorum replicas
-   are on its *front*, the worker named after it, so replicas, leaders and members name
-   nodes, and two replicas never share a node; the others reach them as any member does.
+   every worker is a member (`nodes_of` names each one's node), and so is a quorum
+   queue's replica: placement chooses nodes (two replicas never share a node), then each
+   node's worker that hosts the fewest quorum replicas (`replica_member`: this worker,
+   then the lowest, on a tie), so that a node's queues spread over its workers and their
+   Raft WALs. Operators and the management API name nodes (`node_of`); replicas written
+   when a node's replicas all lived on its worker 0, named after the node, are members
+   like any other.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import itertools
 import logging
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -371,7 +375,8 @@ class ClusterNode:
         vhost = self.broker.vhosts[record.vhost]
         vhost.delete_queue(record.name)
         size = _initial_size(record, self.config.quorum_cluster_size)
-        members = place_replicas(self.front, self.node_names(), size, self._rng)
+        nodes = place_replicas(self.front, self.node_names(), size, self._rng)
+        members = [self.replica_member(node) for node in nodes]  # this node's first
         group_id = group_prefix(record.vhost, record.name) + f"{self._rng.getrandbits(32):08x}"
         operation = PutQueue(queue_definition(record), (group_id, members))
         leader = self._first_leader(record, members)
@@ -394,7 +399,8 @@ class ClusterNode:
         """RabbitMQ's leader locator: the x-queue-leader-locator argument, else the
         queue-leader-locator policy key, else the node's queue_leader_locator setting.
         client-local: this node; balanced (and the older least-leaders): the member that
-        leads the fewest quorum queues; random: any member."""
+        leads the fewest quorum queues; random: any member. `members` are the placement's,
+        this node's first."""
         vhost = self.broker.vhosts[record.vhost]
         argument = record.arguments.get("x-queue-leader-locator")
         policy = vhost.policies.match_queue(record)
@@ -405,16 +411,17 @@ class ClusterNode:
             if policy is not None and "queue-leader-locator" in policy.definition
             else self.config.queue_leader_locator
         )
+        local = members[0]
         if locator in ("balanced", "least-leaders"):
-            led = dict.fromkeys(members, 0)
-            for host in self.queues.values():
-                leader = host.group.leader if host.group is not None else None
-                if leader in led:
-                    led[leader] += 1
-            return min(members, key=lambda node: (led[node], node != self.front, node))
+            led = Counter(
+                self.node_of(host.group.leader)
+                for host in self.queues.values()
+                if host.group is not None and host.group.leader is not None
+            )
+            return min(members, key=lambda m: (led[self.node_of(m)], m != local, m))
         if locator == "random":
             return self._rng.choice(members)
-        return self.front
+        return local
 
     async def _declared(self, operation: PutQueue, group_id: str, leader: str) -> None:
         await self.replicate(operation)
@@ -832,8 +839,31 @@ class ClusterNode:
 
     @property
     def front(self) -> str:
-        """The member that holds this node's quorum replicas (module doc, 6)."""
+        """This worker's node (module doc, 6): its worker 0's member name."""
         return self.node_of(self.name)
+
+    def workers_of(self, node: str) -> list[str]:
+        """The members that are `node`'s workers, worker 0 first (module doc, 6)."""
+        return sorted(m for m in (*self.nodes, self.name) if self.node_of(m) == node)
+
+    def member_on(self, members: list[str], node: str) -> str | None:
+        """The member of `members` that is a worker of `node` (at most one is)."""
+        return next((m for m in members if self.node_of(m) == node), None)
+
+    def replica_member(self, node: str) -> str:
+        """Where a new replica on `node` goes (module doc, 6): of its workers this one
+        reaches, the one hosting the fewest quorum replicas, as the metadata log's member
+        lists have them; this worker, then the lowest, on a tie."""
+        hosting = Counter(m for host in self.queues.values() for m in host.members)
+        return min(
+            self.workers_of(node),
+            key=lambda m: (
+                m != self.name and not self.peers.connected(m),
+                hosting[m],
+                m != self.name,
+                m,
+            ),
+        )
 
     def _remaining(self, deadline: float) -> float:
         return max(0.1, deadline - asyncio.get_running_loop().time())

@@ -21,6 +21,10 @@ Theory of operation:
 3. Failures are `MembershipError` with a message for the operator.
 4. The verbs act on an `OperatedNode`, what they need of the node's cluster side
    (`warren.runtime.cluster.node.ClusterNode`, which joins a cluster through `join`).
+5. Operators name nodes. In a cluster of nodes of several workers a replica is a worker
+   of its node (`warren.runtime.cluster.node`, module doc 6): a verb finds a queue's
+   member on a node with `member_on`, places a new one with `replica_member`, and
+   answers with node names (`node_of`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from warren.runtime.cluster.calls import (
     RemoveMember,
     Transfer,
 )
-from warren.runtime.cluster.peers import PeerUnavailable
+from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.quorum import QuorumHost
 
 if TYPE_CHECKING:
@@ -77,6 +81,12 @@ class OperatedNode(Protocol):
     def node_names(self) -> list[str]:
         """The cluster's nodes, each once however many workers it runs."""
 
+    def member_on(self, members: list[str], node: str) -> str | None:
+        """The member of `members` that is a worker of `node`."""
+
+    def replica_member(self, node: str) -> str:
+        """The worker of `node` a new replica goes to."""
+
     async def ask(self, node: str, request: NodeRequest[R], timeout: float) -> R: ...
 
     async def leader_call(self, request: LeaderRequest[R]) -> R: ...
@@ -103,33 +113,40 @@ def _quorum_host(cluster: OperatedNode, vhost: str, queue: str) -> QuorumHost:
 
 
 def _known(cluster: OperatedNode, node: str) -> None:
-    if node != cluster.name and node not in cluster.nodes:
+    if node not in cluster.node_names():
         raise MembershipError(f"node {node} is not in the cluster")
+
+
+def _as_nodes(cluster: OperatedNode, members: list[str]) -> list[str]:
+    return sorted(cluster.node_of(member) for member in members)
 
 
 async def add_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     _known(cluster, node)
     host = _quorum_host(cluster, vhost, queue)
     current = await cluster.current_members(host)
-    if node in current.members:
+    if cluster.member_on(current.members, node) is not None:
         raise MembershipError(f"{node} is already a member of '{queue}'")
+    member = cluster.replica_member(node)
     # the list the node starts its replica by, tagged as the configuration it grows
-    await cluster.set_members(host, Configuration(sorted({*current.members, node}), current.index))
-    changed = await cluster.leader_call(AddMember(host.group_id, node))
+    grown = Configuration(sorted({*current.members, member}), current.index)
+    await cluster.set_members(host, grown)
+    changed = await cluster.leader_call(AddMember(host.group_id, member))
     await cluster.set_members(host, changed)
-    return changed.members
+    return _as_nodes(cluster, changed.members)
 
 
 async def delete_member(cluster: OperatedNode, vhost: str, queue: str, node: str) -> list[str]:
     host = _quorum_host(cluster, vhost, queue)
     current = await cluster.current_members(host)
-    if node not in current.members:
+    member = cluster.member_on(current.members, node)
+    if member is None:
         raise MembershipError(f"{node} is not a member of '{queue}'")
     if len(current.members) == 1:
         raise MembershipError(f"'{queue}' has no other member: delete the queue instead")
-    changed = await cluster.leader_call(RemoveMember(host.group_id, node))
+    changed = await cluster.leader_call(RemoveMember(host.group_id, member))
     await cluster.set_members(host, changed)
-    return changed.members
+    return _as_nodes(cluster, changed.members)
 
 
 def _matching(cluster: OperatedNode, vhost_pattern: str, queue_pattern: str) -> list[QuorumHost]:
@@ -154,7 +171,9 @@ async def grow(
     _known(cluster, node)
     results = []
     for host in _matching(cluster, vhost_pattern, queue_pattern):
-        if node in host.members or (strategy == "even" and len(host.members) % 2):
+        if cluster.member_on(host.members, node) is not None or (
+            strategy == "even" and len(host.members) % 2
+        ):
             continue
         results.append(await _attempt(add_member, cluster, host, node))
     return results
@@ -164,7 +183,7 @@ async def shrink(cluster: OperatedNode, node: str, errors_only: bool) -> list[di
     """Remove `node` from every queue it is a member of (not from a queue's last member)."""
     results = []
     for host in _matching(cluster, "", ""):
-        if node in host.members and len(host.members) > 1:
+        if cluster.member_on(host.members, node) is not None and len(host.members) > 1:
             result = await _attempt(delete_member, cluster, host, node)
             if not errors_only or result["result"] != "ok":
                 results.append(result)
@@ -185,34 +204,53 @@ async def _attempt(
 async def rebalance(
     cluster: OperatedNode, vhost_pattern: str, queue_pattern: str
 ) -> list[dict[str, Any]]:
-    """Move leaders so that every node leads about as many queues (leadership transfers)."""
+    """Move leaders so that every node leads about as many queues (leadership transfers),
+    counted by node whichever of its workers leads."""
     hosts = _matching(cluster, vhost_pattern, queue_pattern)
     counts = dict.fromkeys(cluster.node_names(), 0)
     leaders: dict[str, str] = {}
     for host in hosts:
-        leader = host.group.leader if host.group is not None else None
+        leader = await _leader(cluster, host)
         if leader is not None:
-            leaders[host.group_id] = leader
-            counts[leader] = counts.get(leader, 0) + 1
+            leaders[host.group_id] = node = cluster.node_of(leader)
+            counts[node] = counts.get(node, 0) + 1
     moves = []
     for host in hosts:
         leader = leaders.get(host.group_id)
         if leader is None:
             continue
-        target = min(host.members, key=lambda node: (counts.get(node, 0), node))
-        if counts.get(target, 0) + 1 < counts[leader]:
+        target = min(host.members, key=lambda m: (counts.get(cluster.node_of(m), 0), m))
+        node = cluster.node_of(target)
+        if counts.get(node, 0) + 1 < counts[leader]:
             try:
                 await cluster.leader_call(Transfer(host.group_id, target))
             except PeerUnavailable:
                 continue
             counts[leader] -= 1
-            counts[target] = counts.get(target, 0) + 1
-            moves.append({"vhost": host.record.vhost, "name": host.record.name, "to": target})
+            counts[node] = counts.get(node, 0) + 1
+            moves.append({"vhost": host.record.vhost, "name": host.record.name, "to": node})
     return moves
 
 
+async def _leader(cluster: OperatedNode, host: QuorumHost) -> str | None:
+    """The queue's leader as this node's replica knows it, else as a member says (this
+    worker may hold no replica of it); None if none answers."""
+    if host.group is not None:
+        return host.group.leader
+    for member in sorted(host.members):
+        if cluster.peers.connected(member):
+            try:
+                status = await cluster.ask(member, GroupStatus(host.group_id), 2.0)
+            except (PeerUnavailable, RemoteError):
+                continue
+            if status is not None and status["leader"] is not None:
+                return str(status["leader"])
+    return None
+
+
 async def quorum_status(cluster: OperatedNode, vhost: str, queue: str) -> list[dict[str, Any]]:
-    """Each member's view of the queue's Raft group (``rabbitmq-queues quorum_status``)."""
+    """Each member's view of the queue's Raft group (``rabbitmq-queues quorum_status``), by
+    node, with the member that holds it (``member``: a worker of the node)."""
     host = _quorum_host(cluster, vhost, queue)
     rows = []
     for member in sorted(host.members):
@@ -224,8 +262,23 @@ async def quorum_status(cluster: OperatedNode, vhost: str, queue: str) -> list[d
                 status = await cluster.ask(member, GroupStatus(host.group_id), 2.0)
             except PeerUnavailable:
                 status = None
-        rows.append({"node": member, **(status or {"role": "unreachable"})})
+        row = _status_as_nodes(cluster, status or {"role": "unreachable"})
+        rows.append({**row, "node": cluster.node_of(member), "member": member})
     return rows
+
+
+def _status_as_nodes(cluster: OperatedNode, status: dict[str, Any]) -> dict[str, Any]:
+    """A member's `GroupStatus` with its members named as their nodes (module doc, 5)."""
+    name = cluster.node_of
+    named = dict(status)
+    if named.get("leader") is not None:
+        named["leader"] = name(str(named["leader"]))
+    for key in ("members", "voters", "learners"):
+        if key in named:
+            named[key] = [name(str(member)) for member in named[key]]
+    if "match_index" in named:
+        named["match_index"] = {name(m): index for m, index in named["match_index"].items()}
+    return named
 
 
 async def join(cluster: OperatedNode, seed: str) -> list[str]:
@@ -249,7 +302,7 @@ async def forget(cluster: OperatedNode, node: str) -> None:
     if any(cluster.peers.connected(worker) for worker in workers):
         raise MembershipError(f"{node} is running: stop it first")
     for host in list(cluster.queues.values()):
-        if node in host.members and len(host.members) > 1:
+        if cluster.member_on(host.members, node) is not None and len(host.members) > 1:
             await delete_member(cluster, host.record.vhost, host.record.name, node)
     for worker in workers:
         await cluster.leader_call(RemoveMember(METADATA_GROUP, worker))

@@ -24,7 +24,8 @@ Theory of operation:
 6. A node of several workers in a cluster (``cluster_nodes`` names other nodes) is one
    flat cluster of every node's workers: worker 0 is the member named after the node (so
    peers, operators and the management API name nodes as they do with one process; a
-   node's quorum replicas live on it), worker ``i`` is ``<name>-w<i>@<host>`` on the
+   node's quorum replicas spread over its workers: `warren.runtime.cluster.node`, module
+   doc 6), worker ``i`` is ``<name>-w<i>@<host>`` on the
    node's cluster port ``+ i``, and every node of the cluster runs the same number of
    workers, so that every worker derives the same members and addresses from
    ``cluster_nodes`` (`worker_config`, `members_of_nodes`). The node's cluster port and

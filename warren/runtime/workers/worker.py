@@ -8,8 +8,12 @@ Theory of operation:
    to the default exchange (its routing key), basic.consume and basic.get (their queue),
    queue.declare (an existing queue's home; for a new named queue the worker homing the
    fewest queues, ties to this one, so that queues spread over the workers). A quorum
-   queue's home is its replica when it has one (``quorum_cluster_size = 1``, the workers'
-   default); one of several replicas has none, and binds the connection where it is.
+   queue's home is the one worker of this node that holds a replica of it: its only
+   replica on a node on its own (``quorum_cluster_size = 1``, the workers' default), the
+   node's replica in a cluster of nodes (`warren.runtime.cluster.node`, module doc 6),
+   the only worker of the node that can lead the queue. A queue with no replica here, or
+   with replicas on several workers of a node on its own, has none, and binds the
+   connection where it is.
 2. When that home is another worker and the connection is quiet
    (`warren.runtime.workers.handover`), the worker hands it there before handling the
    event: the client's socket and a memfd holding the connection's state go with
@@ -157,15 +161,12 @@ class Worker:
         return None if home is None else self.names.index(home)
 
     def _home_of(self, host: QueueHost) -> str | None:
-        """The worker whose process runs the queue's machine: a classic queue's home, a
-        quorum queue's only replica (None for a quorum queue of several)."""
-        home: str | None
-        if isinstance(host, RemoteHost):
-            home = host.home
-        elif isinstance(host, QuorumHost):
-            home = host.members[0] if len(host.members) == 1 else None
-        else:
-            home = self.cluster.name
+        """The worker of this node whose process runs the queue's machine: a classic
+        queue's home, a quorum queue's one replica here (module doc, 1)."""
+        if isinstance(host, QuorumHost):
+            here = [member for member in host.members if member in self.names]
+            return here[0] if len(here) == 1 else None
+        home = host.home if isinstance(host, RemoteHost) else self.cluster.name
         return home if home in self.names else None
 
     def _emptiest(self) -> int:
