@@ -299,6 +299,8 @@ class Durability:
         message in a `PageSlot` is paged out at once: until the next group commit its
         record is read back from the log's write buffer."""
         held = command.message
+        message: Message | None
+        slot: PageSlot | None
         if type(held) is Message:
             message, slot = held, None
         elif type(held) is PageSlot:
