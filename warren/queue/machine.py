@@ -728,26 +728,37 @@ class QueueMachine:
                 entry = Entry(self._take_id(), message, size, None, 0)
                 effects.append(DeadLetter(entry, MAXLEN))
             return REJECTED_REPLY
-        deadline = self.message_deadline(meta.now_ms, command.ttl_ms)
+        # every publish comes here: `message_deadline`, `_take_id` and `_push_ready` inline
+        ttl_ms = command.ttl_ms
+        if ttl_ms is None and settings.message_ttl_ms is None:
+            deadline = None
+        else:
+            deadline = self.message_deadline(meta.now_ms, ttl_ms)
+        msg_id = self.next_msg_id
+        self.next_msg_id = msg_id + 1
         message = command.message if meta.index is None else meta.index
-        entry = Entry(self._take_id(), message, size, deadline, 0)
-        if self._levels_count > 1:
-            entry.level = min(command.priority, self._levels_count - 1)
-        if self._consumers and not self.ready_count:
+        entry = Entry(msg_id, message, size, deadline, 0)
+        levels = self._levels
+        if len(levels) > 1:
+            entry.level = min(command.priority, len(levels) - 1)
+        consumers = self._consumers
+        if consumers and not self.ready_count:
             consumer = self._next_consumer(meta.channel_credit, meta.blocked_channels)
             if consumer is not None:
                 effects.append(self._hand_over(entry, consumer))
-                return entry.msg_id
-        self._push_ready(entry)
-        if entry.expires_at_ms is not None:
-            heapq.heappush(self._deadlines, (entry.expires_at_ms, entry.msg_id, entry))
-        if self._consumers:
+                return msg_id
+        levels[entry.level]._ready.append(entry)
+        self.ready_count += 1
+        self.ready_bytes += size
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, msg_id, entry))
+        if consumers:
             self._dispatch(meta, effects)
         if settings.max_length is not None or settings.max_length_bytes is not None:
             self._drop_head_over_limit(meta, effects)
-        if entry.expires_at_ms is not None and entry.expires_at_ms <= meta.now_ms:
+        if deadline is not None and deadline <= meta.now_ms:
             self._expire(meta, effects)
-        return entry.msg_id
+        return msg_id
 
     def _take_id(self) -> int:
         msg_id = self.next_msg_id
@@ -771,12 +782,14 @@ class QueueMachine:
         (the test inline: W7 makes it once or twice per publish)."""
         settings = self.settings
         max_length, max_length_bytes = settings.max_length, settings.max_length_bytes
+        reported = settings.dead_letter_exchange is not None or meta.drops_followed
         while (max_length is not None and self.ready_count > max_length) or (
             max_length_bytes is not None and self.ready_bytes > max_length_bytes
         ):
             entry = self._pop_ready()
             assert entry is not None
-            self._dead_letter(meta, entry, MAXLEN, effects)
+            if reported:  # else `_dead_letter` would do nothing (W7: a drop per publish)
+                self._dead_letter(meta, entry, MAXLEN, effects)
 
     def _push_ready(self, entry: Entry) -> None:
         self._levels[entry.level]._ready.append(entry)  # not the property: every message
@@ -1093,8 +1106,8 @@ class QueueMachine:
                 key = ring[0]
                 ring.rotate(-1)
                 consumer = consumers[key]
-                if self._can_take(consumer, credit, blocked):
-                    return consumer
+                if (consumer.no_ack and not blocked) or self._can_take(consumer, credit, blocked):
+                    return consumer  # (a no-ack consumer on an unblocked node: no call)
         return None
 
     @staticmethod
