@@ -23,6 +23,9 @@ mypyc (`make mypyc`) takes away: compiled code executes no bytecode. For each so
    - `drop-head`: transient messages to a queue of `x-max-length` 1000 with `drop-head`
      overflow that nobody consumes (W7's shape): past the first 1000 every publish drops
      the head.
+   - `w7`: the same queue, fed as `bench.loadgen` feeds it in W7 (`bench.wire`): no
+     publisher confirms, no properties, 500 publishes per write. aio-pika's publishes
+     above also carry confirms and properties with a message id, which W7 pays not.
    The queue's declare and delete are inside the window, a constant that 10,000 messages
    make negligible. Only the main thread is counted: the log's fsync thread runs no
    per-message Python.
@@ -49,6 +52,7 @@ from typing import Any
 import aio_pika
 import pyarrow as pa
 
+from bench import wire
 from bench.brokers import reachable
 from warren.runtime.ports import unused_port
 from warren.spark.options import WriteOptions
@@ -81,6 +85,7 @@ signal.signal(signal.SIGRTMIN + 1, stop)
 runpy.run_module("warren", run_name="__main__", alter_sys=True)
 """
 START_TIMEOUT_S = 60.0
+WIRE_BATCH = 500  # publishes per socket write, as `bench.loadgen --batch` by default
 
 
 async def w1(url: str, messages: int) -> None:
@@ -196,12 +201,28 @@ async def spark(url: str, messages: int) -> None:
     await connection.close()
 
 
+async def w7(url: str, messages: int) -> None:
+    """W7 as the load generator sends it: no confirms, no properties, 500 per write."""
+    connection = await wire.connect(url, wire.Connection)
+    name = f"bytecodes-w7-{os.getpid()}"
+    arguments: dict[str, object] = {"x-max-length": 1000, "x-overflow": "drop-head"}
+    await connection.declare_queue(name, False, arguments)
+    template = wire.publish_template(name, 128, False, connection.frame_max)
+    for start in range(0, messages, WIRE_BATCH):
+        connection.send(template.frames * min(WIRE_BATCH, messages - start))
+        await connection.drain()
+    await connection.declare_queue(name, False, arguments)  # a round trip: all handled
+    await connection.delete_queue(name)
+    await connection.close()
+
+
 WORKLOADS: dict[str, Callable[[str, int], Coroutine[Any, Any, None]]] = {
     "w1": w1,
     "confirms": confirms,
     "w2": w2,
     "spark": spark,
     "drop-head": drop_head,
+    "w7": w7,
 }
 
 

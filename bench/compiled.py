@@ -10,8 +10,9 @@ in pure Python, but any two trees compare. Owns one comparison:
    workload's standard arguments, `--duration`), the trees in turn, the first tree first in
    even rounds and last in odd ones, so that drift in the machine's load hits both alike.
 3. The figure is the broker's CPU (user + system of its process tree) per message
-   consumed, which a busy shared machine disturbs far less than msg/s; the summary gives
-   the median of the rounds for each tree and the median of the per-round ratios.
+   consumed (published, for a workload without consumers: W7), which a busy shared
+   machine disturbs far less than msg/s; the summary gives the median of the rounds for
+   each tree and the median of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -70,12 +71,13 @@ def compare(trees: list[str], names: list[str], rounds: int, duration: float) ->
             for workload in workloads.select(",".join(names)):
                 for index in order:
                     result = run_workload(nodes[index], workload, duration)
-                    consumed = max(result.get("consumed", 0), 1)
-                    us = 1e6 * result["broker_cpu_s"] / consumed
+                    # per message consumed; a workload without consumers (W7): published
+                    side = "consumed" if result.get("consumed") else "published"
+                    us = 1e6 * result["broker_cpu_s"] / max(result.get(side, 0), 1)
                     figures.setdefault((workload.name, index), []).append(us)
                     print(
                         f"round {round_} {workload.name} {trees[index]}: "
-                        f"{result.get('consumed_per_s', 0):,.0f} msg/s consumed, "
+                        f"{result.get(f'{side}_per_s', 0):,.0f} msg/s {side}, "
                         f"{us:.2f} us CPU per message",
                         flush=True,
                     )

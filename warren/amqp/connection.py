@@ -15,6 +15,10 @@ Theory of operation (after h11: bytes in, events out, bytes out):
    content header and body frames up to the header's body size; anything else on that
    channel in between is 505 UNEXPECTED_FRAME. A whole message is one `Content` event.
 5. Frame sizes: frames are limited by frame_max as advertised, then as negotiated.
+6. A ``basic.publish`` payload is decoded once per connection (up to
+   `PUBLISHES_KEPT` distinct payloads): a publisher repeats its exchange, routing key
+   and flags, and every `Content` with the same payload shares one `BasicPublish`, which
+   nothing mutates.
 
 It never touches sockets, clocks or the broker: the runtime decides what a method means.
 """
@@ -66,6 +70,7 @@ DEFAULT_FRAME_MAX: Final = 131072
 DEFAULT_CHANNEL_MAX: Final = 2047
 _CLOSE_IDS: Final = (b"\x00\x0a\x00\x32", b"\x00\x0a\x00\x33")  # connection.close, close-ok
 _PUBLISH_ID: Final = b"\x00\x3c\x00\x28"
+PUBLISHES_KEPT: Final = 256  # decoded basic.publish payloads a connection remembers
 
 
 class State(enum.Enum):
@@ -145,6 +150,7 @@ class ServerConnection:
         self.open_channels: set[int] = set()
         self._closing_channels: set[int] = set()
         self._assembling: dict[int, _Assembly] = {}
+        self._publishes: dict[bytes, tuple[BasicPublish, bytes]] = {}  # point 6
 
     # --- input ---------------------------------------------------------------------------
 
@@ -162,8 +168,10 @@ class ServerConnection:
                 publish = None if self._assembling else decoder.take_publish(self.open_channels)
                 if publish is not None:
                     channel, payload, properties_raw, body = publish
-                    method, route = _decode_publish(payload)
-                    return Content(channel, method, properties_raw, body, route)
+                    decoded = self._publishes.get(payload)
+                    if decoded is None:
+                        decoded = self._remember_publish(payload)
+                    return Content(channel, decoded[0], properties_raw, body, decoded[1])
             elif state is State.AWAITING_HEADER:
                 header = self._decoder.read_protocol_header()
                 if header is ProtocolHeader.INCOMPLETE:
@@ -204,7 +212,7 @@ class ServerConnection:
             and payload[:4] == _PUBLISH_ID
             and channel in self.open_channels
         ):
-            publish, route = _decode_publish(payload)
+            publish, route = self._publishes.get(payload) or self._remember_publish(payload)
             content = self._decoder.take_content(channel)
             if content is not None:
                 return Content(channel, publish, content[0][12:], content[1], route)
@@ -219,6 +227,14 @@ class ServerConnection:
         if self.state is not State.OPEN:
             return self._on_handshake_method(channel, method)
         return self._on_method(channel, method)
+
+    def _remember_publish(self, payload: bytes) -> tuple[BasicPublish, bytes]:
+        """A basic.publish payload not decoded before, decoded and remembered (point 6)."""
+        decoded = _decode_publish(payload)
+        if len(self._publishes) >= PUBLISHES_KEPT:
+            self._publishes.clear()
+        self._publishes[payload] = decoded
+        return decoded
 
     def _on_handshake_method(self, channel: int, method: Method) -> Event:
         if isinstance(method, ConnectionClose | ConnectionCloseOk) and channel == 0:

@@ -11,6 +11,12 @@ Theory of operation (spec section 4.2.3, "General Frame Format"):
 3. The decoder never blocks and never raises on partial input.
 4. Before the handshake the peer must send the protocol header; `read_protocol_header`
    consumes it and reports whether it is the one we speak.
+5. Frames are read from an immutable `bytes` buffer, so that a frame's payload (a
+   publish's method, properties and body) is one slice, not a `bytearray` slice copied
+   again into `bytes`. Bytes fed while the next frame is incomplete wait in `_pending`
+   (a `bytearray`, appended in amortised constant time) until they complete it
+   (`_wanted`, set when a read found it incomplete), and only then join the buffer: a
+   frame arriving in many small reads is copied once, not once per read.
 """
 
 from __future__ import annotations
@@ -64,35 +70,46 @@ class ProtocolHeader(enum.Enum):
 class FrameDecoder:
     """Incremental frame splitter over a growing buffer."""
 
-    __slots__ = ("_buffer", "_offset", "broken", "frame_max")
+    __slots__ = ("_buffer", "_offset", "_pending", "_wanted", "broken", "frame_max")
 
     def __init__(self, frame_max: int) -> None:
-        self._buffer = bytearray()
+        self._buffer = b""
         self._offset = 0
+        self._pending = bytearray()  # point 5: fed, not yet joined to `_buffer`
+        self._wanted = 0  # the unread bytes the next frame needs whole (0: any)
         self.frame_max = frame_max
         self.broken = False
 
     def feed(self, data: bytes) -> None:
         if self.broken:
             return
-        if self._offset and self._offset == len(self._buffer):
-            self._buffer.clear()
-            self._offset = 0
-        self._buffer += data
+        pending = self._pending
+        unread = len(self._buffer) - self._offset
+        if unread + len(pending) + len(data) < self._wanted:
+            pending += data  # the next frame is still incomplete: nothing new to read
+            return
+        if pending:
+            pending += data
+            data = bytes(pending)
+            pending.clear()
+        # bytes as they came are taken as they are (`bytes` of a bytes is no copy)
+        self._buffer = self._buffer[self._offset :] + data if unread else bytes(data)
+        self._offset = 0
+        self._wanted = 0
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer) - self._offset
+        return len(self._buffer) - self._offset + len(self._pending)
 
     def unread(self) -> bytes:
         """The bytes fed and not yet read as frames."""
-        return bytes(self._buffer[self._offset :])
+        return self._buffer[self._offset :] + self._pending
 
     def read_protocol_header(self) -> ProtocolHeader:
         if self.buffered < len(PROTOCOL_HEADER):
             return ProtocolHeader.INCOMPLETE
         start = self._offset
-        header = bytes(self._buffer[start : start + len(PROTOCOL_HEADER)])
+        header = self._buffer[start : start + len(PROTOCOL_HEADER)]
         self._offset += len(PROTOCOL_HEADER)
         return ProtocolHeader.OK if header == PROTOCOL_HEADER else ProtocolHeader.WRONG
 
@@ -100,6 +117,7 @@ class FrameDecoder:
         buffer = self._buffer
         start = self._offset
         if len(buffer) - start < 7:
+            self._wanted = 7
             return NEED_DATA
         frame_type, channel, size = _FRAME_HEADER.unpack_from(buffer, start)
         if frame_type not in _KNOWN_TYPES:
@@ -110,25 +128,22 @@ class FrameDecoder:
             raise self._break(framing_error(frame_type, b"", f"{{frame_too_large,{size},{limit}}}"))
         end = start + 7 + size
         if len(buffer) <= end:
+            self._wanted = end + 1 - start
             return NEED_DATA
         if buffer[end] != FRAME_END:
-            payload = bytes(buffer[start + 7 : end])
+            payload = buffer[start + 7 : end]
             marker = f"{{invalid_frame_end_marker,{buffer[end]}}}"
             raise self._break(framing_error(frame_type, payload, marker))
         self._offset = end + 1
-        if self._offset == len(buffer):
-            payload = bytes(buffer[start + 7 : end])
-            buffer.clear()
-            self._offset = 0
-            return frame_type, channel, payload
-        return frame_type, channel, bytes(buffer[start + 7 : end])
+        return frame_type, channel, buffer[start + 7 : end]
 
     def _break(self, error: HardError) -> HardError:
         """The stream cannot be resynchronised: drop what is buffered and all that comes.
         (Each raise site calls this rather than one handler around `next_frame`, which
         would cost a call per frame.)"""
         self.broken = True
-        self._buffer.clear()
+        self._buffer = b""
+        self._pending.clear()
         self._offset = 0
         return error
 
@@ -159,12 +174,7 @@ class FrameDecoder:
             return None
         self._offset, header_end, body = content
         properties_start = end + 1 + 7 + 12  # after the content header's prefix
-        return (
-            channel,
-            bytes(buffer[start + 7 : end]),
-            bytes(buffer[properties_start:header_end]),
-            body,
-        )
+        return channel, buffer[start + 7 : end], buffer[properties_start:header_end], body
 
     def take_content(self, channel: int) -> tuple[bytes, bytes] | None:
         """Fast path after basic.publish: if its content header and single body frame (or
@@ -176,7 +186,7 @@ class FrameDecoder:
         if content is None:
             return None
         self._offset, header_end, body = content
-        return bytes(self._buffer[start + 7 : header_end]), body
+        return self._buffer[start + 7 : header_end], body
 
     def _content_at(self, start: int, channel: int) -> tuple[int, int, bytes] | None:
         """The content header frame of basic at `start` on `channel` and its single body
@@ -216,12 +226,12 @@ class FrameDecoder:
             or buffer[body_end] != FRAME_END
         ):
             return None
-        return body_end + 1, end, bytes(buffer[body_start + 7 : body_end])
+        return body_end + 1, end, buffer[body_start + 7 : body_end]
 
     def compact(self) -> None:
         """Drop consumed bytes; call once per read, not per frame."""
         if self._offset:
-            del self._buffer[: self._offset]
+            self._buffer = self._buffer[self._offset :]
             self._offset = 0
 
 

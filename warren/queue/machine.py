@@ -5,7 +5,8 @@ Effects}``):
 1. `QueueMachine.apply(meta, command)` is the only way to change a queue. It returns
    ``(reply, effects)``: the reply answers the caller; effects are what the runtime must do
    (`Deliver` a message, `DeadLetter` one, report one gone without a dead-letter exchange
-   with `Dropped`, arm a timer with `SetTimer`, delete the queue on `QueueExpired`).
+   with `Dropped` when the caller follows such departures (`meta.drops_followed`), arm a
+   timer with `SetTimer`, delete the queue on `QueueExpired`).
    `meta.now_ms` is the only clock; a timer comes back as a `Tick`.
 2. `apply` is total: it never raises on a command; a command the queue refuses gets a
    `Refused` reply carrying the AMQP error, a publish it refuses gets `Rejected`.
@@ -42,7 +43,10 @@ Effects}``):
    `Get` without ack, which the caller sees), purged (`Purge`), or through an effect:
    `DeadLetter` when the queue has a dead-letter exchange, else `Dropped`, with the reason
    (``rejected``, ``expired``, ``maxlen``, ``delivery_limit``). So a caller that keeps a
-   copy of the messages (the durable classic queue's journal) can follow every departure.
+   copy of the messages (the durable classic queue's journal, a scratch page) can follow
+   every departure. A caller that keeps none says so with ``meta.drops_followed=False``
+   and gets no `Dropped` effects (W7, a publish into a full drop-head queue, would make
+   one per publish only for the runtime to pass over it).
    With at-least-once dead-lettering (`settings.dead_letter_strategy`) a dead-lettered
    message stays *held*: its `DeadLetter` has ``held=True`` and it leaves only when
    `SettleDeadLetter` says the target queues took it (or, `Dropped`, when the strategy
@@ -130,6 +134,10 @@ class Meta:
     # a replicated (quorum) queue's command: the Raft index of its entry, which an
     # `Enqueue` keeps in place of the message (the body stays in the log); None: local
     index: int | None = None
+    # whether the caller follows messages that leave without a dead-letter exchange
+    # (`Dropped`, point 8): False for a queue whose messages are all in memory and in no
+    # journal, which has nothing to do when one goes
+    drops_followed: bool = True
 
 
 class Entry:
@@ -720,26 +728,37 @@ class QueueMachine:
                 entry = Entry(self._take_id(), message, size, None, 0)
                 effects.append(DeadLetter(entry, MAXLEN))
             return REJECTED_REPLY
-        deadline = self.message_deadline(meta.now_ms, command.ttl_ms)
+        # every publish comes here: `message_deadline`, `_take_id` and `_push_ready` inline
+        ttl_ms = command.ttl_ms
+        if ttl_ms is None and settings.message_ttl_ms is None:
+            deadline = None
+        else:
+            deadline = self.message_deadline(meta.now_ms, ttl_ms)
+        msg_id = self.next_msg_id
+        self.next_msg_id = msg_id + 1
         message = command.message if meta.index is None else meta.index
-        entry = Entry(self._take_id(), message, size, deadline, 0)
-        if self._levels_count > 1:
-            entry.level = min(command.priority, self._levels_count - 1)
-        if self._consumers and not self.ready_count:
+        entry = Entry(msg_id, message, size, deadline, 0)
+        levels = self._levels
+        if len(levels) > 1:
+            entry.level = min(command.priority, len(levels) - 1)
+        consumers = self._consumers
+        if consumers and not self.ready_count:
             consumer = self._next_consumer(meta.channel_credit, meta.blocked_channels)
             if consumer is not None:
                 effects.append(self._hand_over(entry, consumer))
-                return entry.msg_id
-        self._push_ready(entry)
-        if entry.expires_at_ms is not None:
-            heapq.heappush(self._deadlines, (entry.expires_at_ms, entry.msg_id, entry))
-        if self._consumers:
+                return msg_id
+        levels[entry.level]._ready.append(entry)
+        self.ready_count += 1
+        self.ready_bytes += size
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, msg_id, entry))
+        if consumers:
             self._dispatch(meta, effects)
         if settings.max_length is not None or settings.max_length_bytes is not None:
-            self._drop_head_over_limit(effects)
-        if entry.expires_at_ms is not None and entry.expires_at_ms <= meta.now_ms:
+            self._drop_head_over_limit(meta, effects)
+        if deadline is not None and deadline <= meta.now_ms:
             self._expire(meta, effects)
-        return entry.msg_id
+        return msg_id
 
     def _take_id(self) -> int:
         msg_id = self.next_msg_id
@@ -758,17 +777,19 @@ class QueueMachine:
         limit = settings.max_length_bytes
         return limit is not None and self.ready_bytes + self.dead_letter_bytes + size > limit
 
-    def _drop_head_over_limit(self, effects: Effects) -> None:
+    def _drop_head_over_limit(self, meta: Meta, effects: Effects) -> None:
         """Drop the oldest ready messages while the queue is over its length or byte limit
         (the test inline: W7 makes it once or twice per publish)."""
         settings = self.settings
         max_length, max_length_bytes = settings.max_length, settings.max_length_bytes
+        reported = settings.dead_letter_exchange is not None or meta.drops_followed
         while (max_length is not None and self.ready_count > max_length) or (
             max_length_bytes is not None and self.ready_bytes > max_length_bytes
         ):
             entry = self._pop_ready()
             assert entry is not None
-            self._dead_letter(entry, MAXLEN, effects)
+            if reported:  # else `_dead_letter` would do nothing (W7: a drop per publish)
+                self._dead_letter(meta, entry, MAXLEN, effects)
 
     def _push_ready(self, entry: Entry) -> None:
         self._levels[entry.level]._ready.append(entry)  # not the property: every message
@@ -834,7 +855,7 @@ class QueueMachine:
     def _discard(self, meta: Meta, command: Discard, effects: Effects) -> Reply:
         freed = self._release(command.msg_ids)
         for entry in freed:
-            self._dead_letter(entry, REJECTED, effects)
+            self._dead_letter(meta, entry, REJECTED, effects)
         if self.ready_count:
             self._dispatch(meta, effects)
         return len(freed)
@@ -844,9 +865,9 @@ class QueueMachine:
         now = meta.now_ms
         for entry in self._release(command.msg_ids):
             if entry.expires_at_ms is not None and entry.expires_at_ms <= now:
-                self._dead_letter(entry, EXPIRED, effects)
+                self._dead_letter(meta, entry, EXPIRED, effects)
             elif limit is not None and entry.delivery_count > limit:
-                self._dead_letter(entry, DELIVERY_LIMIT, effects)
+                self._dead_letter(meta, entry, DELIVERY_LIMIT, effects)
             else:
                 entry.live = True
                 if self.settings.requeue_at_back:
@@ -859,7 +880,7 @@ class QueueMachine:
                     heapq.heappush(self._deadlines, (entry.expires_at_ms, entry.msg_id, entry))
         self._dispatch(meta, effects)
         if self.settings.overflow is Overflow.DROP_HEAD:
-            self._drop_head_over_limit(effects)
+            self._drop_head_over_limit(meta, effects)
         return None
 
     def _release(self, msg_ids: Sequence[int]) -> list[Entry]:
@@ -922,7 +943,7 @@ class QueueMachine:
             restored += 1
         self._expire(meta, effects)
         if self.settings.overflow is Overflow.DROP_HEAD:
-            self._drop_head_over_limit(effects)
+            self._drop_head_over_limit(meta, effects)
         self._dispatch(meta, effects)
         return restored
 
@@ -949,7 +970,7 @@ class QueueMachine:
         if (command.settings.max_priority or 0) != (old.max_priority or 0):
             self._relevel()
         if self.settings.overflow is Overflow.DROP_HEAD:
-            self._drop_head_over_limit(effects)
+            self._drop_head_over_limit(meta, effects)
         if self.settings.expires_ms != old.expires_ms:
             self.timer_at_ms = None
         if self.settings.dead_letter_strategy is not DeadLetterStrategy.AT_LEAST_ONCE:
@@ -991,7 +1012,7 @@ class QueueMachine:
             if not entry.live or entry.msg_id in self._unacked:
                 continue
             self._kill(entry)
-            self._dead_letter(entry, EXPIRED, effects)
+            self._dead_letter(meta, entry, EXPIRED, effects)
 
     def _kill(self, entry: Entry) -> None:
         """Take a ready message out where it stands; `_Level.pop` skips it later."""
@@ -1013,10 +1034,11 @@ class QueueMachine:
             self.timer_at_ms = due
             effects.append(SetTimer(due))
 
-    def _dead_letter(self, entry: Entry, reason: str, effects: Effects) -> None:
+    def _dead_letter(self, meta: Meta, entry: Entry, reason: str, effects: Effects) -> None:
         settings = self.settings
         if settings.dead_letter_exchange is None:
-            effects.append(Dropped(entry, reason))
+            if meta.drops_followed:
+                effects.append(Dropped(entry, reason))
         elif settings.dead_letter_strategy is DeadLetterStrategy.AT_LEAST_ONCE:
             self._dead_letters_waiting.append(DeadLetter(entry, reason, held=True))
             self.dead_letter_count += 1
@@ -1058,7 +1080,7 @@ class QueueMachine:
             entry = self._pop_ready()
             assert entry is not None
             if entry.expires_at_ms is not None and entry.expires_at_ms < now:
-                self._dead_letter(entry, EXPIRED, effects)
+                self._dead_letter(meta, entry, EXPIRED, effects)
                 continue
             effects.append(self._hand_over(entry, consumer))
             if credit is not None and not consumer.no_ack and consumer.channel in credit:
@@ -1084,8 +1106,8 @@ class QueueMachine:
                 key = ring[0]
                 ring.rotate(-1)
                 consumer = consumers[key]
-                if self._can_take(consumer, credit, blocked):
-                    return consumer
+                if (consumer.no_ack and not blocked) or self._can_take(consumer, credit, blocked):
+                    return consumer  # (a no-ack consumer on an unblocked node: no call)
         return None
 
     @staticmethod

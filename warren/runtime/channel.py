@@ -927,12 +927,16 @@ class Channel:
         enqueue = Enqueue(message, len(content.body), ttl_ms, priority)
         rejected = False
         confirms = self.confirms
-        durability = self.durability
-        log = durability.log if confirms is not None and durability is not None else None
-        # a durable queue that logs the message appends to the log: the confirm waits
-        logged_from = log.next_sequence if log is not None else 0
         replicated: list[asyncio.Future[bool]] | None = None
-        tag = 0 if confirms is None else confirms.next_tag
+        if confirms is None:
+            tag = 0
+            log = None
+        else:
+            tag = confirms.next_tag
+            durability = self.durability
+            log = durability.log if durability is not None else None
+            # a durable queue that logs the message appends to the log: the confirm waits
+            logged_from = log.next_sequence if log is not None else 0
         for name in queues:
             host = broker_queues[vhost_name, name]
             host.stats.publish += 1

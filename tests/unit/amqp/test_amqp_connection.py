@@ -19,6 +19,7 @@ from warren.amqp import methods as m
 from warren.amqp.connection import (
     HEARTBEAT,
     NEED_DATA,
+    PUBLISHES_KEPT,
     Content,
     Event,
     MethodReceived,
@@ -287,6 +288,19 @@ def test_basic_publish_of_the_wrong_length_cannot_be_decoded(cut: int) -> None:
     assert error.code == ReplyCode.FRAME_ERROR
     assert error.text.startswith("FRAME_ERROR - cannot decode <<")
     assert (error.class_id, error.method_id) == (60, 40)
+
+
+def test_a_repeated_publish_method_is_decoded_once_and_a_new_one_still_is() -> None:
+    connection = opened(1)
+    connection.receive_data(publish(1, b"a") + publish(1, b"b") + publish(1, b"c", exchange="x"))
+    first, second, third = [event.method for event in drain(connection)]  # type: ignore[union-attr]
+    assert first is second  # one BasicPublish for every publish of the same payload
+    assert (third.exchange, third.routing_key) == ("x", "rk")
+    for number in range(PUBLISHES_KEPT + 1):  # the memo is bounded
+        connection.receive_data(publish(1, b"d", exchange=f"e{number}"))
+        (event,) = drain(connection)
+        assert event.method.exchange == f"e{number}"  # type: ignore[union-attr]
+    assert len(connection._publishes) <= PUBLISHES_KEPT
 
 
 # --- channels ----------------------------------------------------------------------------

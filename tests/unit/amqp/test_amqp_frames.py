@@ -99,6 +99,26 @@ def test_partial_frame_is_need_data_and_keeps_the_bytes() -> None:
     assert decoder.next_frame() == (FRAME_METHOD, 1, b"abcdef")
 
 
+def test_a_frame_in_many_reads_joins_the_buffer_once_and_comes_out_as_bytes() -> None:
+    """Reads that do not complete the next frame wait aside (a trickle of small reads
+    costs no copy of the buffer each), and every payload read is `bytes`."""
+    body = bytes(range(256)) * 8
+    frame = build_frame(FRAME_BODY, 1, body)
+    decoder = FrameDecoder(FRAME_MAX)
+    decoder.feed(frame[:100])
+    assert decoder.next_frame() is NEED_DATA
+    buffer = decoder._buffer
+    for start in range(100, len(frame) - 1, 7):
+        decoder.feed(frame[start : min(start + 7, len(frame) - 1)])
+        assert decoder._buffer is buffer  # not joined: the frame is still incomplete
+    assert decoder.buffered == len(frame) - 1
+    assert decoder.unread() == frame[:-1]
+    decoder.feed(frame[-1:])
+    payload = decoder.next_frame()
+    assert payload == (FRAME_BODY, 1, body)
+    assert type(payload[2]) is bytes  # type: ignore[index]
+
+
 def frame_error_of(data: bytes, frame_max: int = FRAME_MAX) -> HardError:
     decoder = FrameDecoder(frame_max)
     decoder.feed(data)

@@ -478,6 +478,21 @@ def test_messages_leaving_without_a_dlx_are_reported_as_dropped() -> None:
     assert counts(queue) == (0, 0, 0)
 
 
+def test_a_caller_that_follows_no_drops_gets_no_dropped_effects() -> None:
+    unfollowed = Meta(0, drops_followed=False)
+    queue = QueueMachine("q", settings=QueueSettings(max_length=1))
+    queue.apply(unfollowed, Enqueue("old", 10, ttl_ms=50))
+    _, effects = queue.apply(unfollowed, Enqueue("new", 20, ttl_ms=5))
+    assert effects == [SetTimer(5)]  # `old` went over the length limit, unreported
+    _, effects = queue.apply(Meta(10, drops_followed=False), Tick())
+    assert effects == []  # `new` expired, unreported
+    assert counts(queue) == (0, 0, 0)
+    with_dlx = QueueMachine("q", settings=QueueSettings(dead_letter_exchange="dlx", max_length=1))
+    with_dlx.apply(unfollowed, Enqueue("old", 10))
+    _, effects = with_dlx.apply(unfollowed, Enqueue("new", 20))
+    assert dead_letters(effects) == [(1, MAXLEN)]  # dead-lettering is not a drop
+
+
 def test_a_publish_refused_for_length_is_not_reported() -> None:
     settings = QueueSettings(max_length=0, overflow=Overflow.REJECT_PUBLISH_DLX)
     queue = QueueMachine("q", settings=settings)

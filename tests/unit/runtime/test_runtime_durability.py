@@ -332,6 +332,22 @@ def scratch_paged(host: ClassicHost) -> int:
     return sum(1 for entry in host.machine.ready_entries() if isinstance(entry.message, PageRef))
 
 
+def test_only_queues_that_keep_a_copy_of_a_message_follow_its_drop(tmp_path: Path) -> None:
+    """A transient queue asks its machine for no `Dropped` effects (nothing to free when a
+    message goes); a durable queue's journal and a paged queue's scratch pages need them."""
+
+    async def test() -> None:
+        node = Node(tmp_path)
+        durable, transient = node.declare("durable"), node.declare("transient", durable=False)
+        assert durable.meta().drops_followed
+        assert not transient.meta().drops_followed
+        transient.scratch_paged = True
+        assert transient.meta().drops_followed
+        await node.durability.close()
+
+    run(test)
+
+
 def test_under_memory_pressure_any_queue_pages_out_and_frees_every_page(tmp_path: Path) -> None:
     async def test() -> None:
         node = Node(tmp_path)

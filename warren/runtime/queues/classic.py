@@ -11,7 +11,8 @@ Theory of operation:
    its machine did to messages: the command's own outcome first (an `Enqueue`'s record
    must come before anything its effects do to the message), then the effects (by the
    interpreter). A host without a key (non-durable queue, or a node without storage)
-   pays one test for it.
+   pays one test for it, and, unless it paged a message, asks the machine for no
+   `Dropped` effects (`Meta.drops_followed`): nothing is done when such a message goes.
 4. Paging: `warren.runtime.queues.paging.admit` decides which arrivals leave memory (in
    long durable queues, and in any queue under memory pressure); every message handed out
    (delivery, basic.get, dead-lettering) is made resident first, and the scratch pages of
@@ -91,8 +92,10 @@ class ClassicHost(HostFields):
         return Placement.LOCAL
 
     def meta(self) -> Meta:
+        # a departure matters to the journal (durable) and to a scratch page (paged) only
+        followed = self.journal_key is not None or self.scratch_paged
         if not self._limited:
-            return Meta(now_ms())
+            return Meta(now_ms(), drops_followed=followed)
         credit: dict[Any, int] = {}
         blocked: list[Any] = []
         for channel in self._limited:
@@ -101,7 +104,7 @@ class ClassicHost(HostFields):
             limit = channel.credit()
             if limit is not None:
                 credit[channel] = limit
-        return Meta(now_ms(), credit or None, blocked)
+        return Meta(now_ms(), credit or None, blocked, drops_followed=followed)
 
     # --- the interface (`QueueHost`) ----------------------------------------------------------
 
@@ -110,10 +113,10 @@ class ClassicHost(HostFields):
     ) -> Published:
         """`execute` for the commonest command, on a path of its own: the calls and type
         tests it saves per message are a measurable share of a publish (issue #18)."""
-        meta = self.meta()
         durable = self.journal_key is not None
         if durable or self.broker.memory_pressure:
             command = admit(self, command)
+        meta = self.meta()  # after `admit`: paging this message may make drops followed
         reply, effects = self.machine.apply(meta, command)
         if durable and type(reply) is int:  # the record comes before its effects'
             durability = self.broker.durability

@@ -9,7 +9,8 @@ Theory of operation:
    body read back from its Raft log).
 2. `Deliver` goes to the consumer's channel. `DeadLetter` is republished through the
    dead-letter exchange at once, or, held (at-least-once), by the queue's
-   `DeadLetterWorker`. `Dropped` frees a scratch page. `SetTimer` moves the queue's one
+   `DeadLetterWorker`. `Dropped` (made only for hosts that follow drops: durable or
+   paged) frees a scratch page. `SetTimer` moves the queue's one
    timer; when it fires the host decides what to apply (`Tick`). `QueueExpired` asks the
    node to delete the queue.
 3. Only the deliveries are carried out by every replica of a quorum queue (each to its
