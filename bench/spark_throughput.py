@@ -22,6 +22,8 @@ For each broker in turn (a Warren node it starts on free ports, the RabbitMQ of
    and Spark's own split (`durationMs`) is printed. `spark_read_first_s` is the time from
    `start()` to the end of the first micro-batch; `maxWaitMs` is 10 s, so a broker that
    stalls does not end the read early (the pika consumer, too, waits for every message).
+   As for the publishers, the broker's share of a core is printed for both consumers
+   (`pika_consume_broker_core`, `spark_read_broker_core`).
    Before it, a warm-up read of the 1,000 messages the warm-up write left pays what only a
    session's first streaming query pays (JVM classes and code generation, the Python worker
    that plans a Python source's reads, started once and then reused); its wall time and
@@ -197,7 +199,9 @@ def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> di
     with BrokerCpu(broker) as busy:
         results["pika_publish_msg_s"] = pika_publish(url, queue, n, args.confirm_window)
     results["pika_publish_broker_core"] = busy.share
-    results["pika_consume_msg_s"] = pika_consume(url, queue, n)
+    with BrokerCpu(broker) as busy:
+        results["pika_consume_msg_s"] = pika_consume(url, queue, n)
+    results["pika_consume_broker_core"] = busy.share
 
     parallelism = spark.sparkContext.defaultParallelism
     rows = spark.range(0, n, 1, parallelism).select(F.lit(b"x" * BODY_BYTES).alias("body"))
@@ -216,7 +220,9 @@ def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> di
     results["spark_write_msg_s"] = n / elapsed
     results["spark_write_broker_core"] = busy.share
     rows.unpersist()
-    results.update(spark_read(spark, url, queue, n, args.batch_size))
+    with BrokerCpu(broker) as busy:
+        results.update(spark_read(spark, url, queue, n, args.batch_size))
+    results["spark_read_broker_core"] = busy.share
     results["read_ratio"] = results["spark_read_msg_s"] / results["pika_consume_msg_s"]
     results["read_in_batches_ratio"] = (
         results["spark_read_in_batches_msg_s"] / results["pika_consume_msg_s"]
@@ -274,6 +280,10 @@ def main() -> None:
                 f" under pika, {results['spark_write_broker_core'] or 0:.2f} under Spark; a"
                 f" first write took {results['spark_write_warmup_s']:.1f} s, a warm 1,000-row"
                 f" one {results['spark_write_job_s']:.2f} s"
+            )
+            print(
+                f"read: broker's share of a core {results['pika_consume_broker_core'] or 0:.2f}"
+                f" under pika, {results['spark_read_broker_core'] or 0:.2f} under Spark"
             )
             print(
                 f"warm-up read (reported apart): {results['spark_read_warmup_s']:.1f} s, of"

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from warren.spark.cli import watch
 from warren.spark.jobs import Source, land
+from warren.spark.session import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
 
 MESSAGES = 10_000
 DUPLICATES = 100  # published again, later, with the same message ids
@@ -239,3 +240,24 @@ def test_available_now_stops_once_the_queue_it_found_is_read(spark: SparkSession
     assert sum(batch["numInputRows"] for batch in batches) == 3_000
     assert all(batch["numInputRows"] for batch in batches)  # none without data
     assert max(batch["durationMs"]["latestOffset"] for batch in batches) < 10_000
+
+
+def test_a_query_restarted_from_its_checkpoint_carries_on_where_it_stopped(
+    spark: SparkSession, amqp, tmp_path
+):
+    """Session rule 6: checkpoints go through Hadoop's FileSystem API (FileContext's rename
+    forked `readlink` many times per micro-batch), and a restart still finds them: the
+    second run starts after the first one's last batch and reads only what came since."""
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER_KEY) == CHECKPOINT_FILE_MANAGER
+    queue = amqp.queue("q")
+    amqp.publish(queue, 1_500)
+    first = _patient_read(spark, amqp.url, queue, tmp_path, available_now=True)
+    first.awaitTermination()
+    ran = [batch["batchId"] for batch in first.recentProgress]
+    commits = tmp_path / "checkpoint" / "commits"
+    assert sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) == ran
+    amqp.publish(queue, 700)
+    second = _patient_read(spark, amqp.url, queue, tmp_path, available_now=True)
+    second.awaitTermination()
+    assert second.recentProgress[0]["batchId"] == ran[-1] + 1
+    assert sum(batch["numInputRows"] for batch in second.recentProgress) == 700

@@ -1,33 +1,42 @@
-"""The AMQP 0-9-1 method table: one frozen dataclass per method, encoded from its spec types.
+"""The AMQP 0-9-1 method table: one slotted class per method, encoded from its spec types.
 
 Theory of operation:
-1. Methods are slotted dataclasses treated as values. They are not ``frozen``: a frozen
-   dataclass costs four times as much to construct, and basic.publish is built for every
-   message. Each method class names its spec field types in `SPEC` (``"short shortstr bit bit"``)
-   in the order of its dataclass fields; `@method(class_id, method_id, spec)` registers
-   it in `METHODS` by ``(class_id, method_id)``. Field names are the spec's names.
-2. `decode_method(payload)` reads a method frame's payload into an instance;
+1. Methods are slotted value classes, mutable: a frozen dataclass costs four times as much
+   to construct, and basic.publish is built for every message. Each method class names its
+   spec field types in `SPEC` (``"short shortstr bit bit"``) in the order of its annotated
+   fields; `@method(class_id, method_id, spec)` makes the class (an `__init__` taking the
+   fields in that order, defaults from the class body, `__slots__`, `__match_args__`) and
+   registers it in `METHODS` by ``(class_id, method_id)``. Field names are the spec's names.
+2. `@method` is not `dataclasses.dataclass`, on purpose: every process that speaks AMQP
+   imports this table, each Spark worker of the pipeline included, and dataclass spent
+   30-180 ms making these 64 classes (three generated functions each, compiled one by one,
+   and a signature for a docstring). `@method` compiles one `__init__` per distinct list of
+   field names and shares `__repr__` and `__eq__` (dataclass's, field by field) from
+   `Method`; `typing.dataclass_transform` tells type checkers what `__init__` takes.
+3. `decode_method(payload)` reads a method frame's payload into an instance;
    `encode_method(m)` writes one back. Consecutive ``bit`` fields share an octet, as the
    spec's packing rule says (section 4.2.5.2).
-3. Fields that do not parse (cut short, or followed by octets) raise `HardError` 501
+4. Fields that do not parse (cut short, or followed by octets) raise `HardError` 501
    ``FRAME_ERROR - cannot decode <<...>>`` naming the method, and a frame too short for
    the ids 501 ``unknown_frame``, in RabbitMQ's words; an unknown class/method pair drops
    the connection as RabbitMQ does.
-4. Names: RabbitMQ refuses a shortstr that is not UTF-8 (501 ``Malformed UTF-8 in
+5. Names: RabbitMQ refuses a shortstr that is not UTF-8 (501 ``Malformed UTF-8 in
    shortstr``) in every method but those that carry content (basic.publish, and what the
    server sends of a message), whose exchange and routing key are bytes it passes on. So
    only those may hold names that are not UTF-8 (as lone surrogates, `surrogateescape`);
    queue, exchange and consumer names are always valid text.
-5. The hottest methods have unrolled codecs next to their users (basic.publish in
+6. The hottest methods have unrolled codecs next to their users (basic.publish in
    `connection`, basic.deliver in `content`); this table is the reference they match.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import struct
+import types
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast, dataclass_transform
 
 from warren.amqp.frames import FRAME_METHOD, framing_error
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
@@ -40,31 +49,68 @@ _METHOD_ID = struct.Struct(">HH")
 
 
 class Method:
-    """Base of every method; subclasses are dataclasses registered with `@method`."""
+    """Base of every method; subclasses are made by `@method` (rule 1)."""
 
     __slots__ = ()
     CLASS_ID: ClassVar[int]
     METHOD_ID: ClassVar[int]
     SPEC: ClassVar[tuple[str, ...]]
+    FIELDS: ClassVar[tuple[str, ...]]  # the field names, in the order of `SPEC`
     NAME: ClassVar[str]
     HAS_CONTENT: ClassVar[bool] = False
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{type(self).__qualname__}({values})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.FIELDS)
 
 
 METHODS: dict[tuple[int, int], type[Method]] = {}
 M = TypeVar("M", bound=type[Method])
 
 
+@dataclass_transform()
 def method(class_id: int, method_id: int, spec: str, *, content: bool = False) -> Callable[[M], M]:
     def register(cls: M) -> M:
-        cls.CLASS_ID, cls.METHOD_ID = class_id, method_id
-        cls.SPEC = tuple(spec.split())
-        cls.HAS_CONTENT = content
-        cls.NAME = _spec_name(cls.__name__)
-        assert len(cls.SPEC) == len(fields(cls)), cls  # type: ignore[arg-type]
-        METHODS[class_id, method_id] = cls
-        return cls
+        names = tuple(inspect.get_annotations(cls))
+        namespace = {
+            key: value
+            for key, value in cls.__dict__.items()
+            if key not in names and key not in ("__dict__", "__weakref__")
+        }
+        namespace.update(
+            __slots__=names,
+            __match_args__=names,
+            __init__=types.FunctionType(
+                _init_code(names), {}, "__init__", tuple(cls.__dict__[name] for name in names)
+            ),
+            CLASS_ID=class_id,
+            METHOD_ID=method_id,
+            SPEC=tuple(spec.split()),
+            FIELDS=names,
+            HAS_CONTENT=content,
+            NAME=_spec_name(cls.__name__),
+        )
+        made = cast("M", type(cls.__name__, cls.__bases__, namespace))
+        assert len(made.SPEC) == len(names), made
+        METHODS[class_id, method_id] = made
+        return made
 
     return register
+
+
+@functools.cache
+def _init_code(names: tuple[str, ...]) -> types.CodeType:
+    """An `__init__` setting `names` from its arguments in that order (rule 2)."""
+    assignments = "".join(f"    self.{name} = {name}\n" for name in names) or "    pass\n"
+    made: dict[str, Any] = {}
+    exec(f"def __init__(self, {', '.join(names)}):\n{assignments}", made)
+    code: types.CodeType = made["__init__"].__code__
+    return code
 
 
 def _spec_name(class_name: str) -> str:
@@ -82,17 +128,15 @@ def _spec_name(class_name: str) -> str:
 
 
 @method(10, 10, "octet octet table longstr longstr")
-@dataclass(slots=True)
 class ConnectionStart(Method):
     version_major: int = 0
     version_minor: int = 9
-    server_properties: FieldTable | bytes = field(default_factory=dict)
+    server_properties: FieldTable | bytes = b"\x00\x00\x00\x00"
     mechanisms: bytes = b"PLAIN AMQPLAIN"
     locales: bytes = b"en_US"
 
 
 @method(10, 11, "table shortstr longstr shortstr")
-@dataclass(slots=True)
 class ConnectionStartOk(Method):
     client_properties: bytes = b"\x00\x00\x00\x00"
     mechanism: str = "PLAIN"
@@ -101,19 +145,16 @@ class ConnectionStartOk(Method):
 
 
 @method(10, 20, "longstr")
-@dataclass(slots=True)
 class ConnectionSecure(Method):
     challenge: bytes = b""
 
 
 @method(10, 21, "longstr")
-@dataclass(slots=True)
 class ConnectionSecureOk(Method):
     response: bytes = b""
 
 
 @method(10, 30, "short long short")
-@dataclass(slots=True)
 class ConnectionTune(Method):
     channel_max: int = 0
     frame_max: int = 0
@@ -121,7 +162,6 @@ class ConnectionTune(Method):
 
 
 @method(10, 31, "short long short")
-@dataclass(slots=True)
 class ConnectionTuneOk(Method):
     channel_max: int = 0
     frame_max: int = 0
@@ -129,7 +169,6 @@ class ConnectionTuneOk(Method):
 
 
 @method(10, 40, "shortstr shortstr bit")
-@dataclass(slots=True)
 class ConnectionOpen(Method):
     virtual_host: str = "/"
     capabilities: str = ""
@@ -137,13 +176,11 @@ class ConnectionOpen(Method):
 
 
 @method(10, 41, "shortstr")
-@dataclass(slots=True)
 class ConnectionOpenOk(Method):
     known_hosts: str = ""
 
 
 @method(10, 50, "short shortstr short short")
-@dataclass(slots=True)
 class ConnectionClose(Method):
     reply_code: int = 200
     reply_text: str = ""
@@ -152,32 +189,27 @@ class ConnectionClose(Method):
 
 
 @method(10, 51, "")
-@dataclass(slots=True)
 class ConnectionCloseOk(Method):
     pass
 
 
 @method(10, 60, "shortstr")
-@dataclass(slots=True)
 class ConnectionBlocked(Method):
     reason: str = ""
 
 
 @method(10, 61, "")
-@dataclass(slots=True)
 class ConnectionUnblocked(Method):
     pass
 
 
 @method(10, 70, "longstr shortstr")
-@dataclass(slots=True)
 class ConnectionUpdateSecret(Method):
     new_secret: bytes = b""
     reason: str = ""
 
 
 @method(10, 71, "")
-@dataclass(slots=True)
 class ConnectionUpdateSecretOk(Method):
     pass
 
@@ -186,31 +218,26 @@ class ConnectionUpdateSecretOk(Method):
 
 
 @method(20, 10, "shortstr")
-@dataclass(slots=True)
 class ChannelOpen(Method):
     out_of_band: str = ""
 
 
 @method(20, 11, "longstr")
-@dataclass(slots=True)
 class ChannelOpenOk(Method):
     channel_id: bytes = b""
 
 
 @method(20, 20, "bit")
-@dataclass(slots=True)
 class ChannelFlow(Method):
     active: bool = True
 
 
 @method(20, 21, "bit")
-@dataclass(slots=True)
 class ChannelFlowOk(Method):
     active: bool = True
 
 
 @method(20, 40, "short shortstr short short")
-@dataclass(slots=True)
 class ChannelClose(Method):
     reply_code: int = 200
     reply_text: str = ""
@@ -219,7 +246,6 @@ class ChannelClose(Method):
 
 
 @method(20, 41, "")
-@dataclass(slots=True)
 class ChannelCloseOk(Method):
     pass
 
@@ -228,7 +254,6 @@ class ChannelCloseOk(Method):
 
 
 @method(40, 10, "short shortstr shortstr bit bit bit bit bit table")
-@dataclass(slots=True)
 class ExchangeDeclare(Method):
     ticket: int = 0
     exchange: str = ""
@@ -242,13 +267,11 @@ class ExchangeDeclare(Method):
 
 
 @method(40, 11, "")
-@dataclass(slots=True)
 class ExchangeDeclareOk(Method):
     pass
 
 
 @method(40, 20, "short shortstr bit bit")
-@dataclass(slots=True)
 class ExchangeDelete(Method):
     ticket: int = 0
     exchange: str = ""
@@ -257,13 +280,11 @@ class ExchangeDelete(Method):
 
 
 @method(40, 21, "")
-@dataclass(slots=True)
 class ExchangeDeleteOk(Method):
     pass
 
 
 @method(40, 30, "short shortstr shortstr shortstr bit table")
-@dataclass(slots=True)
 class ExchangeBind(Method):
     ticket: int = 0
     destination: str = ""
@@ -274,13 +295,11 @@ class ExchangeBind(Method):
 
 
 @method(40, 31, "")
-@dataclass(slots=True)
 class ExchangeBindOk(Method):
     pass
 
 
 @method(40, 40, "short shortstr shortstr shortstr bit table")
-@dataclass(slots=True)
 class ExchangeUnbind(Method):
     ticket: int = 0
     destination: str = ""
@@ -291,7 +310,6 @@ class ExchangeUnbind(Method):
 
 
 @method(40, 51, "")
-@dataclass(slots=True)
 class ExchangeUnbindOk(Method):
     pass
 
@@ -300,7 +318,6 @@ class ExchangeUnbindOk(Method):
 
 
 @method(50, 10, "short shortstr bit bit bit bit bit table")
-@dataclass(slots=True)
 class QueueDeclare(Method):
     ticket: int = 0
     queue: str = ""
@@ -313,7 +330,6 @@ class QueueDeclare(Method):
 
 
 @method(50, 11, "shortstr long long")
-@dataclass(slots=True)
 class QueueDeclareOk(Method):
     queue: str = ""
     message_count: int = 0
@@ -321,7 +337,6 @@ class QueueDeclareOk(Method):
 
 
 @method(50, 20, "short shortstr shortstr shortstr bit table")
-@dataclass(slots=True)
 class QueueBind(Method):
     ticket: int = 0
     queue: str = ""
@@ -332,13 +347,11 @@ class QueueBind(Method):
 
 
 @method(50, 21, "")
-@dataclass(slots=True)
 class QueueBindOk(Method):
     pass
 
 
 @method(50, 30, "short shortstr bit")
-@dataclass(slots=True)
 class QueuePurge(Method):
     ticket: int = 0
     queue: str = ""
@@ -346,13 +359,11 @@ class QueuePurge(Method):
 
 
 @method(50, 31, "long")
-@dataclass(slots=True)
 class QueuePurgeOk(Method):
     message_count: int = 0
 
 
 @method(50, 40, "short shortstr bit bit bit")
-@dataclass(slots=True)
 class QueueDelete(Method):
     ticket: int = 0
     queue: str = ""
@@ -362,13 +373,11 @@ class QueueDelete(Method):
 
 
 @method(50, 41, "long")
-@dataclass(slots=True)
 class QueueDeleteOk(Method):
     message_count: int = 0
 
 
 @method(50, 50, "short shortstr shortstr shortstr table")
-@dataclass(slots=True)
 class QueueUnbind(Method):
     ticket: int = 0
     queue: str = ""
@@ -378,7 +387,6 @@ class QueueUnbind(Method):
 
 
 @method(50, 51, "")
-@dataclass(slots=True)
 class QueueUnbindOk(Method):
     pass
 
@@ -387,7 +395,6 @@ class QueueUnbindOk(Method):
 
 
 @method(60, 10, "long short bit")
-@dataclass(slots=True)
 class BasicQos(Method):
     prefetch_size: int = 0
     prefetch_count: int = 0
@@ -395,13 +402,11 @@ class BasicQos(Method):
 
 
 @method(60, 11, "")
-@dataclass(slots=True)
 class BasicQosOk(Method):
     pass
 
 
 @method(60, 20, "short shortstr shortstr bit bit bit bit table")
-@dataclass(slots=True)
 class BasicConsume(Method):
     ticket: int = 0
     queue: str = ""
@@ -414,26 +419,22 @@ class BasicConsume(Method):
 
 
 @method(60, 21, "shortstr")
-@dataclass(slots=True)
 class BasicConsumeOk(Method):
     consumer_tag: str = ""
 
 
 @method(60, 30, "shortstr bit")
-@dataclass(slots=True)
 class BasicCancel(Method):
     consumer_tag: str = ""
     nowait: bool = False
 
 
 @method(60, 31, "shortstr")
-@dataclass(slots=True)
 class BasicCancelOk(Method):
     consumer_tag: str = ""
 
 
 @method(60, 40, "short shortstr shortstr bit bit", content=True)
-@dataclass(slots=True)
 class BasicPublish(Method):
     ticket: int = 0
     exchange: str = ""
@@ -443,7 +444,6 @@ class BasicPublish(Method):
 
 
 @method(60, 50, "short shortstr shortstr shortstr", content=True)
-@dataclass(slots=True)
 class BasicReturn(Method):
     reply_code: int = 0
     reply_text: str = ""
@@ -452,7 +452,6 @@ class BasicReturn(Method):
 
 
 @method(60, 60, "shortstr longlong bit shortstr shortstr", content=True)
-@dataclass(slots=True)
 class BasicDeliver(Method):
     consumer_tag: str = ""
     delivery_tag: int = 0
@@ -462,7 +461,6 @@ class BasicDeliver(Method):
 
 
 @method(60, 70, "short shortstr bit")
-@dataclass(slots=True)
 class BasicGet(Method):
     ticket: int = 0
     queue: str = ""
@@ -470,7 +468,6 @@ class BasicGet(Method):
 
 
 @method(60, 71, "longlong bit shortstr shortstr long", content=True)
-@dataclass(slots=True)
 class BasicGetOk(Method):
     delivery_tag: int = 0
     redelivered: bool = False
@@ -480,45 +477,38 @@ class BasicGetOk(Method):
 
 
 @method(60, 72, "shortstr")
-@dataclass(slots=True)
 class BasicGetEmpty(Method):
     cluster_id: str = ""
 
 
 @method(60, 80, "longlong bit")
-@dataclass(slots=True)
 class BasicAck(Method):
     delivery_tag: int = 0
     multiple: bool = False
 
 
 @method(60, 90, "longlong bit")
-@dataclass(slots=True)
 class BasicReject(Method):
     delivery_tag: int = 0
     requeue: bool = True
 
 
 @method(60, 100, "bit")
-@dataclass(slots=True)
 class BasicRecoverAsync(Method):
     requeue: bool = False
 
 
 @method(60, 110, "bit")
-@dataclass(slots=True)
 class BasicRecover(Method):
     requeue: bool = False
 
 
 @method(60, 111, "")
-@dataclass(slots=True)
 class BasicRecoverOk(Method):
     pass
 
 
 @method(60, 120, "longlong bit bit")
-@dataclass(slots=True)
 class BasicNack(Method):
     delivery_tag: int = 0
     multiple: bool = False
@@ -529,49 +519,41 @@ class BasicNack(Method):
 
 
 @method(90, 10, "")
-@dataclass(slots=True)
 class TxSelect(Method):
     pass
 
 
 @method(90, 11, "")
-@dataclass(slots=True)
 class TxSelectOk(Method):
     pass
 
 
 @method(90, 20, "")
-@dataclass(slots=True)
 class TxCommit(Method):
     pass
 
 
 @method(90, 21, "")
-@dataclass(slots=True)
 class TxCommitOk(Method):
     pass
 
 
 @method(90, 30, "")
-@dataclass(slots=True)
 class TxRollback(Method):
     pass
 
 
 @method(90, 31, "")
-@dataclass(slots=True)
 class TxRollbackOk(Method):
     pass
 
 
 @method(85, 10, "bit")
-@dataclass(slots=True)
 class ConfirmSelect(Method):
     nowait: bool = False
 
 
 @method(85, 11, "")
-@dataclass(slots=True)
 class ConfirmSelectOk(Method):
     pass
 
@@ -685,7 +667,7 @@ def encode_method(m: Method) -> bytes:
 
 
 def _values(m: Method) -> list[Any]:
-    return [getattr(m, f.name) for f in fields(m)]  # type: ignore[arg-type]
+    return [getattr(m, name) for name in m.FIELDS]
 
 
 def _encode_field(kind: str, value: Any) -> bytes:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import functools
 import re
 import secrets
@@ -472,7 +473,8 @@ class Channel:
                     pending = self.broker.logged_declare(record)
                 if pending is not None:  # in a cluster: declared once the metadata log
                     # has it; then this declare runs again against it
-                    again = replace(method, queue=name)
+                    again = copy.copy(method)  # methods are not dataclasses
+                    again.queue = name
                     self.connection.suspend(
                         self, pending, lambda done: self._declare_again(again, done)
                     )

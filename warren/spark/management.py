@@ -12,6 +12,10 @@ Theory of operation:
    the next start, not picked up on the way.
 3. No queue matching is an error naming the pattern and the vhost, like a missing queue: a
    query with nothing to consume would otherwise wait forever.
+4. `urllib.request` is imported by `queue_names`, not with this module: it brings `ssl`,
+   `http.client` and `email` (tens of milliseconds), and every process of a streaming read
+   imports this module (a query's source process first of all, before it can consume),
+   while only a `queuePattern` lists queues.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import urllib.error
-import urllib.request
 from urllib.parse import quote, unquote, urlsplit
 
 from warren.spark.options import OptionError, ReadOptions
@@ -31,6 +33,9 @@ TIMEOUT_S = 30.0
 
 def queue_names(management_url: str, vhost: str) -> list[str]:
     """Every queue of `vhost` the management API at `management_url` lists (rule 1)."""
+    import urllib.error  # rule 4
+    import urllib.request  # rule 4
+
     parts = urlsplit(management_url)
     base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}"
     user, password = unquote(parts.username or "guest"), unquote(parts.password or "guest")

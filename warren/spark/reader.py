@@ -42,7 +42,8 @@ Theory of operation (streaming, `QueueStreamReader`):
    arrived as soon as anything has, and the consumers keep receiving (up to `prefetch`)
    while Spark runs it; the batches after it fill as rule 3 says. Its record batches are
    made from buffers, so the planner does not import pandas on the way
-   (`warren.spark.message`, rule 2).
+   (`warren.spark.message`, rule 2). The connections are opened side by side: one after
+   the other, the second shook hands with a broker already busy delivering to the first.
 
 Batch reads (`QueuePeekReader`) peek, as a streaming read consumes, on the driver: when
 Spark plans the read, `partitions` consumes every queue of the read on one connection without
@@ -64,6 +65,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -91,16 +93,34 @@ CONNECT_TIMEOUT_S = 30.0
 Taken = tuple[int, Deliveries]  # (consumer index, messages it received in one read)
 
 
-def _subscribe(client: Client, queues: tuple[str, ...], prefetch: int) -> int:
-    """Consume every queue on `client`'s channel, consumer tag = the queue's name; the
-    messages they held when asked."""
-    ready = 0
-    for queue in queues:
-        ready += client.call(QueueDeclare(queue=queue, passive=True), QueueDeclareOk).message_count
+def _connect(options: ReadOptions, count: int) -> list[Client]:
+    """`count` connections, opened side by side (rule 7): a handshake is round trips, and
+    a consumer already receiving keeps the broker busy while the next one shakes hands."""
+    with ThreadPoolExecutor(count, thread_name_prefix="warren-amqp-connect") as pool:
+        opening = [pool.submit(Client, options.uri, options.heartbeat_s) for _ in range(count)]
+    opened = [future.result() for future in opening if future.exception() is None]
+    failures = [error for future in opening if (error := future.exception()) is not None]
+    if failures:
+        for client in opened:
+            client.close()
+        raise failures[0]
+    return opened
+
+
+def _ready(client: Client, queues: tuple[str, ...]) -> int:
+    """The messages `queues` hold (a passive declare each)."""
+    return sum(
+        client.call(QueueDeclare(queue=queue, passive=True), QueueDeclareOk).message_count
+        for queue in queues
+    )
+
+
+def _consume(client: Client, queues: tuple[str, ...], prefetch: int) -> None:
+    """Consume every queue on `client`'s channel, consumer tag = the queue's name."""
+    client.delivered = Deliveries()
     client.call(BasicQos(prefetch_count=prefetch), BasicQosOk)
     for queue in queues:
         client.call(BasicConsume(queue=queue, consumer_tag=queue), BasicConsumeOk)
-    return ready
 
 
 class Inbox:
@@ -185,13 +205,12 @@ def record_batches(taken: list[Taken], partitions: int, schema: pa.Schema) -> li
 class Consumer:
     """One connection consuming every queue of the read on its own thread (rules 1 and 2)."""
 
-    def __init__(self, options: ReadOptions, index: int, inbox: Inbox) -> None:
+    def __init__(self, client: Client, options: ReadOptions, index: int, inbox: Inbox) -> None:
         self._index = index
         self._inbox = inbox
         self._stopping = threading.Event()
-        self._client = Client(options.uri, options.heartbeat_s)
-        self._client.delivered = Deliveries()
-        self.ready_at_start = _subscribe(self._client, options.queues, options.prefetch)
+        self._client = client
+        _consume(client, options.queues, options.prefetch)
         self._thread = threading.Thread(target=self._run, name=f"warren-amqp-consumer-{index}")
         self._thread.daemon = True
         self._thread.start()
@@ -259,15 +278,19 @@ class QueueStreamReader(ReadsMessages, DataSourceStreamReader, SupportsTriggerAv
     def _connected(self) -> Inbox:
         if self._inbox is None:
             inbox = Inbox()
-            # one after the other: the first counts the queues before anyone consumes (rule 6)
+            clients = _connect(self._options, self._options.partitions)
             try:
-                for index in range(self._options.partitions):
-                    self._consumers.append(Consumer(self._options, index, inbox))
+                # counted before anyone consumes (rule 6)
+                self._ready_at_start = _ready(clients[0], self._options.queues)
+                for index, client in enumerate(clients):
+                    self._consumers.append(Consumer(client, self._options, index, inbox))
             except BaseException:
-                self.stop()  # e.g. no such queue: the query fails, no consumer is left behind
+                # e.g. no such queue: the query fails, no connection is left behind
+                self.stop()
+                for client in clients[len(self._consumers) :]:
+                    client.close()
                 self._consumers = []
                 raise
-            self._ready_at_start = self._consumers[0].ready_at_start
             self._inbox = inbox
         return self._inbox
 
@@ -353,8 +376,8 @@ class QueuePeekReader(ReadsMessages, DataSourceReader):
         inbox = Inbox()
         client = Client(self._options.uri, self._options.heartbeat_s)
         try:
-            client.delivered = Deliveries()
-            expected = _subscribe(client, self._options.queues, prefetch=0)  # all, unacked
+            expected = _ready(client, self._options.queues)
+            _consume(client, self._options.queues, prefetch=0)  # all, unacknowledged
             quiet_s = self._options.max_wait_ms / 1000
             inbox.put(0, client.take_delivered())  # what arrived with basic.consume-ok
             while len(inbox) < expected and client.receive(quiet_s):

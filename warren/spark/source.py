@@ -4,6 +4,10 @@
 `readStream`, `write` and `writeStream`. Options are parsed and checked here, on the driver,
 when a query is planned (see `warren.spark.options`); a `queuePattern` becomes the queues it
 matches when the reader is built (`warren.spark.management`).
+
+The writers' module is imported when a writer is asked for: a streaming read starts a Python
+process for its source, which imports this module before it can consume, and has no use for
+the publishing side.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from warren.spark.management import resolved
 from warren.spark.message import SCHEMA
 from warren.spark.options import ReadOptions, WriteOptions
 from warren.spark.reader import QueuePeekReader, QueueStreamReader
-from warren.spark.writer import AmqpStreamWriter, AmqpWriter
 
 
 def _arrow(schema: StructType) -> pa.Schema:
@@ -50,7 +53,11 @@ class AmqpDataSource(DataSource):
         return QueueStreamReader(resolved(ReadOptions.parse(self.options)), _arrow(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from warren.spark.writer import AmqpWriter  # see the module's docstring
+
         return AmqpWriter(WriteOptions.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from warren.spark.writer import AmqpStreamWriter  # see the module's docstring
+
         return AmqpStreamWriter(WriteOptions.parse(self.options))

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import ssl
 import struct
 import threading
 import time
@@ -286,6 +285,8 @@ class Client:
         if connected is None:
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if address.tls:
+            import ssl  # only amqps: tens of milliseconds in every process that reads
+
             raw = ssl.create_default_context().wrap_socket(raw, server_hostname=address.host)
         self._socket = raw
         self._handshake(address, heartbeat_s, name)
