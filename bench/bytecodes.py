@@ -13,6 +13,8 @@ mypyc (`make mypyc`) takes away: compiled code executes no bytecode. For each so
    - `confirms`: persistent messages with publisher confirms to a durable queue nobody
      consumes (what a reliable producer and the Spark writer do), each batch of 1000 awaited
      for its confirms, then the queue is deleted;
+   - `quorum`: the same into a quorum queue, the node a one-node cluster (as
+     `bench.compiled` starts it) so that the queue takes the Raft path;
    - `drop-head`: transient messages to a queue of `x-max-length` 1000 with `drop-head`
      overflow that nobody consumes (W7's shape): past the first 1000 every publish drops
      the head.
@@ -42,6 +44,7 @@ from typing import Any
 import aio_pika
 
 from bench.brokers import reachable
+from bench.compiled import one_node_cluster
 from warren.runtime.ports import unused_port
 
 # Run as `python -c _COUNTER OUT ARGS...`: the node's `python -m warren ARGS`, counting.
@@ -98,11 +101,12 @@ async def w1(url: str, messages: int) -> None:
     await consumer.close()
 
 
-async def confirms(url: str, messages: int) -> None:
+async def confirms(url: str, messages: int, arguments: dict[str, Any] | None = None) -> None:
     """Persistent messages with confirms into a durable queue nobody consumes."""
     connection = await aio_pika.connect(url)
     channel = await connection.channel(publisher_confirms=True)
-    queue = await channel.declare_queue(f"bytecodes-{os.getpid()}", durable=True)
+    name = f"bytecodes-{os.getpid()}"
+    queue = await channel.declare_queue(name, durable=True, arguments=arguments)
     persistent = aio_pika.DeliveryMode.PERSISTENT
     for start in range(0, messages, 1000):
         batch = range(start, min(start + 1000, messages))
@@ -116,6 +120,11 @@ async def confirms(url: str, messages: int) -> None:
         )
     await queue.delete(if_unused=False, if_empty=False)
     await connection.close()
+
+
+async def quorum(url: str, messages: int) -> None:
+    """Persistent messages with confirms into a quorum queue nobody consumes."""
+    await confirms(url, messages, {"x-queue-type": "quorum"})
 
 
 async def drop_head(url: str, messages: int) -> None:
@@ -140,6 +149,7 @@ WORKLOADS: dict[str, Callable[[str, int], Coroutine[Any, Any, None]]] = {
     "w1": w1,
     "confirms": confirms,
     "drop-head": drop_head,
+    "quorum": quorum,
 }
 
 
@@ -150,6 +160,8 @@ def count(tree: str, workload: str, messages: int) -> Counter[str]:
         out = Path(workdir) / "count.json"
         command = [sys.executable, "-c", _COUNTER, str(out), "--port", str(port)]
         command += ["--management-port", str(management), "--data-dir", f"{workdir}/data"]
+        if workload == "quorum":
+            command += one_node_cluster()
         with (Path(workdir) / "warren.log").open("wb") as log:
             node = subprocess.Popen(
                 command, env={**os.environ, "PYTHONPATH": tree}, cwd=workdir, stdout=log,
