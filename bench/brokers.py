@@ -112,7 +112,8 @@ def start_warren(
     workdir = tempfile.TemporaryDirectory(prefix="warren-bench-")
     port, management = unused_port(), unused_port()
     log, data = Path(workdir.name) / "warren.log", Path(workdir.name) / "data"
-    command = [python or sys.executable, "-m", "warren", "--port", str(port)]
+    # absolute, not resolved: a venv's python is a symlink to the interpreter it was made from
+    command = [os.path.abspath(python or sys.executable), "-m", "warren", "--port", str(port)]
     command += ["--workers", str(workers), "--management-port", str(management)]
     command += ["--data-dir", str(data), *args]
     # `-m` puts the working directory first on sys.path: with a `tree` or a `python`, run from
