@@ -5,11 +5,11 @@ Owns one session: it starts Warren twice on free ports (``--workers 1`` and ``--
 ``--workers``), finds RabbitMQ, and runs each selected workload `--reps` times per broker,
 alternating, each run one `python -m bench.loadgen` as `bench.run` makes it. It prints,
 per workload, the median consumed msg/s (published where nothing consumes: W7) of each
-broker with the second Warren's ratios to the first and to RabbitMQ, the broker's CPU per
-message (every process of it), the load average after the runs, and for a node of
-several workers the crossings of messages between workers per published
-message (a message crosses at most twice: to its queue and to its consumer): each
-worker logs its count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
+broker with the broker's CPU per message (every process of it), the second Warren's ratios
+of both to the first Warren's and to RabbitMQ's, the load average after the runs, and for
+a node of several workers the crossings of messages between workers per published message
+(a message crosses at most twice: to its queue and to its consumer): each worker logs its
+count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
 after every run. Records go to bench/results/<timestamp>-scaling.jsonl.
 """
 
@@ -166,7 +166,9 @@ def table(records: list[dict[str, Any]], args: argparse.Namespace, names: list[s
             f"| {workload.name} msg/s (broker CPU/msg) | "
             + " | ".join(cells)
             + f" | {ratio(rates.get(many), rates.get(first))}"
-            + f" | {ratio(rates.get(many), rates.get('rabbitmq'))} |"
+            + f" (CPU/msg {ratio(cpu.get(many), cpu.get(first))})"
+            + f" | {ratio(rates.get(many), rates.get('rabbitmq'))}"
+            + f" (CPU/msg {ratio(cpu.get(many), cpu.get('rabbitmq'))}) |"
         )
         if load:
             rows.append(f"| {workload.name} load average | {min(load):.1f}-{max(load):.1f} |")
