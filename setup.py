@@ -49,7 +49,13 @@ COMPILED = [
 def ext_modules() -> list[object]:
     if os.environ.get("WARREN_MYPYC") != "1":
         return []
-    from mypyc.build import mypycify  # the compiled build's only import of mypy
+    try:
+        from mypyc.build import mypycify  # the compiled build's only import of mypy
+    except ImportError as exc:
+        raise SystemExit(
+            "WARREN_MYPYC=1 needs mypy in the build environment: `make wheel`, or pip with "
+            "--no-build-isolation in an environment with mypy and setuptools 77+"
+        ) from exc
 
     opt_level = os.environ.get("MYPYC_OPT_LEVEL", "3")
     debug_level = os.environ.get("MYPYC_DEBUG_LEVEL", "1")
