@@ -144,9 +144,12 @@ def start_warren(
 
 def build_of(python: str, env: dict[str, str] | None, cwd: str | None) -> str:
     """Whether `python` run so imports the cores compiled (a C extension in place of the
-    queue machine's module: the release build, or `make mypyc`) or as Python."""
+    queue machine's module: the release build, or `make mypyc`) or as Python; "" when it
+    cannot import them (the node will not start either, and its log says why)."""
     asked = [python, "-c", "import warren.queue.machine as m; print(m.__file__)"]
-    found = subprocess.run(asked, capture_output=True, text=True, env=env, cwd=cwd, check=True)
+    found = subprocess.run(asked, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    if found.returncode:
+        return ""
     return "pure Python" if found.stdout.strip().endswith(".py") else "compiled (mypyc)"
 
 
