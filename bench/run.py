@@ -65,6 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="before each run wait up to this many seconds for other processes to go quiet",
     )
     args = p.parse_args(argv)
+    if args.cluster > 1 and args.warren_python:
+        p.error(
+            "--cluster starts Warren's nodes from this checkout, not --warren-python's install "
+            "(make bench PURE=1 BENCH_ARGS='--cluster 3')"
+        )
     if args.quick:
         args.duration, args.reps = min(args.duration, QUICK_DURATION_S), 1
     try:
