@@ -1,6 +1,8 @@
 # The quick start: `make run` (a node, from nothing but Python 3.11+), `make pipeline`
 # (the Spark pipeline's tools), `make test` (everything the suite needs, then the suite).
 # `make mypyc` (opt-in) compiles the pure cores in place; `make clean-mypyc` undoes it.
+# `make wheel` builds the release wheels (the cores compiled, and the pure fallback) in dist/;
+# `make bench` measures the compiled one (`make bench PURE=1`: this checkout, pure Python).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -42,8 +44,25 @@ JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
 # The pure cores' unit tests, which `make mypyc` runs on the compiled modules.
 CORE_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft tests/unit/cluster
+# The release build (docs/performance.md, "The release build"): `make wheel` builds, in
+# .venv-build (never the checkout's environment, which stays pure), a platform wheel with the
+# cores setup.py lists compiled by mypyc and the pure py3-none-any wheel that pip falls back
+# to where no platform wheel fits. The compiler is mypy, pinned: its C is what we measured.
+# msgspec is there for mypy to read its types (the compiled cores import it; pyproject.toml's
+# range). Redone when the package's sources change.
+BUILD_VENV := .venv-build
+BUILD_STAMP := $(BUILD_VENV)/.installed
+MYPYC_BUILD_DEPS := 'mypy==2.4.1' 'setuptools>=77,<81' 'msgspec>=0.19,<0.23'
+PACKAGE_SOURCES := setup.py pyproject.toml README.md $(shell find warren -type f -not -name '*.so' -not -path '*/__pycache__/*')
+WHEELS_STAMP := dist/.built
+# `make bench` runs the brokers it starts from .venv-bench: the compiled wheel installed alone.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+# `make bench BENCH_ARGS='--only W1,W4 --reps 3'`: passed to `python -m bench.run`.
+BENCH_ARGS ?=
 
-.PHONY: run pipeline test java lint bench clean spark-cluster-test mypyc clean-mypyc
+.PHONY: run pipeline test java lint bench clean spark-cluster-test mypyc clean-mypyc compiler \
+	wheel wheel-test
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Warren needs Python 3.11 or newer: make PYTHON=python3.11 …")'
@@ -112,25 +131,57 @@ test: $(TEST_STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 	@# the whole integration suite that way does not fit CI's time: docs/internals/workers.md).
 	$(if $(PYTEST_ARGS),,WARREN_TEST_WORKERS=2 $(BIN)/pytest $(WORKERS_TESTS))
 
-bench: $(TEST_STAMP)
+# The release build's Warren (PURE=1: this checkout's) against RabbitMQ; the report says which.
+bench: $(TEST_STAMP) $(if $(PURE),,$(BENCH_STAMP))
 	$(PIP) -e '.[bench]'
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(if $(PURE),,--warren-python $(BENCH_VENV)/bin/python) $(BENCH_ARGS)
 
-# The opt-in mypyc build (setup.py says which modules, docs/performance.md what it gains):
-# C extensions next to the cores' sources, which Python imports in their place, then the
-# cores' unit tests on them. Needs gcc and the interpreter's headers (installed as root on
-# Debian), and the setuptools pyproject.toml's build needs, to run setup.py in place.
-mypyc: $(TEST_STAMP)
-	@headers=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+$(BENCH_STAMP): $(WHEELS_STAMP)
+	$(if $(wildcard $(BENCH_VENV)/bin/python),,$(PYTHON) -m venv $(BENCH_VENV))
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BENCH_VENV)/bin/pip install --quiet --force-reinstall --no-deps dist/warren_mq-*-cp*.whl
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BENCH_VENV)/bin/pip install --quiet dist/warren_mq-*-cp*.whl
+	touch $@
+
+wheel: $(WHEELS_STAMP)
+
+# Each wheel from a clean build/ (setuptools' and mypyc's), so neither takes the other's files.
+$(WHEELS_STAMP): $(PACKAGE_SOURCES) $(BUILD_STAMP)
+	rm -rf build dist
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BUILD_VENV)/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	rm -rf build
+	WARREN_MYPYC=1 PIP_DISABLE_PIP_VERSION_CHECK=1 $(BUILD_VENV)/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	rm -rf build
+	@ls dist/*.whl
+	touch $@
+
+$(BUILD_STAMP): Makefile | compiler
+	$(if $(wildcard $(BUILD_VENV)/bin/python),,$(PYTHON) -m venv $(BUILD_VENV))
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BUILD_VENV)/bin/pip install --quiet $(MYPYC_BUILD_DEPS)
+	touch $@
+
+# Each wheel installed into a fresh environment, a node started from it and a message through
+# it (tests/release, a few minutes: not in `make test`).
+wheel-test: $(WHEELS_STAMP) $(TEST_STAMP)
+	WARREN_RELEASE_WHEELS=dist $(BIN)/pytest tests/release
+
+# gcc and the interpreter's headers, which mypyc's C needs (installed as root on Debian).
+compiler:
+	@headers=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
 	if ! command -v gcc >/dev/null 2>&1 || [ ! -f "$$headers/Python.h" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "Installing gcc and the Python headers for mypyc"; \
 			apt-get update -qq && $(APT_INSTALL) gcc python3-dev >/dev/null; \
 		else \
-			echo "make mypyc needs gcc and $$headers/Python.h (Debian: gcc python3-dev)" >&2; \
+			echo "mypyc needs gcc and $$headers/Python.h (Debian: gcc python3-dev)" >&2; \
 			exit 1; \
 		fi; \
 	fi
+
+# The opt-in mypyc build in place (setup.py says which modules, docs/performance.md what it
+# gains): C extensions next to the cores' sources, which Python imports in their place, then
+# the cores' unit tests on them. Needs the compiler, and the setuptools pyproject.toml's
+# build needs, to run setup.py in place.
+mypyc: $(TEST_STAMP) | compiler
 	$(PIP) 'setuptools>=77,<81'
 	WARREN_MYPYC=1 $(BIN)/python setup.py --quiet build_ext --inplace
 	$(BIN)/python -c 'import warren.queue.machine as m; assert m.__file__.endswith(".so"), m.__file__'
@@ -150,4 +201,4 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check --fix .
 
 clean: clean-mypyc
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(BUILD_VENV) $(BENCH_VENV) build dist *.egg-info

@@ -1,57 +1,65 @@
-"""The opt-in mypyc build of the pure cores (issue 19); pyproject.toml holds everything else.
+"""The release build's compiled cores (issue 19); pyproject.toml holds everything else.
 
 Theory of operation:
 1. Without ``WARREN_MYPYC=1`` this adds nothing: the package is plain Python, as every
-   default install (`make run`, `make test`, CI) has it, and needs no compiler.
+   checkout (`make run`, `make test`, ``pip install -e .``, CI) and the pure
+   ``py3-none-any`` wheel have it, and needs no compiler.
 2. With ``WARREN_MYPYC=1`` the modules `COMPILED` lists are compiled by mypyc into C
-   extensions: `make mypyc` builds them in place (``setup.py build_ext --inplace``, next
-   to their sources, which Python then imports in their place) and
-   ``WARREN_MYPYC=1 pip install --no-build-isolation .`` into an environment (mypyc's own
-   advice for setuptools: ``mypycify`` in setup.py; without build isolation, because the
-   compiler is mypy itself, which the default build must not need). Both need gcc, the
-   Python headers, mypy and setuptools 77 or newer.
-3. `COMPILED` is every module of the pure cores (`warren.errors`, `amqp`, `model`, `queue`,
-   `raft`, `cluster`) but those `KEPT_PYTHON` lists, which stay Python (the compiled
-   modules call them as Python): the method table (`amqp/methods.py`, whose classes the
-   `@method` decorator makes) and `raft/log.py` (`SafetyError` subclasses
-   `AssertionError`), which mypyc cannot make native classes of; and the modules whose
-   classes msgspec decodes by their field types (the replicated path's encodings, and
-   `QueueSettings` inside them), because compiled classes carry approximations of their
-   annotations at run time (``int | None`` becomes ``type``). docs/performance.md has
-   what compiling gains.
+   extensions: `make wheel` builds the release's platform wheel so (``pip wheel
+   --no-build-isolation`` in .venv-build, which holds the compiler: mypy itself, which the
+   default build must not need; mypyc's own advice for setuptools is ``mypycify`` in
+   setup.py), and `make mypyc` builds them in place (``setup.py build_ext --inplace``, next
+   to their sources, which Python then imports in their place). Both need gcc, the Python
+   headers, mypy and setuptools 77 or newer.
+3. `COMPILED` is the modules of the pure cores that a message's bytecodes run in: counted
+   per module (`python -m bench.bytecodes --functions`) for a transient message to a
+   consumer, a publish into a drop-head queue, a confirmed persistent publish, and one into
+   a quorum queue, these held 99 % of the cores' bytecodes per message, and compiling every
+   core module (`raft`, `cluster`, the rest of `model`: declares, policies, the Raft node,
+   whose work per message is a few bytecodes) took away no more but doubled the compile
+   (docs/performance.md, "The release build"). Modules stay Python where mypyc cannot make
+   native classes (the method table's `@method` classes, `raft/log.py`'s `AssertionError`
+   subclass) or where msgspec decodes classes by their annotations, which compiled classes
+   carry only approximately (``int | None`` becomes ``type``): the replicated path's
+   encodings and `QueueSettings`.
+4. gcc's optimisation and debug levels are mypyc's defaults (``-O3 -g1``) unless
+   ``MYPYC_OPT_LEVEL`` / ``MYPYC_DEBUG_LEVEL`` say otherwise, as for the ``mypyc`` command.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from setuptools import setup
 
-CORES = ("errors", "amqp", "model", "queue", "raft", "cluster")
-KEPT_PYTHON = {
-    "warren/amqp/methods.py",
-    "warren/raft/log.py",
-    "warren/cluster/metadata.py",
-    "warren/cluster/queue_entries.py",
-    "warren/cluster/raft_codec.py",
-    "warren/queue/snapshot.py",
-    "warren/model/settings.py",
-}
-COMPILED = sorted(
-    path.as_posix()
-    for core in CORES
-    for path in Path("warren", core).glob("*.py")
-    if path.as_posix() not in KEPT_PYTHON
-)
+COMPILED = [
+    "warren/amqp/connection.py",  # the connection's state machine: every frame
+    "warren/amqp/content.py",  # a message's properties and frames
+    "warren/amqp/frames.py",  # the frame decoder
+    "warren/amqp/table.py",  # field tables: a message's headers
+    "warren/model/exchange.py",  # an exchange and its bindings: counts each publish
+    "warren/model/headers.py",  # headers matching
+    "warren/model/routers.py",  # each exchange type's routing index
+    "warren/model/topic.py",  # topic matching
+    "warren/model/vhost.py",  # routing a publish
+    "warren/queue/machine.py",  # the queue: enqueue, deliver, settle
+]
 
 
 def ext_modules() -> list[object]:
     if os.environ.get("WARREN_MYPYC") != "1":
         return []
-    from mypyc.build import mypycify  # the opt-in build's only import of mypy
+    try:
+        from mypyc.build import mypycify  # the compiled build's only import of mypy
+    except ImportError as exc:
+        raise SystemExit(
+            "WARREN_MYPYC=1 needs mypy in the build environment: `make wheel`, or pip with "
+            "--no-build-isolation in an environment with mypy and setuptools 77+"
+        ) from exc
 
-    return list(mypycify(COMPILED, opt_level="3"))
+    opt_level = os.environ.get("MYPYC_OPT_LEVEL", "3")
+    debug_level = os.environ.get("MYPYC_DEBUG_LEVEL", "1")
+    return list(mypycify(COMPILED, opt_level=opt_level, debug_level=debug_level))
 
 
 setup(ext_modules=ext_modules())

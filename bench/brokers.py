@@ -1,7 +1,9 @@
 """The brokers a benchmark run talks to: a Warren it starts (or is given) and a RabbitMQ.
 
-Owns starting Warren as a subprocess on free ports with a fresh data directory, waiting for
-it to accept AMQP, stopping it, finding a reachable RabbitMQ (`RABBITMQ_URL` or the local
+Owns starting Warren as a subprocess on free ports with a fresh data directory (from this
+checkout, another source tree, or another environment's install: `make bench` runs the
+compiled release build from .venv-bench), telling which build it runs, waiting for it to
+accept AMQP, stopping it, finding a reachable RabbitMQ (`RABBITMQ_URL` or the local
 default) and the PIDs used for CPU and memory accounting (Warren's process, beam.smp) plus
 RabbitMQ's management API for its VM memory.
 
@@ -54,6 +56,7 @@ class Broker:
     workdir: tempfile.TemporaryDirectory[str] | None = None
     peer_pids: tuple[int, ...] = ()  # a cluster's other nodes, for CPU accounting
     shutdown: Callable[[], None] | None = None  # stops the cluster this harness started
+    build: str = ""  # a Warren this harness started: "compiled (mypyc)" or "pure Python"
 
     def exited(self) -> str | None:
         """None while running (or not ours to watch); else its exit status and log tail."""
@@ -95,23 +98,38 @@ def reachable(url: str) -> str | None:
 
 
 def start_warren(
-    args: Sequence[str] = (), tree: str = "", workers: int = 1, name: str = "warren"
+    args: Sequence[str] = (),
+    tree: str = "",
+    workers: int = 1,
+    name: str = "warren",
+    python: str = "",
 ) -> tuple[Broker | None, str]:
-    """Start `python -m warren` (of `workers` processes) on free ports, with `args` added and
-    from the source `tree` if given (first on PYTHONPATH); (broker, "") or (None, why it
-    failed)."""
+    """Start `python -m warren` (of `workers` processes) on free ports, with `args` added; from
+    the source `tree` if given (first on PYTHONPATH), else as installed for the interpreter
+    `python` if given (a venv's: `make bench`'s .venv-bench holds the compiled release
+    build), else this checkout. (broker, "") or (None, why it failed); the broker's `build`
+    says whether its cores are compiled."""
     workdir = tempfile.TemporaryDirectory(prefix="warren-bench-")
     port, management = unused_port(), unused_port()
     log, data = Path(workdir.name) / "warren.log", Path(workdir.name) / "data"
-    command = [sys.executable, "-m", "warren", "--port", str(port), "--workers", str(workers)]
-    command += ["--management-port", str(management), "--data-dir", str(data), *args]
-    # `-m` puts the working directory first on sys.path: with a `tree`, run from the workdir
-    # so that the tree, not this checkout, is what is imported
-    env, cwd = ({**os.environ, "PYTHONPATH": tree}, workdir.name) if tree else (None, None)
+    # absolute, not resolved: a venv's python is a symlink to the interpreter it was made from
+    command = [os.path.abspath(python or sys.executable), "-m", "warren", "--port", str(port)]
+    command += ["--workers", str(workers), "--management-port", str(management)]
+    command += ["--data-dir", str(data), *args]
+    # `-m` puts the working directory first on sys.path: with a `tree` or a `python`, run from
+    # the workdir so that the tree or that environment's install, not this checkout, is what
+    # is imported (and without this checkout's PYTHONPATH for a `python`)
+    env: dict[str, str] | None = None
+    if tree:
+        env = {**os.environ, "PYTHONPATH": tree}
+    elif python:
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    cwd = workdir.name if env is not None else None
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
     broker = Broker(name, url, process.pid, process=process, workdir=workdir)
+    broker.build = build_of(command[0], env, cwd)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -122,6 +140,17 @@ def start_warren(
     tail = log.read_text(errors="replace")[-1500:]
     broker.stop()
     return None, f"`{' '.join(command)}` did not come up (exit {process.poll()}):\n{tail}"
+
+
+def build_of(python: str, env: dict[str, str] | None, cwd: str | None) -> str:
+    """Whether `python` run so imports the cores compiled (a C extension in place of the
+    queue machine's module: the release build, or `make mypyc`) or as Python; "" when it
+    cannot import them (the node will not start either, and its log says why)."""
+    asked = [python, "-c", "import warren.queue.machine as m; print(m.__file__)"]
+    found = subprocess.run(asked, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    if found.returncode:
+        return ""
+    return "pure Python" if found.stdout.strip().endswith(".py") else "compiled (mypyc)"
 
 
 def _port_open(port: int) -> bool:

@@ -20,6 +20,8 @@ mypyc (`make mypyc`) takes away: compiled code executes no bytecode. For each so
      frames record batches of 1000 persistent messages into one buffer each (many publishes
      per socket write, no message ids) and settles confirms in runs, into a durable queue
      nobody consumes, which is deleted at the end;
+   - `quorum`: `confirms` into a quorum queue, the node a one-node cluster (as
+     `bench.compiled` starts it) so that the queue takes the Raft path;
    - `drop-head`: transient messages to a queue of `x-max-length` 1000 with `drop-head`
      overflow that nobody consumes (W7's shape): past the first 1000 every publish drops
      the head.
@@ -54,6 +56,7 @@ import pyarrow as pa
 
 from bench import wire
 from bench.brokers import reachable
+from bench.compiled import one_node_cluster
 from warren.runtime.ports import unused_port
 from warren.spark.options import WriteOptions
 from warren.spark.writer import publish_batches
@@ -113,11 +116,12 @@ async def w1(url: str, messages: int) -> None:
     await consumer.close()
 
 
-async def confirms(url: str, messages: int) -> None:
+async def confirms(url: str, messages: int, arguments: dict[str, Any] | None = None) -> None:
     """Persistent messages with confirms into a durable queue nobody consumes."""
     connection = await aio_pika.connect(url)
     channel = await connection.channel(publisher_confirms=True)
-    queue = await channel.declare_queue(f"bytecodes-{os.getpid()}", durable=True)
+    name = f"bytecodes-{os.getpid()}"
+    queue = await channel.declare_queue(name, durable=True, arguments=arguments)
     persistent = aio_pika.DeliveryMode.PERSISTENT
     for start in range(0, messages, 1000):
         batch = range(start, min(start + 1000, messages))
@@ -131,6 +135,11 @@ async def confirms(url: str, messages: int) -> None:
         )
     await queue.delete(if_unused=False, if_empty=False)
     await connection.close()
+
+
+async def quorum(url: str, messages: int) -> None:
+    """Persistent messages with confirms into a quorum queue nobody consumes."""
+    await confirms(url, messages, {"x-queue-type": "quorum"})
 
 
 async def drop_head(url: str, messages: int) -> None:
@@ -223,6 +232,7 @@ WORKLOADS: dict[str, Callable[[str, int], Coroutine[Any, Any, None]]] = {
     "spark": spark,
     "drop-head": drop_head,
     "w7": w7,
+    "quorum": quorum,
 }
 
 
@@ -233,6 +243,8 @@ def count(tree: str, workload: str, messages: int) -> Counter[str]:
         out = Path(workdir) / "count.json"
         command = [sys.executable, "-c", _COUNTER, str(out), "--port", str(port)]
         command += ["--management-port", str(management), "--data-dir", f"{workdir}/data"]
+        if workload == "quorum":
+            command += one_node_cluster()
         with (Path(workdir) / "warren.log").open("wb") as log:
             node = subprocess.Popen(
                 command, env={**os.environ, "PYTHONPATH": tree}, cwd=workdir, stdout=log,

@@ -40,6 +40,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="3 s runs, 1 rep, W6 with 100,000")
     p.add_argument("--brokers", default="warren,rabbitmq", help="which of warren,rabbitmq")
     p.add_argument("--warren-url", help="use this running Warren instead of starting one")
+    p.add_argument(
+        "--warren-python",
+        default="",
+        metavar="PYTHON",
+        help="start the Warren installed for this interpreter (make bench: .venv-bench's, the "
+        "compiled release build) instead of this checkout's",
+    )
     p.add_argument("--warren-pid", type=int, default=0, help="its PID, for CPU/RSS accounting")
     p.add_argument("--rabbitmq-pid", type=int, default=0, help="default: pgrep beam.smp")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
@@ -65,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="before each run wait up to this many seconds for other processes to go quiet",
     )
     args = p.parse_args(argv)
+    if args.cluster > 1 and args.warren_python:
+        p.error(
+            "--cluster starts Warren's nodes from this checkout, not --warren-python's install "
+            "(make bench PURE=1 BENCH_ARGS='--cluster 3')"
+        )
     if args.quick:
         args.duration, args.reps = min(args.duration, QUICK_DURATION_S), 1
     try:
@@ -91,11 +103,12 @@ def prepare_brokers(args: argparse.Namespace) -> list[Broker]:
             _add(found, broker, f"[yellow]{report.LABELS[name]} skipped:[/] {why}")
         return found
     if "warren" in wanted:
-        err.print(f"[bold]Warren:[/] {args.warren_url or 'starting python -m warren'}")
+        python = args.warren_python or "this checkout"
+        err.print(f"[bold]Warren:[/] {args.warren_url or f'starting python -m warren ({python})'}")
         if args.warren_url:
             broker, why = brokers.given_warren(args.warren_url, args.warren_pid)
         else:
-            broker, why = brokers.start_warren(workers=args.workers)
+            broker, why = brokers.start_warren(workers=args.workers, python=args.warren_python)
         _add(found, broker, f"[yellow]Warren skipped:[/] {why}")
     if "rabbitmq" in wanted:
         broker, why = brokers.find_rabbitmq(args.rabbitmq_pid)
@@ -109,7 +122,8 @@ def _add(found: list[Broker], broker: Broker | None, why: str) -> None:
         return
     api = f", management API {broker.memory_api}" if broker.memory_api else ""
     peers = f", other nodes {list(broker.peer_pids)}" if broker.peer_pids else ""
-    err.print(f"  {broker.name} at {broker.url} (pid {broker.pid or 'unknown'}{api}{peers})")
+    build = f", {broker.build}" if broker.build else ""
+    err.print(f"  {broker.name} at {broker.url} (pid {broker.pid or 'unknown'}{build}{api}{peers})")
     found.append(broker)
 
 
@@ -128,7 +142,9 @@ def loadgen_command(workload: Workload, broker: Broker, args: argparse.Namespace
 
 def run_one(workload: Workload, broker: Broker, rep: int, args: argparse.Namespace) -> dict:
     """One loadgen subprocess; its JSON record tagged with workload, broker and rep."""
-    tag = {"workload": workload.name, "broker": broker.name, "rep": rep}
+    tag: dict[str, Any] = {"workload": workload.name, "broker": broker.name, "rep": rep}
+    if broker.build:
+        tag["build"] = broker.build
     timeout = 1800.0 if workload.counted else args.duration + 120.0
     command = loadgen_command(workload, broker, args)
     try:
@@ -239,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(report.cpu_table(records, args.workloads))
     if args.cluster > 1:
         console.print(report.node_cpu_table(records, args.workloads))
+    for broker in targets:
+        if broker.build:
+            console.print(f"{report.LABELS[broker.name]} measured: {broker.build}", highlight=False)
     for note in notes(records):
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     report.chart(records, args.workloads, png)

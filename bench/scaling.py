@@ -1,13 +1,15 @@
 """Warren of 1 worker against 2, side by side with RabbitMQ (issue 19): `python -m bench.scaling`.
 
 Owns one session: it starts Warren twice on free ports (``--workers 1`` and ``--workers
-2``), finds RabbitMQ, and runs each selected workload `--reps` times per broker,
+2``; with ``--builds``, the pure checkout and the compiled release build, both of
+``--workers``), finds RabbitMQ, and runs each selected workload `--reps` times per broker,
 alternating, each run one `python -m bench.loadgen` as `bench.run` makes it. It prints,
-per workload, the median consumed msg/s of each broker with the 2-worker/1-worker and
-2-worker/RabbitMQ ratios, the broker's CPU per consumed message (every process of it),
-and for the 2-worker node the crossings of messages between workers per published
-message (a message crosses at most twice: to its queue and to its consumer): each
-worker logs its count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
+per workload, the median consumed msg/s (published where nothing consumes: W7) of each
+broker with the broker's CPU per message (every process of it), the second Warren's ratios
+of both to the first Warren's and to RabbitMQ's, the load average after the runs, and for
+a node of several workers the crossings of messages between workers per published message
+(a message crosses at most twice: to its queue and to its consumer): each worker logs its
+count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
 after every run. Records go to bench/results/<timestamp>-scaling.jsonl.
 """
 
@@ -39,9 +41,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=3, help="repetitions per workload and broker")
     p.add_argument("--workers", type=int, default=2, help="the many-worker node's workers")
     p.add_argument("--no-rabbitmq", action="store_true", help="Warren only")
+    p.add_argument(
+        "--warren-python",
+        default="",
+        metavar="PYTHON",
+        help="run the Warren installed for this interpreter (make bench: .venv-bench's, the "
+        "compiled release build) instead of this checkout's",
+    )
+    p.add_argument(
+        "--builds",
+        action="store_true",
+        help="compare builds, not workers: this checkout's pure Python against the compiled "
+        "build --warren-python runs, both of --workers workers",
+    )
     p.add_argument("--results-dir", type=Path, default=run.RESULTS_DIR)
     args = p.parse_args(argv)
     args.workloads = workloads.select(args.only)
+    if args.builds and not args.warren_python:
+        p.error("--builds needs --warren-python: the interpreter of the compiled build")
     args.quick, args.idle_wait = False, 0.0
     return args
 
@@ -55,9 +72,12 @@ def worker_pids(broker: Broker) -> list[int]:
 
 def crossed(broker: Broker) -> int | None:
     """Messages that crossed workers so far (None for a broker of one process)."""
-    if broker.workdir is None or not broker.name.startswith("warren-") or broker.name == "warren-1":
+    if broker.workdir is None:
         return None
-    for pid in worker_pids(broker):
+    pids = worker_pids(broker)
+    if len(pids) < 2:
+        return None
+    for pid in pids:
         os.kill(pid, signal.SIGUSR1)
     time.sleep(LOG_WAIT_S)
     latest: dict[str, int] = {}
@@ -84,6 +104,7 @@ def session(
                 run.wait_for_idle(0.0, [broker.pid])
                 before = count(broker)
                 record = run.run_one(workload, broker, rep, args)
+                record["load_avg"] = os.getloadavg()[0]
                 after = count(broker)
                 if before is not None and after is not None:
                     record["crossed"] = after - before
@@ -98,7 +119,7 @@ def line(record: dict[str, Any]) -> str:
     head = f"{record['workload']} {record['broker']} rep {record['rep']}:"
     if "error" in record:
         return f"{head} error {record['error']}"
-    parts = [f"consumed {record.get('consumed_per_s', 0):,.0f} msg/s"]
+    parts = [f"{rate(record) or 0:,.0f} msg/s", f"load {record.get('load_avg', 0):.1f}"]
     us = cpu_us(record)
     if us is not None:
         parts.append(f"broker CPU {us:.1f} us/msg ({record.get('broker_cpu_pct', 0):.0f} %)")
@@ -108,10 +129,17 @@ def line(record: dict[str, Any]) -> str:
     return f"{head} " + ", ".join(parts)
 
 
+def rate(record: dict[str, Any]) -> float | None:
+    """Messages consumed per second; published where nothing consumes (W7)."""
+    return record.get("consumed_per_s") or record.get("published_per_s")
+
+
 def cpu_us(record: dict[str, Any]) -> float | None:
-    if "broker_cpu_s" not in record or not record.get("consumed"):
+    """The broker's CPU per message consumed (published where nothing consumes)."""
+    messages = record.get("consumed") or record.get("published")
+    if "broker_cpu_s" not in record or not messages:
         return None
-    return float(1e6 * record["broker_cpu_s"] / record["consumed"])
+    return float(1e6 * record["broker_cpu_s"] / messages)
 
 
 def crossings(record: dict[str, Any]) -> float | None:
@@ -126,32 +154,48 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def table(records: list[dict[str, Any]], args: argparse.Namespace, names: list[str]) -> str:
-    many = f"warren-{args.workers}"
+    """Medians per broker, and the second Warren against the first and against RabbitMQ."""
+    first, many = names[:2]
     rows = [
-        "| | " + " | ".join(names) + f" | {many} / warren-1 | {many} / rabbitmq |",
+        "| | " + " | ".join(names) + f" | {many} / {first} | {many} / rabbitmq |",
         "|---" * (len(names) + 3) + "|",
     ]
     for workload in args.workloads:
         ok = [r for r in records if r["workload"] == workload.name and "error" not in r]
-        rate = {
-            n: _median([r.get("consumed_per_s") for r in ok if r["broker"] == n]) for n in names
-        }
+        rates = {n: _median([rate(r) for r in ok if r["broker"] == n]) for n in names}
         cpu = {n: _median([cpu_us(r) for r in ok if r["broker"] == n]) for n in names}
+        load = [r["load_avg"] for r in ok if "load_avg" in r]
         share = _median([crossings(r) for r in ok if r["broker"] == many])
 
         def ratio(a: float | None, b: float | None) -> str:
             return f"{a / b:.2f}x" if a is not None and b else "-"
 
-        cells = [f"{rate[n]:,.0f} ({cpu[n]:.1f} us)" if rate[n] and cpu[n] else "-" for n in names]
+        cells = [
+            f"{rates[n]:,.0f} ({cpu[n]:.1f} us)" if rates[n] and cpu[n] else "-" for n in names
+        ]
         rows.append(
-            f"| {workload.name} consumed msg/s (broker CPU/msg) | "
+            f"| {workload.name} msg/s (broker CPU/msg) | "
             + " | ".join(cells)
-            + f" | {ratio(rate.get(many), rate.get('warren-1'))}"
-            + f" | {ratio(rate.get(many), rate.get('rabbitmq'))} |"
+            + f" | {ratio(rates.get(many), rates.get(first))}"
+            + f" (CPU/msg {ratio(cpu.get(many), cpu.get(first))})"
+            + f" | {ratio(rates.get(many), rates.get('rabbitmq'))}"
+            + f" (CPU/msg {ratio(cpu.get(many), cpu.get('rabbitmq'))}) |"
         )
+        if load:
+            rows.append(f"| {workload.name} load average | {min(load):.1f}-{max(load):.1f} |")
         if share is not None:
             rows.append(f"| {workload.name} crossings per message ({many}) | {share:.3f} |")
     return "\n".join(rows)
+
+
+def warren_nodes(args: argparse.Namespace) -> list[tuple[str, int, str]]:
+    """The two Warren nodes compared (name, workers, interpreter; "" = this checkout's)."""
+    if args.builds:
+        return [
+            ("warren-pure", args.workers, ""),
+            ("warren-compiled", args.workers, args.warren_python),
+        ]
+    return [(f"warren-{n}", n, args.warren_python) for n in (1, args.workers)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,12 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     targets: list[Broker] = []
     try:
-        for workers in (1, args.workers):
-            broker, why = brokers.start_warren(workers=workers, name=f"warren-{workers}")
+        for name, workers, python in warren_nodes(args):
+            broker, why = brokers.start_warren(workers=workers, name=name, python=python)
             if broker is None:
                 print(why, file=sys.stderr)
                 return 1
             targets.append(broker)
+            print(f"{name}: {broker.build}, {workers} worker(s)", flush=True)
+        if args.builds and targets[-1].build == targets[0].build:
+            print(f"{args.warren_python} runs {targets[-1].build} too", file=sys.stderr)
+            return 1
         if not args.no_rabbitmq:
             broker, why = brokers.find_rabbitmq()
             if broker is None:
