@@ -228,6 +228,16 @@ class FrameDecoder:
             return None
         return body_end + 1, end, buffer[body_start + 7 : body_end]
 
+    def window(self) -> tuple[bytes, int]:
+        """The buffer and how far into it reading has come, for a caller's own fast path
+        over whole frames (the Spark reader's deliveries), which says where it stopped with
+        `advance_to`. A subclass would do, but not of the release build's compiled class."""
+        return self._buffer, self._offset
+
+    def advance_to(self, offset: int) -> None:
+        """Frames up to `offset` of `window`'s buffer were read by the caller."""
+        self._offset = offset
+
     def compact(self) -> None:
         """Drop consumed bytes; call once per read, not per frame."""
         if self._offset:

@@ -140,75 +140,71 @@ def _split_deliver(payload: bytes | bytearray, at: int) -> tuple[str, int, bool,
     return consumer_tag, delivery_tag, bool(redelivered), exchange, routing_key
 
 
-class DeliveryDecoder(FrameDecoder):
-    """`FrameDecoder` with a fast path for the common delivery (rule 4)."""
-
-    __slots__ = ()
-
-    def take_deliveries(self, into: Deliveries) -> None:
-        """Every basic.deliver at the head of the buffer that is whole with its header and
-        one body frame (or none, for an empty body), one after the other: consume them and
-        append their fields, raw properties and body to `into`. Stops, consuming nothing
-        more, at anything else (another frame, frames still arriving, a frame that is not as
-        the spec says), which `next_frame` then reads with all its checks."""
-        buffer, start = self._buffer, self._offset
-        available = len(buffer)
-        frame_start, body_size_of = _FRAME_START.unpack_from, _BODY_SIZE.unpack_from
-        queues, tags, redelivered, exchanges, keys, properties, bodies = into.columns()
-        view = memoryview(buffer)
-        try:
-            while available - start >= 12 and buffer[start + 7 : start + 11] == _DELIVER_ID:
-                frame_type, _channel, size = frame_start(buffer, start)
-                end = start + 7 + size
-                if frame_type != FRAME_METHOD or end >= available or buffer[end] != FRAME_END:
+def take_deliveries(decoder: FrameDecoder, into: Deliveries) -> None:
+    """The fast path for the common delivery (rule 4): every basic.deliver at the head of
+    the decoder's buffer that is whole with its header and one body frame (or none, for an
+    empty body), one after the other: consume them and append their fields, raw properties
+    and body to `into`. Stops, consuming nothing more, at anything else (another frame,
+    frames still arriving, a frame that is not as the spec says), which `next_frame` then
+    reads with all its checks."""
+    buffer, start = decoder.window()
+    available = len(buffer)
+    frame_start, body_size_of = _FRAME_START.unpack_from, _BODY_SIZE.unpack_from
+    queues, tags, redelivered, exchanges, keys, properties, bodies = into.columns()
+    view = memoryview(buffer)
+    try:
+        while available - start >= 12 and buffer[start + 7 : start + 11] == _DELIVER_ID:
+            frame_type, _channel, size = frame_start(buffer, start)
+            end = start + 7 + size
+            if frame_type != FRAME_METHOD or end >= available or buffer[end] != FRAME_END:
+                break
+            header = end + 1
+            if available - header < 22:
+                break
+            frame_type, _channel, size = frame_start(buffer, header)
+            header_end = header + 7 + size
+            if (
+                frame_type != FRAME_HEADER
+                or header_end >= available
+                or buffer[header_end] != FRAME_END
+            ):
+                break
+            (body_size,) = body_size_of(buffer, header + 11)
+            body_start = header_end + 1
+            if body_size == 0:
+                body, after = b"", body_start
+            else:
+                if available - body_start < 8:
                     break
-                header = end + 1
-                if available - header < 22:
+                frame_type, _channel, size = frame_start(buffer, body_start)
+                after = body_start + 8 + size
+                if frame_type != FRAME_BODY or size != body_size or after > available:
                     break
-                frame_type, _channel, size = frame_start(buffer, header)
-                header_end = header + 7 + size
-                if (
-                    frame_type != FRAME_HEADER
-                    or header_end >= available
-                    or buffer[header_end] != FRAME_END
-                ):
+                if buffer[after - 1] != FRAME_END:
                     break
-                (body_size,) = body_size_of(buffer, header + 11)
-                body_start = header_end + 1
-                if body_size == 0:
-                    body, after = b"", body_start
-                else:
-                    if available - body_start < 8:
-                        break
-                    frame_type, _channel, size = frame_start(buffer, body_start)
-                    after = body_start + 8 + size
-                    if frame_type != FRAME_BODY or size != body_size or after > available:
-                        break
-                    if buffer[after - 1] != FRAME_END:
-                        break
-                    body = bytes(view[body_start + 7 : after - 1])
-                queue, tag, bit, exchange, routing_key = _split_deliver(buffer, start + 11)
-                raw = bytes(view[header + 19 : header_end])
-                run = _alike_run(view, start, after, start + 12 + buffer[start + 11], body_start)
-                if run is None:
-                    tags.append(tag)
-                    redelivered.append(bit)
-                    bodies.append(body)
-                    count = 1
-                else:
-                    run_tags, run_redelivered, run_bodies = run
-                    tags.extend(run_tags)
-                    redelivered.extend(run_redelivered)
-                    bodies.extend(run_bodies)
-                    count = len(run_tags)
-                queues.extend([queue] * count)
-                exchanges.extend([exchange] * count)
-                keys.extend([routing_key] * count)
-                properties.extend([raw] * count)
-                start += (after - start) * count
-        finally:
-            view.release()
-        self._offset = start
+                body = bytes(view[body_start + 7 : after - 1])
+            queue, tag, bit, exchange, routing_key = _split_deliver(buffer, start + 11)
+            raw = bytes(view[header + 19 : header_end])
+            run = _alike_run(view, start, after, start + 12 + buffer[start + 11], body_start)
+            if run is None:
+                tags.append(tag)
+                redelivered.append(bit)
+                bodies.append(body)
+                count = 1
+            else:
+                run_tags, run_redelivered, run_bodies = run
+                tags.extend(run_tags)
+                redelivered.extend(run_redelivered)
+                bodies.extend(run_bodies)
+                count = len(run_tags)
+            queues.extend([queue] * count)
+            exchanges.extend([exchange] * count)
+            keys.extend([routing_key] * count)
+            properties.extend([raw] * count)
+            start += (after - start) * count
+    finally:
+        view.release()
+    decoder.advance_to(start)
 
 
 def _alike_run(
@@ -272,7 +268,7 @@ class Client:
         self.delivered: Deliveries | None = None  # rule 4: set by a client that consumes
         self.on_confirm: Callable[[int, bool, bool], None] | None = None  # tag, multiple, ack
         self.on_return: ReturnHandler | None = None
-        self._decoder = DeliveryDecoder(FRAME_MAX)
+        self._decoder = FrameDecoder(FRAME_MAX)
         self._read_into = memoryview(bytearray(READ_BYTES))  # rule 1: one buffer for every read
         self._replies: list[Method] = []
         self._content: _Assembly | None = None  # a message in several reads (rule 4)
@@ -356,7 +352,7 @@ class Client:
         delivered = self.delivered
         while True:
             if self._content is None and delivered is not None:
-                decoder.take_deliveries(delivered)
+                take_deliveries(decoder, delivered)
             frame = decoder.next_frame()
             if frame is NEED_DATA:
                 break
