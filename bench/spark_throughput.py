@@ -232,10 +232,13 @@ def measure(spark: SparkSession, broker: Broker, args: argparse.Namespace) -> di
     return results
 
 
-def brokers(names: list[str]) -> list[Broker]:
+def brokers(names: list[str], warren_python: str) -> list[Broker]:
     found = []
     for name in names:
-        broker, why = start_warren() if name == "warren" else find_rabbitmq()
+        if name == "warren":
+            broker, why = start_warren(python=warren_python)
+        else:
+            broker, why = find_rabbitmq()
         if broker is None:
             raise SystemExit(why)
         found.append(broker)
@@ -250,8 +253,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=50_000)
     parser.add_argument("--confirm-window", type=int, default=1_000, help="pika's")
     parser.add_argument("--spark-confirm-window", type=int, help="default: the writer's")
+    parser.add_argument(
+        "--warren-python",
+        default="",
+        help="run Warren as installed for this interpreter (`make bench`'s .venv-bench holds "
+        "the compiled release build), not from this checkout",
+    )
     args = parser.parse_args()
-    started = brokers(args.brokers.split(","))
+    started = brokers(args.brokers.split(","), args.warren_python)
     session_started = time.perf_counter()
     spark = build_session("local[2]", app_name="warren-bench", shuffle_partitions=2)
     report: dict[str, Any] = {"messages": args.messages, "body_bytes": BODY_BYTES}
@@ -260,9 +269,10 @@ def main() -> None:
     try:
         for broker in started:
             results = measure(spark, broker, args)
-            report[broker.name] = results
+            report[broker.name] = results | {"build": broker.build}
+            built = f", {broker.build}" if broker.build else ""
             print(
-                f"--- {broker.name} ({broker.url}), {args.messages:,} messages, load average"
+                f"--- {broker.name}{built} ({broker.url}), {args.messages:,} messages, load average"
                 f" {results['load_before']:.1f} before, {results['load_after']:.1f} after"
             )
             for name in ("pika_publish", "spark_write", "pika_consume"):
