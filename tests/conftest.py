@@ -13,7 +13,14 @@ Theory of operation:
    `one_worker(reason)` is skipped then: behaviour such a node does not have yet.
 3. Tests share one broker, so every name a test creates starts with `unique` and the test
    deletes what it creates.
-4. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
+4. The suite runs in parallel under pytest-xdist (`make test`: ``-n 4 --dist loadgroup``): its
+   tests mostly wait on nodes and clients, which leaves a 2-core machine's cores idle. Each
+   xdist worker is a session of its own (its own `broker` node), draws ports from its own
+   slice of the range (`warren.runtime.ports.SLICE_VARIABLE`, inherited by the nodes it
+   starts, which choose their workers' cluster ports themselves), and keeps together what
+   shares a costly fixture (`xdist_group`): a module's tests when one of its fixtures is
+   module-scoped (a 3-node cluster, a browser), and every Spark test (one JVM session).
+5. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
    health check: both measure wall time, which on a shared 2-core machine says nothing of the
    code under test, and made a passing test fail under load.
 """
@@ -37,7 +44,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from hypothesis import HealthCheck, settings
 
-from warren.runtime.ports import unused_port
+from warren.runtime.ports import SLICE_VARIABLE, unused_port
 
 TEST_URL_ENV = "WARREN_TEST_URL"
 WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
@@ -48,10 +55,37 @@ STARTED_LINE = " started, data in "  # warren.server's line once a node (or work
 STOP_GRACE_S = 5.0
 
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("suite")  # rule 4
+settings.load_profile("suite")  # rule 5
+XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"  # gw0, gw1, ... in a pytest-xdist worker
+XDIST_WORKERS_ENV = "PYTEST_XDIST_WORKER_COUNT"
+SHARED_SCOPES = ("module", "package")  # a fixture set up once for many tests (rule 4)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get(XDIST_WORKER_ENV)
+    if worker is not None:  # rule 4: this worker's own ports, and its nodes' too
+        slice_ = f"{worker.removeprefix('gw')}/{os.environ[XDIST_WORKERS_ENV]}"
+        os.environ[SLICE_VARIABLE] = slice_
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The tests `item` must share an xdist worker with (rule 4), by name; None if none."""
+    if "spark" in item.path.relative_to(item.config.rootpath).parts[:2]:
+        return "spark"
+    fixtures = getattr(item, "_fixtureinfo", None)  # pytest's own record of what it uses
+    if fixtures is not None and any(
+        definitions[-1].scope in SHARED_SCOPES
+        for definitions in fixtures.name2fixturedefs.values()
+    ):
+        return item.nodeid.split("::")[0]
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if not os.environ.get(TEST_URL_ENV):
         if node_workers() > 1:  # a gap of the workers' first slice, named by the test
             for item in items:

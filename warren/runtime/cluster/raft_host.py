@@ -25,7 +25,10 @@ Theory of operation:
    membership changes) in its inbox and steps them right after `advance`; other groups
    take inputs at once and join the next round.
 4. Time: every group ticks every `tick_ms`; elections take `election_ticks` to
-   2 * `election_ticks` ticks.
+   2 * `election_ticks` ticks. A group whose only voter is this node (a node alone, a
+   quorum queue of one replica) campaigns as soon as it is hosted, new or recovered: no
+   other node can lead it, so the timeout would only delay its first leader (by 1-2 s at
+   the default tick, after every restart).
 5. A group is compacted (`RaftNode.compact` with `machine.snapshot()`) once more than
    `snapshot_entries` applied entries, and more than a quarter of the entries the machine
    retains, follow its snapshot; the snapshot rides on the next round's sync and the WAL
@@ -651,6 +654,8 @@ class RaftHost:
         group = RaftGroup(self, group_id, machine, node, kept)
         self._groups[group_id] = group
         self.touch(group)
+        if node.membership.voters == {node.id}:
+            group.campaign()  # its only voter: no election timeout to wait out (point 4)
         return group
 
     def remove_group(self, group_id: str, *, keep_vote: bool = False) -> None:
