@@ -74,8 +74,7 @@ def _xdist_group(item: pytest.Item) -> str | None:
         return "spark"
     fixtures = getattr(item, "_fixtureinfo", None)  # pytest's own record of what it uses
     if fixtures is not None and any(
-        definitions[-1].scope in SHARED_SCOPES
-        for definitions in fixtures.name2fixturedefs.values()
+        definitions[-1].scope in SHARED_SCOPES for definitions in fixtures.name2fixturedefs.values()
     ):
         return item.nodeid.split("::")[0]
     return None

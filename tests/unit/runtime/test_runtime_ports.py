@@ -44,9 +44,7 @@ def test_a_slice_confines_the_draw_so_processes_sharing_the_range_never_meet(
 
 
 @pytest.mark.parametrize("share", ["4/4", "1", "-1/2", "a/b", "0/0"])
-def test_a_slice_that_is_not_i_of_n_is_refused(
-    monkeypatch: pytest.MonkeyPatch, share: str
-) -> None:
+def test_a_slice_that_is_not_i_of_n_is_refused(monkeypatch: pytest.MonkeyPatch, share: str) -> None:
     monkeypatch.setenv(ports.SLICE_VARIABLE, share)
     with pytest.raises(ValueError, match=ports.SLICE_VARIABLE):
         ports.unused_port()
