@@ -704,8 +704,12 @@ def test_a_group_whose_only_voter_is_this_node_leads_at_once_new_or_recovered(
 
     async def body() -> None:
         peers, host = await started()
-        group = host.add_group("g", Recorder(), ["a"])
+        machine = Recorder()
+        group = host.add_group("g", machine, ["a"])
+        # announced once add_group returned: a quorum queue holds its group by then
+        assert machine.roles == []
         await eventually(lambda: group.is_leader, 2.0)
+        assert machine.roles == [(True, "a")]
         assert await group.propose(b"one") == 1
         await host.close()
         await peers.close()
