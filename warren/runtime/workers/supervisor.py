@@ -24,8 +24,9 @@ Theory of operation:
    node: no orphaned worker keeps its data directory locked or writes on after the crash.
 6. It imports none of a node's own code (the broker, the management API, the cluster
    layer: `warren.server`), only what it runs (`supervise`): every module a process
-   imports is CPU time before its workers even start, 0.5 s of the 0.6 s a whole node's
-   imports take, and a node of 2 workers runs three processes.
+   imports is CPU time before its workers even start (0.15-0.2 s for these, 0.75 s
+   for a whole node's, on the shared 2-core machine), and a node of 2 workers runs three
+   processes.
 It never touches a worker's data: recovery is each worker's own start-up.
 """
 
