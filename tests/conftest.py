@@ -50,7 +50,10 @@ TEST_URL_ENV = "WARREN_TEST_URL"
 WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
 MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # RabbitMQ's management API, with WARREN_TEST_URL
 DEFAULT_RABBITMQ_MGMT_URL = "http://127.0.0.1:15672"
-START_TIMEOUT_S = 15.0
+# per worker: a bound for a start that hangs, not a wait. The suite's 4 xdist sessions start
+# nodes at once on 2 cores (rule 4), so a start may take 4 times what it takes alone; as
+# warren.testing.cluster's bound.
+START_TIMEOUT_S = 30.0
 STARTED_LINE = " started, data in "  # warren.server's line once a node (or worker) serves
 STOP_GRACE_S = 5.0
 
