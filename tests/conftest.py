@@ -19,7 +19,11 @@ Theory of operation:
    slice of the range (`warren.runtime.ports.SLICE_VARIABLE`, inherited by the nodes it
    starts, which choose their workers' cluster ports themselves), and keeps together what
    shares a costly fixture (`xdist_group`): a module's tests when one of its fixtures is
-   module-scoped (a 3-node cluster, a browser), and every Spark test (one JVM session).
+   module-scoped (a 3-node cluster, a browser, a Spark standalone cluster), and every test
+   of the local Spark session (`spark`, one JVM for all of them). The Spark tests that
+   start JVMs of their own (the pipeline's command line) run beside them, so two or three
+   JVMs run at once at most, and Spark is not one chain that outlasts the rest (all on one
+   xdist worker, it took the whole of the first pass's wall time).
 5. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
    health check: both measure wall time, which on a shared 2-core machine says nothing of the
    code under test, and made a passing test fail under load.
@@ -62,6 +66,7 @@ settings.load_profile("suite")  # rule 5
 XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"  # gw0, gw1, ... in a pytest-xdist worker
 XDIST_WORKERS_ENV = "PYTEST_XDIST_WORKER_COUNT"
 SHARED_SCOPES = ("module", "package")  # a fixture set up once for many tests (rule 4)
+SPARK_FIXTURE = "spark"  # tests/spark's session-scoped local Spark session: one JVM (rule 4)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,16 +76,21 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[SLICE_VARIABLE] = slice_
 
 
+def _fixture_scopes(item: pytest.Item) -> dict[str, str]:
+    """The scope of every fixture `item` uses, by name (pytest's own record of them)."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures is None:
+        return {}
+    return {name: defs[-1].scope for name, defs in fixtures.name2fixturedefs.items()}
+
+
 def _xdist_group(item: pytest.Item) -> str | None:
-    """The tests `item` must share an xdist worker with (rule 4), by name; None if none."""
-    if "spark" in item.path.relative_to(item.config.rootpath).parts[:2]:
-        return "spark"
-    fixtures = getattr(item, "_fixtureinfo", None)  # pytest's own record of what it uses
-    if fixtures is not None and any(
-        definitions[-1].scope in SHARED_SCOPES for definitions in fixtures.name2fixturedefs.values()
-    ):
+    """The tests `item` must share an xdist worker with (rule 4), by name; None if none:
+    its module's when it uses a module-scoped fixture, else the local Spark session's."""
+    scopes = _fixture_scopes(item)
+    if any(scope in SHARED_SCOPES for scope in scopes.values()):
         return item.nodeid.split("::")[0]
-    return None
+    return SPARK_FIXTURE if SPARK_FIXTURE in scopes else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
