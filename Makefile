@@ -20,8 +20,8 @@ DATA_DIR ?=
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 # The suite runs on 4 pytest-xdist workers: its tests mostly wait (on nodes starting and
 # stopping, on timers, on clients), which left a 2-core machine's cores half idle. Each xdist
-# worker starts its own nodes on its own ports; what shares a costly fixture stays on one
-# (tests/conftest.py, rule 4), the Spark tests among them, so one JVM runs at a time.
+# worker starts its own nodes on its own ports; tests that share a costly fixture (a module's
+# cluster, the local Spark session's JVM) stay on one (tests/conftest.py, rule 4).
 # `make test XDIST=` runs the suite in one process (docs/internals/workers.md, "The suite
 # with 2 workers, and what CI runs").
 XDIST ?= -n 4 --dist loadgroup
