@@ -20,16 +20,18 @@ MGMT_PORT ?=
 DATA_DIR ?=
 # Debian packages, as root, without recommended extras and without apt's chatter.
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
-# What `make test` runs once more with 2 workers per node (WARREN_TEST_WORKERS=2): the golden
-# scenarios and what crosses workers most, cheaply (docs/internals/workers.md, "The suite with
-# 2 workers"), and the cluster files where a node's queues live on two workers (among them
-# the kill of one worker, which runs only then). test_workers.py is not here: it starts its
-# nodes with 2 workers in the main run.
-WORKERS_TESTS := $(addprefix tests/integration/,test_golden_dlx.py test_golden_maxlen.py \
-	test_golden_quorum.py test_golden_ttl.py test_errors_golden.py test_direct_reply_to.py \
-	test_mgmt_shapes.py test_consumers.py test_routing.py test_exchanges.py test_acks.py \
-	test_confirms_tx.py test_protocol_parity.py \
-	test_limits.py::test_connections_over_connection_max_are_refused) \
+# The suite runs on 4 pytest-xdist workers: its tests mostly wait (on nodes starting and
+# stopping, on timers, on clients), which left a 2-core machine's cores half idle. Each xdist
+# worker starts its own nodes on its own ports; tests that share a costly fixture (a module's
+# cluster, the local Spark session's JVM) stay on one (tests/conftest.py, rule 4).
+# `make test XDIST=` runs the suite in one process (docs/internals/workers.md, "The suite
+# with 2 workers, and what CI runs").
+XDIST ?= -n 4 --dist loadgroup
+# What `make test` runs once more with 2 workers per node (WARREN_TEST_WORKERS=2, issue 19):
+# the whole integration suite, and the cluster files where a node's queues live on two
+# workers (among them the kill of one worker, which runs only then); not test_workers.py,
+# whose nodes have 2 workers in the main run already, whatever WARREN_TEST_WORKERS says.
+WORKERS_TESTS := tests/integration --ignore=tests/integration/test_workers.py \
 	tests/cluster/test_remote_queues.py tests/cluster/test_cluster_mgmt.py
 # How many of the slowest test steps (setup, call, teardown) `make test` lists.
 DURATIONS ?= 30
@@ -126,10 +128,9 @@ test: $(TEST_STAMP) $(CHROMIUM) $(RABBITMQADMIN)
 	$(BIN)/lint-imports
 	@# pytest exits 5 when it collected no tests: not a failure of the code. The slowest
 	@# steps are listed, so every CI log shows where the suite's time goes.
-	WARREN_RABBITMQADMIN=$(RABBITMQADMIN) $(BIN)/pytest --durations=$(DURATIONS) $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
-	@# The golden scenarios and what crosses workers once more on nodes of 2 workers (issue 19;
-	@# the whole integration suite that way does not fit CI's time: docs/internals/workers.md).
-	$(if $(PYTEST_ARGS),,WARREN_TEST_WORKERS=2 $(BIN)/pytest $(WORKERS_TESTS))
+	WARREN_RABBITMQADMIN=$(RABBITMQADMIN) $(BIN)/pytest $(XDIST) --durations=$(DURATIONS) $(PYTEST_ARGS) || { status=$$?; [ $$status -eq 5 ] || exit $$status; }
+	@# The integration suite once more on nodes of 2 workers (issue 19), its slowest steps too.
+	$(if $(PYTEST_ARGS),,WARREN_RABBITMQADMIN=$(RABBITMQADMIN) WARREN_TEST_WORKERS=2 $(BIN)/pytest $(XDIST) --durations=$(DURATIONS) $(WORKERS_TESTS))
 
 # The release build's Warren (PURE=1: this checkout's) against RabbitMQ; the report says which.
 bench: $(TEST_STAMP) $(if $(PURE),,$(BENCH_STAMP))

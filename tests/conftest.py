@@ -13,7 +13,18 @@ Theory of operation:
    `one_worker(reason)` is skipped then: behaviour such a node does not have yet.
 3. Tests share one broker, so every name a test creates starts with `unique` and the test
    deletes what it creates.
-4. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
+4. The suite runs in parallel under pytest-xdist (`make test`: ``-n 4 --dist loadgroup``): its
+   tests mostly wait on nodes and clients, which leaves a 2-core machine's cores idle. Each
+   xdist worker is a session of its own (its own `broker` node), draws ports from its own
+   slice of the range (`warren.runtime.ports.SLICE_VARIABLE`, inherited by the nodes it
+   starts, which choose their workers' cluster ports themselves), and keeps together what
+   shares a costly fixture (`xdist_group`): a module's tests when one of its fixtures is
+   module-scoped (a 3-node cluster, a browser, a Spark standalone cluster), and every test
+   of the local Spark session (`spark`, one JVM for all of them). The Spark tests that
+   start JVMs of their own (the pipeline's command line) run beside them, so two or three
+   JVMs run at once at most, and Spark is not one chain that outlasts the rest (all on one
+   xdist worker, it took the whole of the first pass's wall time).
+5. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
    health check: both measure wall time, which on a shared 2-core machine says nothing of the
    code under test, and made a passing test fail under load.
 """
@@ -37,21 +48,56 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from hypothesis import HealthCheck, settings
 
-from warren.runtime.ports import unused_port
+from warren.runtime.ports import SLICE_VARIABLE, unused_port
 
 TEST_URL_ENV = "WARREN_TEST_URL"
 WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
 MGMT_URL_ENV = "WARREN_TEST_MGMT_URL"  # RabbitMQ's management API, with WARREN_TEST_URL
 DEFAULT_RABBITMQ_MGMT_URL = "http://127.0.0.1:15672"
-START_TIMEOUT_S = 15.0
+# per worker: a bound for a start that hangs, not a wait. The suite's 4 xdist sessions start
+# nodes at once on 2 cores (rule 4), so a start may take 4 times what it takes alone; as
+# warren.testing.cluster's bound.
+START_TIMEOUT_S = 30.0
 STARTED_LINE = " started, data in "  # warren.server's line once a node (or worker) serves
 STOP_GRACE_S = 5.0
 
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("suite")  # rule 4
+settings.load_profile("suite")  # rule 5
+XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"  # gw0, gw1, ... in a pytest-xdist worker
+XDIST_WORKERS_ENV = "PYTEST_XDIST_WORKER_COUNT"
+SHARED_SCOPES = ("module", "package")  # a fixture set up once for many tests (rule 4)
+SPARK_FIXTURE = "spark"  # tests/spark's session-scoped local Spark session: one JVM (rule 4)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get(XDIST_WORKER_ENV)
+    if worker is not None:  # rule 4: this worker's own ports, and its nodes' too
+        slice_ = f"{worker.removeprefix('gw')}/{os.environ[XDIST_WORKERS_ENV]}"
+        os.environ[SLICE_VARIABLE] = slice_
+
+
+def _fixture_scopes(item: pytest.Item) -> dict[str, str]:
+    """The scope of every fixture `item` uses, by name (pytest's own record of them)."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures is None:
+        return {}
+    return {name: defs[-1].scope for name, defs in fixtures.name2fixturedefs.items()}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The tests `item` must share an xdist worker with (rule 4), by name; None if none:
+    its module's when it uses a module-scoped fixture, else the local Spark session's."""
+    scopes = _fixture_scopes(item)
+    if any(scope in SHARED_SCOPES for scope in scopes.values()):
+        return item.nodeid.split("::")[0]
+    return SPARK_FIXTURE if SPARK_FIXTURE in scopes else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if not os.environ.get(TEST_URL_ENV):
         if node_workers() > 1:  # a gap of the workers' first slice, named by the test
             for item in items:

@@ -1,5 +1,5 @@
 """`python -m warren` starts a node, exactly as `warren-server` does."""
 
-from warren.server import main
+from warren.launch import main
 
 main()

@@ -6,6 +6,8 @@ Theory of operation:
    seed), positive, and the same on every node without any exchange.
 2. Two names may collide (one pair in about 2^32); `NodeNames` refuses the second name
    rather than confuse two nodes.
+3. ``cluster_nodes`` names the nodes and their cluster listeners as ``name=host:port``
+   entries (`parse_nodes`).
 """
 
 from __future__ import annotations
@@ -37,3 +39,15 @@ class NodeNames:
 
     def name(self, identity: int) -> str | None:
         return self._names.get(identity)
+
+
+def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
+    """``name=host:port`` entries of ``cluster_nodes``."""
+    nodes: dict[str, tuple[str, int]] = {}
+    for entry in entries:
+        name, sep, address = entry.partition("=")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not name or not port.isdigit():
+            raise ValueError(f"cluster_nodes entry {entry!r} is not name=host:port")
+        nodes[name] = (host, int(port))
+    return nodes

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from warren.runtime import ports
 
 
@@ -26,3 +28,23 @@ def test_consecutive_ports_are_given_once_and_bindable() -> None:
     for port in given:
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", port))
+
+
+def test_a_slice_confines_the_draw_so_processes_sharing_the_range_never_meet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the suite's pytest-xdist workers each draw from their own slice (tests/conftest.py)
+    width = (ports._ephemeral_start() - ports.FLOOR) // 4
+    for index in range(4):
+        monkeypatch.setenv(ports.SLICE_VARIABLE, f"{index}/4")
+        low = ports.FLOOR + index * width
+        assert all(low <= ports.unused_port() < low + width for _ in range(20))
+        first = ports.unused_ports(3)
+        assert low <= first and first + 2 < low + width
+
+
+@pytest.mark.parametrize("share", ["4/4", "1", "-1/2", "a/b", "0/0"])
+def test_a_slice_that_is_not_i_of_n_is_refused(monkeypatch: pytest.MonkeyPatch, share: str) -> None:
+    monkeypatch.setenv(ports.SLICE_VARIABLE, share)
+    with pytest.raises(ValueError, match=ports.SLICE_VARIABLE):
+        ports.unused_port()

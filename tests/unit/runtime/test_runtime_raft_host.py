@@ -689,3 +689,36 @@ def test_a_replica_made_again_starts_from_the_term_and_vote_of_the_one_removed(
         await node.stop()
 
     run(body)
+
+
+def test_a_group_whose_only_voter_is_this_node_leads_at_once_new_or_recovered(
+    tmp_path: Path,
+) -> None:
+    # ticks of 1 s: an election timeout would take 10-20 s, past the 2 s allowed here
+    async def started() -> tuple[Peers, RaftHost]:
+        peers = Peers("a", COOKIE, "127.0.0.1", 0, {})
+        await peers.start()
+        host = RaftHost("a", peers, tmp_path / "a", tick_ms=1000, rng=random.Random(1))
+        await host.start()
+        return peers, host
+
+    async def body() -> None:
+        peers, host = await started()
+        machine = Recorder()
+        group = host.add_group("g", machine, ["a"])
+        # announced once add_group returned: a quorum queue holds its group by then
+        assert machine.roles == []
+        await eventually(lambda: group.is_leader, 2.0)
+        assert machine.roles == [(True, "a")]
+        assert await group.propose(b"one") == 1
+        await host.close()
+        await peers.close()
+
+        peers, host = await started()
+        assert host.recovered_groups() == ["g"]
+        group = host.add_group("g", Recorder(), None)
+        await eventually(lambda: group.is_leader, 2.0)
+        await host.close()
+        await peers.close()
+
+    run(body)

@@ -51,7 +51,7 @@ from warren.cluster.metadata import (
     QueueDelete,
     QueueMembers,
 )
-from warren.cluster.nodes import METADATA_GROUP
+from warren.cluster.nodes import METADATA_GROUP, parse_nodes
 from warren.cluster.placement import place_replicas
 from warren.cluster.queue_entries import message_record
 from warren.model import QueueRecord, QueueType
@@ -116,18 +116,6 @@ REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
 CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
-
-
-def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
-    """``name=host:port`` entries of ``cluster_nodes``."""
-    nodes: dict[str, tuple[str, int]] = {}
-    for entry in entries:
-        name, sep, address = entry.partition("=")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not name or not port.isdigit():
-            raise ValueError(f"cluster_nodes entry {entry!r} is not name=host:port")
-        nodes[name] = (host, int(port))
-    return nodes
 
 
 def group_prefix(vhost: str, name: str) -> str:

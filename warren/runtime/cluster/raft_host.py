@@ -25,7 +25,11 @@ Theory of operation:
    membership changes) in its inbox and steps them right after `advance`; other groups
    take inputs at once and join the next round.
 4. Time: every group ticks every `tick_ms`; elections take `election_ticks` to
-   2 * `election_ticks` ticks.
+   2 * `election_ticks` ticks. A group whose only voter is this node (a node alone, a
+   quorum queue of one replica) campaigns as soon as it is hosted, new or recovered (on
+   the next turn of the loop, once `add_group`'s caller holds the group its leadership is
+   announced to): no other node can lead it, so the timeout would only delay its first
+   leader (by 1-2 s at the default tick, after every restart).
 5. A group is compacted (`RaftNode.compact` with `machine.snapshot()`) once more than
    `snapshot_entries` applied entries, and more than a quarter of the entries the machine
    retains, follow its snapshot; the snapshot rides on the next round's sync and the WAL
@@ -335,7 +339,7 @@ class RaftGroup:
     def campaign(self) -> None:
         """Start an election now, skipping the election timeout (a queue's first leader
         is the node that declared it: RabbitMQ's client-local leader locator)."""
-        if self.node.is_voter:
+        if self.node.is_voter and not self.removed:
             self.step_or_queue(self.node.campaign)
 
     def transfer(self, node: str) -> bool:
@@ -651,7 +655,14 @@ class RaftHost:
         group = RaftGroup(self, group_id, machine, node, kept)
         self._groups[group_id] = group
         self.touch(group)
+        if node.membership.voters == {node.id}:  # point 4, once the caller holds the group
+            asyncio.get_running_loop().call_soon(self._lead_alone, group)
         return group
+
+    def _lead_alone(self, group: RaftGroup) -> None:
+        """A group whose only voter is this node: its election now, not after a timeout."""
+        if not self._closed:
+            group.campaign()
 
     def remove_group(self, group_id: str, *, keep_vote: bool = False) -> None:
         """Stop hosting the group and drop its WAL records; waiting proposals fail.

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from warren.runtime.cluster.node import parse_nodes
+from warren.cluster.nodes import parse_nodes
 from warren.runtime.config import Config, ConfigError
 from warren.runtime.ports import unused_port
 
