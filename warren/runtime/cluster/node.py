@@ -9,7 +9,9 @@ Theory of operation:
 2. The metadata group has every node of ``cluster_nodes`` as a voter: nodes started with
    the same list bootstrap it together; a node joining later (`join`, through the first
    running node it reaches) is added by the leader as a learner and promoted when it has
-   caught up.
+   caught up. Of a node of several workers only worker 0 votes; the others stay learners
+   (`warren.cluster.nodes.metadata_voter`), and a log written when they voted converges
+   to that through membership changes (`warren.raft.node`, point 7).
 3. A quorum queue is one Raft group named after the queue and a token chosen by the node
    that declared it (a queue deleted and declared again is a new group). Its replicas are
    the declaring node and ``x-quorum-initial-group-size - 1`` others chosen at random
@@ -47,7 +49,7 @@ from warren.cluster.metadata import (
     QueueDelete,
     QueueMembers,
 )
-from warren.cluster.nodes import METADATA_GROUP
+from warren.cluster.nodes import METADATA_GROUP, metadata_voter
 from warren.cluster.placement import place_replicas
 from warren.cluster.queue_entries import message_record
 from warren.model import QueueRecord, QueueType
@@ -282,7 +284,7 @@ class ClusterNode:
             seed, existing = await self._existing_members()
             if not existing or self.name in existing:
                 members = existing or sorted({*self.nodes, self.name})
-        self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members)
+        self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members, metadata_voter)
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
         elif restarted:
