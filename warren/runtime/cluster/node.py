@@ -24,9 +24,14 @@ Theory of operation:
    proxies (`warren.runtime.cluster.remote`), which also carry a quorum queue's
    deliveries to consumers on nodes that hold no replica of it.
 6. In a cluster of nodes of several worker processes each (`warren.runtime.workers`),
-   every worker is a member (`nodes_of` names each one's node): a node's quorum replicas
-   are on its *front*, the worker named after it, so replicas, leaders and members name
-   nodes, and two replicas never share a node; the others reach them as any member does.
+   every worker is a member (`nodes_of` names this node's; another node's worker ``i``
+   is ``<name>-w<i>@<host>``): a node's quorum replicas are on its *front*, worker 0,
+   named after it, so replicas, leaders and members name nodes, and two replicas never
+   share a node; the others reach them as any member does. Only fronts found the
+   metadata group; every other worker joins it as a learner (its node's front's
+   address ``+ i`` is its address on every node: `node_known`), so a node learns how
+   many workers each other node runs from the group, and nodes of a cluster may run
+   different numbers of workers.
 """
 
 from __future__ import annotations
@@ -126,6 +131,17 @@ def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
             raise ValueError(f"cluster_nodes entry {entry!r} is not name=host:port")
         nodes[name] = (host, int(port))
     return nodes
+
+
+def _worker_of(member: str) -> tuple[str, int] | None:
+    """(``<name>@<host>``, i) of a member named ``<name>-w<i>@<host>``, i >= 1: the worker
+    0 of its node in a cluster of nodes, and its index (module doc, 6); None for any
+    other name."""
+    name, at, host = member.partition("@")
+    stem, dash_w, index = name.rpartition("-w")
+    if not dash_w or not stem or not index.isdigit() or int(index) < 1:
+        return None
+    return f"{stem}{at}{host}", int(index)
 
 
 def group_prefix(vhost: str, name: str) -> str:
@@ -282,8 +298,15 @@ class ClusterNode:
         restarted = METADATA_GROUP in self.raft.recovered_groups()
         if not restarted:
             seed, existing = await self._existing_members()
+            if not existing and not metadata_voter(self.name):  # joins it, never founds it
+                log.info("node %s waits for the metadata group, to join it", self.name)
+            while not existing and not metadata_voter(self.name):
+                await asyncio.sleep(RETRY_S)
+                seed, existing = await self._existing_members()
             if not existing or self.name in existing:
-                members = existing or sorted({*self.nodes, self.name})
+                members = existing or sorted(
+                    node for node in {*self.nodes, self.name} if metadata_voter(node)
+                )
         self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members, metadata_voter)
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
@@ -598,6 +621,12 @@ class ClusterNode:
         return group
 
     def node_known(self, node: str, host: str, port: int) -> None:
+        """`node` is at `host`:`port`; a worker of a node this one knows is at that node's
+        address (as this node dials it) ``+ i``, whatever it said (module doc, 6)."""
+        worker = _worker_of(node)
+        if worker is not None and worker[0] != self.name and worker[0] in self.nodes:
+            front_host, front_port = self.nodes[worker[0]]
+            host, port = front_host, front_port + worker[1]
         self.nodes[node] = (host, port)
         self.raft.names.add(node)  # so that Raft's ids of it read as its name
         if node != self.name:
@@ -616,9 +645,9 @@ class ClusterNode:
 
     def queue_columns(self, host: object) -> dict[str, object]:
         """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online
-        (for a classic queue of another node: its home)."""
+        (for a classic queue of another node: its home, named as its node)."""
         if isinstance(host, RemoteHost):
-            return {"node": host.home}
+            return {"node": self.node_of(host.home)}
         if not isinstance(host, QuorumHost):
             return {}
         group = host.group
@@ -817,16 +846,16 @@ class ClusterNode:
 
     def node_of(self, member: str) -> str:
         """The node a member is a worker of (module doc, 6); itself when a member is a node.
-        A worker of a node that joined later is ``<name>-w<i>@<host>`` of a member
-        ``<name>@<host>`` (`warren.runtime.workers.layout.member_name`)."""
+        A worker of another node (which joins the metadata group as it starts) is
+        ``<name>-w<i>@<host>`` of a member ``<name>@<host>``
+        (`warren.runtime.workers.layout.member_name`)."""
         node = self.nodes_of.get(member)
-        if node is not None or not self.nodes_of:
-            return node or member
-        name, at, host = member.partition("@")
-        stem, dash_w, index = name.rpartition("-w")
-        joined = f"{stem}{at}{host}"
-        known = dash_w and index.isdigit() and (joined in self.nodes or joined == self.name)
-        return joined if known else member
+        if node is not None:
+            return node
+        worker = _worker_of(member)
+        if worker is not None and (worker[0] in self.nodes or worker[0] == self.name):
+            return worker[0]
+        return member
 
     def node_names(self) -> list[str]:
         """The cluster's nodes, each once however many workers it runs (module doc, 6)."""
