@@ -54,7 +54,7 @@ from warren.cluster.metadata import (
     QueueDelete,
     QueueMembers,
 )
-from warren.cluster.nodes import METADATA_GROUP, metadata_voter
+from warren.cluster.nodes import METADATA_GROUP, metadata_voter, node_id
 from warren.cluster.placement import place_replicas
 from warren.cluster.queue_entries import message_record
 from warren.model import QueueRecord, QueueType
@@ -119,6 +119,7 @@ REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
 CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
+WORKERS_MAX: Final = 256  # the most workers looked for of a node in a log of the layout before
 
 
 def parse_nodes(entries: list[str]) -> dict[str, tuple[str, int]]:
@@ -311,8 +312,24 @@ class ClusterNode:
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
         elif restarted:
+            self._name_workers(self.meta)
             await self._caught_up(self.meta)
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
+
+    def _name_workers(self, meta: RaftGroup) -> None:
+        """Other nodes' workers in the metadata group's configuration that this node has
+        no name (nor address) for: a cluster formed by the layout before, where every
+        worker listed every node's workers in its ``cluster_nodes`` and none joined (so the
+        group recorded no address of theirs). Named by the ``-w<i>`` convention after the
+        nodes this node knows (their ids are the names' CRC: `node_id`), at their front's
+        address ``+ i`` (`node_known`); they then become learners (module doc, 2)."""
+        ids = set(meta.node.membership.members)
+        for front in [node for node in self.nodes if _worker_of(node) is None]:
+            name, at, host = front.partition("@")
+            for index in range(1, WORKERS_MAX):
+                worker = f"{name}-w{index}{at}{host}"
+                if node_id(worker) in ids and worker not in self.nodes:
+                    self.node_known(worker, *self.nodes[front])
 
     async def _caught_up(self, meta: RaftGroup) -> None:
         """After a restart, before the node listens (as RabbitMQ waits for its tables):
