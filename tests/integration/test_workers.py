@@ -55,8 +55,8 @@ def _worker_api(server: WarrenServer, index: int, path: str) -> Any:
     address = server.data_dir / "workers" / str(index) / "management.sock"
     connection = http.client.HTTPConnection("worker")
     connection.sock = socket.socket(socket.AF_UNIX)
-    connection.sock.connect(str(address))
     try:
+        connection.sock.connect(str(address))
         connection.request("GET", f"/api/{path}", headers=_AUTHORIZATION)
         return json.load(connection.getresponse())
     finally:

@@ -298,16 +298,15 @@ class ClusterNode:
         members: list[str] | None = None
         restarted = METADATA_GROUP in self.raft.recovered_groups()
         if not restarted:
+            founding = self._founding_members()
             seed, existing = await self._existing_members()
-            if not existing and not metadata_voter(self.name):  # joins it, never founds it
+            if not existing and founding is None:
                 log.info("node %s waits for the metadata group, to join it", self.name)
-            while not existing and not metadata_voter(self.name):
+            while not existing and founding is None:
                 await asyncio.sleep(RETRY_S)
                 seed, existing = await self._existing_members()
             if not existing or self.name in existing:
-                members = existing or sorted(
-                    node for node in {*self.nodes, self.name} if metadata_voter(node)
-                )
+                members = existing or founding
         self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members, metadata_voter)
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
@@ -315,6 +314,19 @@ class ClusterNode:
             self._name_workers(self.meta)
             await self._caught_up(self.meta)
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
+
+    def _founding_members(self) -> list[str] | None:
+        """Whom this node founds the metadata group with when none exists yet; None if it
+        never does, but joins the group once one exists (module doc, 2 and 6). Nodes of
+        one process: every node it knows. The workers of a node on its own: all of them,
+        which each lists the same (the voter its worker 0, the others learners from the
+        start). In a cluster of nodes of several workers: the fronts alone, as each node
+        knows only its own workers; the others join."""
+        known = sorted({*self.nodes, self.name})
+        voters = [node for node in known if metadata_voter(node)]
+        if len(voters) <= 1:
+            return known
+        return voters if metadata_voter(self.name) else None
 
     def _name_workers(self, meta: RaftGroup) -> None:
         """Other nodes' workers in the metadata group's configuration that this node has
