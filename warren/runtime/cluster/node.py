@@ -433,15 +433,23 @@ class ClusterNode:
 
     async def _elected_elsewhere(self, group_id: str, leader: str, deadline: float) -> None:
         """A queue declared here without a replica here: `leader` campaigns, and the
-        declare is done once the group has a leader (or `deadline` passed)."""
+        declare is done once the group has a leader (or `deadline` passed); when another
+        member's election timer came first, once it handed leadership to `leader` (or
+        `TRANSFER_WAIT_S` passed), as `_declared` does with a replica here."""
         loop = asyncio.get_running_loop()
         with contextlib.suppress(PeerUnavailable, RemoteError):
             await self.ask(leader, Campaign(group_id), 2.0)
+        transferring = False
         while loop.time() < deadline:
             with contextlib.suppress(PeerUnavailable, RemoteError):
                 status = await self.ask(leader, GroupStatus(group_id), 2.0)
-                if status is not None and status["leader"] is not None:
+                elected = status["leader"] if status is not None else None
+                if elected == leader:
                     return
+                if elected is not None and not transferring:
+                    await self.leader_call(Transfer(group_id, leader))
+                    transferring = True
+                    deadline = min(deadline, loop.time() + TRANSFER_WAIT_S)
             await asyncio.sleep(RETRY_S)
 
     def _first_leader(self, record: QueueRecord, members: list[str]) -> str:
