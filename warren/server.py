@@ -77,7 +77,7 @@ async def _serve(config: Config, listeners: list[Listener], worker: int | None) 
         board = Board.inherited(os.environ, config.workers, worker)
         broker = Broker(config, workers_layout.node_of(config.node_name, worker), board)
         if workers_layout.worker_names(config, broker.node_name)[0] == broker.node_name:
-            nodes_of = workers_layout.nodes_of_members(config)
+            nodes_of = workers_layout.nodes_of_members(config, broker.node_name)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
     try:

@@ -55,8 +55,8 @@ def _worker_api(server: WarrenServer, index: int, path: str) -> Any:
     address = server.data_dir / "workers" / str(index) / "management.sock"
     connection = http.client.HTTPConnection("worker")
     connection.sock = socket.socket(socket.AF_UNIX)
-    connection.sock.connect(str(address))
     try:
+        connection.sock.connect(str(address))
         connection.request("GET", f"/api/{path}", headers=_AUTHORIZATION)
         return json.load(connection.getresponse())
     finally:
@@ -296,6 +296,72 @@ def test_a_killed_worker_is_restarted_with_its_durable_queues(
     assert _bodies(connections[0][0], queue, 5) == [f"d{number}".encode() for number in range(5)]
     connections[0][0].channel().queue_delete(queue)
     assert node.process.poll() is None  # the supervisor, and so the node, carried on
+
+
+def _exited(pid: int) -> bool:
+    """The process ended, every thread of it: its descriptors (its listener among them)
+    are closed. A zombie too, its parent (stopped) not having reaped it; but not while
+    its main thread is one and others still exit, holding the descriptors."""
+    try:
+        return all(
+            (task / "stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
+            for task in Path(f"/proc/{pid}/task").iterdir()
+        )
+    except FileNotFoundError:
+        return True
+
+
+def _worker_knows(server: WarrenServer, index: int, path: str) -> bool | None:
+    """Whether worker `index` has the object (or bindings) at `path`; None while it does
+    not answer."""
+    try:
+        answer = _worker_api(server, index, path)
+    except OSError:
+        return None
+    return bool(answer) and "error" not in answer
+
+
+def test_a_dead_worker_other_than_0_blocks_no_declare_and_catches_up(
+    node: WarrenServer, unique: str
+) -> None:
+    """Worker 0 is the node's only metadata voter, the other workers its learners: with
+    worker 1 killed and kept down (its supervisor stopped, so not restarted), exchanges,
+    queues and bindings are declared and deleted at once through worker 0, and worker 1,
+    restarted, has what worker 0 has."""
+    lock = Path(node.data_dir) / "workers" / "1" / "node.lock"
+    killed = int(lock.read_text())
+    os.kill(node.process.pid, signal.SIGSTOP)
+    try:
+        os.kill(killed, signal.SIGKILL)
+        _until(lambda: _exited(killed))
+        connection = _connect(node)  # on worker 0: worker 1 listens no more
+        channel = connection.channel()
+        channel.confirm_delivery()
+        started = time.monotonic()
+        for number in range(4):
+            channel.exchange_declare(f"{unique}.x{number}", "fanout", durable=True)
+            channel.queue_declare(f"{unique}.q{number}", durable=number % 2 == 0)
+            channel.queue_bind(f"{unique}.q{number}", f"{unique}.x{number}")
+        channel.queue_delete(f"{unique}.q0")
+        channel.exchange_delete(f"{unique}.x0")
+        elapsed = time.monotonic() - started
+        channel.basic_publish(f"{unique}.x2", "", b"routed")
+        assert _exited(killed) and lock.read_text().strip() in ("", str(killed))
+    finally:
+        os.kill(node.process.pid, signal.SIGCONT)
+    assert elapsed < 5.0, f"{elapsed:.1f} s for 14 declares and deletes"
+    _until(lambda: _worker_knows(node, 1, f"queues/%2F/{unique}.q3") is not None)
+    for number in range(1, 4):
+        assert _worker_knows(node, 1, f"queues/%2F/{unique}.q{number}")
+        assert _worker_knows(node, 1, f"exchanges/%2F/{unique}.x{number}")
+        assert _worker_knows(node, 1, f"bindings/%2F/e/{unique}.x{number}/q/{unique}.q{number}")
+    assert _worker_knows(node, 1, f"queues/%2F/{unique}.q0") is False
+    assert _worker_knows(node, 1, f"exchanges/%2F/{unique}.x0") is False
+    assert _bodies(connection, f"{unique}.q2", 1) == [b"routed"]
+    for number in range(1, 4):
+        channel.queue_delete(f"{unique}.q{number}")
+        channel.exchange_delete(f"{unique}.x{number}")
+    connection.close()
 
 
 @pytest.mark.parametrize("killed", ["node", "worker"])

@@ -8,6 +8,13 @@ Theory of operation:
    rather than confuse two nodes.
 3. ``cluster_nodes`` names the nodes and their cluster listeners as ``name=host:port``
    entries (`parse_nodes`).
+4. A node of several worker processes is in a cluster (and in its own internal one) as
+   each of its workers (`warren.runtime.workers.layout`): worker 0 is ``<name>@<host>``
+   (``<name>-w0@<host>`` on a node on its own), worker i is ``<name>-w<i>@<host>``.
+   Only worker 0 votes in the metadata group; the others are its learners
+   (`metadata_voter`), so a node's metadata needs one voter of it, and a dead worker
+   other than 0 blocks no declare. A name ending in ``-w<i>`` (i >= 1) is therefore
+   reserved for workers.
 """
 
 from __future__ import annotations
@@ -17,6 +24,12 @@ from typing import Final
 
 # The Raft group every node of a cluster is in: the cluster's definitions.
 METADATA_GROUP: Final = "metadata"
+
+
+def metadata_voter(name: str) -> bool:
+    """Whether the member `name` may vote in the metadata group (point 3)."""
+    _, dash_w, index = name.partition("@")[0].rpartition("-w")
+    return not (dash_w and index.isdigit() and int(index) > 0)
 
 
 def node_id(name: str) -> int:

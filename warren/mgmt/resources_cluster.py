@@ -81,6 +81,9 @@ def _as_nodes(cluster: ClusterNode, status: dict[str, Any]) -> dict[str, Any]:
     for key in ("members", "voters", "learners"):
         if key in metadata:
             metadata[key] = list(dict.fromkeys(name(member) for member in metadata[key]))
+    if "learners" in metadata:  # a node whose worker 0 votes is a voter (its others learn)
+        voters = set(metadata.get("voters", []))
+        metadata["learners"] = [node for node in metadata["learners"] if node not in voters]
     return {
         **status,
         "node": name(status["node"]),

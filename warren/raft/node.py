@@ -28,6 +28,12 @@ Theory of operation:
    leader accepts a change only when no other is uncommitted and it has committed an entry
    of its own term. A new node joins as a learner; the leader promotes it to voter once
    its log has caught up with the commit index. A leader removed from the voters steps down.
+   `RaftConfig.may_vote` says which nodes may be voters (default: all): the leader
+   promotes only a learner that may vote, and turns a voter that may not into a learner,
+   one change at a time as any other (a configuration written before the rule, when
+   every member voted, converges to it); a leader that may not vote first hands
+   leadership to a caught-up voter that may, which then demotes it. The last voter
+   stays one, so a group whose rule names no voter still commits.
    `membership_index` orders configurations: the index of the entry (or snapshot) that
    made the one in force, larger for a later one on every node.
 8. Snapshots: `compact(index, data)` replaces the applied log prefix by the application's
@@ -69,7 +75,7 @@ Theory of operation:
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -120,6 +126,8 @@ class MembershipChange(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
     node_id: NodeId
+    # which members may vote (point 7); the same rule on every node of the group
+    may_vote: Callable[[NodeId], bool] = lambda _node_id: True
     election_ticks: int = 10
     heartbeat_ticks: int = 1
     max_entries_per_append: int = 64
@@ -578,7 +586,7 @@ class RaftNode:
             self._send_append(message.sender, send_if_empty=False)
         if message.sender == self.transfer_target and progress.match_index == self.log.last_index:
             self._send(Message(MessageType.TIMEOUT_NOW, message.sender, self.id, self.term))
-        self._maybe_promote_learner()
+        self._maybe_change_roles()
 
     def _handle_heartbeat_response(self, message: Message, progress: Progress) -> None:
         progress.probe_sent = False
@@ -674,19 +682,38 @@ class RaftNode:
         self._pending_membership_index = index
         return index
 
-    def _maybe_promote_learner(self) -> None:
+    def _maybe_change_roles(self) -> None:
+        """Point 7: promote a caught-up learner that may vote, else demote a voter that
+        may not (handing leadership over first when that voter is this leader)."""
         if self.role is not Role.LEADER or self.transfer_target != NO_NODE:
             return
         if self._pending_membership_index > self.log.commit_index:
             return
-        for node_id in sorted(self.membership.learners):
+        current = self.membership
+        may_vote = self.config.may_vote
+        for node_id in sorted(current.learners):
             progress = self.progress.get(node_id)
-            if progress is not None and progress.match_index >= self.log.commit_index:
-                current = self.membership
+            caught_up = progress is not None and progress.match_index >= self.log.commit_index
+            if caught_up and may_vote(node_id):
                 self._propose_membership(
                     Membership(current.voters | {node_id}, current.learners - {node_id})
                 )
                 return
+        barred = sorted(node_id for node_id in current.voters if not may_vote(node_id))
+        if not barred or len(current.voters) == 1:
+            return
+        others = [node_id for node_id in barred if node_id != self.id]
+        if others:
+            node_id = others[0]
+            self._propose_membership(
+                Membership(current.voters - {node_id}, current.learners | {node_id})
+            )
+            return
+        successors = [node_id for node_id in sorted(current.voters) if may_vote(node_id)]
+        if successors:  # the most caught up; the transfer brings it up to date first
+            self.transfer_leadership(
+                max(successors, key=lambda node_id: self.progress[node_id].match_index)
+            )
 
     # ----------------------------------------------------------------- reads
 
@@ -725,7 +752,7 @@ class RaftNode:
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             self._broadcast_heartbeat(self._reads.last_context)
-        self._maybe_promote_learner()
+        self._maybe_change_roles()
 
     def _check_quorum(self) -> bool:
         active = [self.id]

@@ -18,12 +18,14 @@ Theory of operation:
    `cluster_nodes` it was first given across restarts. `kill(name)` is SIGKILL;
    `start(name)` starts the node again on the same data directory. Waits are bounded and
    fail with the node's log file named.
-4. `workers` runs every node as that many worker processes (`warren.runtime.workers`):
-   worker ``i`` of a node listens for the cluster on the node's cluster port ``+ i``, so
-   each node's cluster ports, and each proxy's, are consecutive, one proxy per worker
-   (``i`` forwards to the peer's port ``+ i``); a node is up once every worker has logged
-   its start. `kill` is SIGKILL of the node's supervisor, which takes its workers with it;
-   `kill_worker` is SIGKILL of one worker, which the supervisor starts again.
+4. `workers` runs every node as that many worker processes (`warren.runtime.workers`),
+   or each node as many as it maps the node's name to (nodes of a cluster may run
+   different numbers): worker ``i`` of a node listens for the cluster on the node's
+   cluster port ``+ i``, so each node's cluster ports, and each proxy's, are
+   consecutive, one proxy per worker of the peer (``i`` forwards to the peer's port
+   ``+ i``); a node is up once every worker has logged its start. `kill` is SIGKILL of
+   the node's supervisor, which takes its workers with it; `kill_worker` is SIGKILL of
+   one worker, which the supervisor starts again.
 5. `tree` runs another source tree's Warren (an earlier commit's, to write data of its
    layout or to measure against it): that directory is the processes' working directory
    and ``PYTHONPATH`` (``python -m`` puts the working directory first on ``sys.path``).
@@ -43,6 +45,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,14 +162,17 @@ class LocalCluster:
         raft_tick_ms: int = 50,
         extra: list[str] | None = None,
         faults: bool = True,
-        workers: int = 1,
+        workers: int | Mapping[str, int] = 1,
         tree: Path | None = None,
     ) -> None:
         self.directory = directory
         self.tree = tree
         self.raft_tick_ms = raft_tick_ms
         self.extra = extra or []
-        self.workers = workers
+        self.workers = workers if isinstance(workers, int) else max(workers.values())
+        self.counts = {
+            name: workers if isinstance(workers, int) else workers[name] for name in names
+        }
         self.nodes = {name: self._node(name) for name in names}
         self.seeds = {name: [other for other in names if other != name] for name in names}
         # (dialer, peer, worker): the proxy that forwards the dialer's connections to the
@@ -175,13 +181,13 @@ class LocalCluster:
         for a in names if faults else ():
             for b in names:
                 if a != b:
-                    first = unused_ports(workers)
-                    for index in range(workers):
+                    first = unused_ports(self.counts[b])
+                    for index in range(self.counts[b]):
                         target = self.nodes[b].cluster_port + index
                         self.proxies[a, b, index] = FaultProxy(target, first + index)
 
     def _node(self, name: str) -> ClusterNodeProcess:
-        return ClusterNodeProcess(name, self.directory / name, unused_ports(self.workers))
+        return ClusterNodeProcess(name, self.directory / name, unused_ports(self.counts[name]))
 
     def _peers(self, name: str) -> str:
         entries = [f"{name}=127.0.0.1:{self.nodes[name].cluster_port}"]
@@ -191,9 +197,10 @@ class LocalCluster:
             entries.append(f"{other}=127.0.0.1:{port}")
         return ",".join(entries)
 
-    def add_node(self, name: str, seeds: list[str]) -> None:
+    def add_node(self, name: str, seeds: list[str], workers: int | None = None) -> None:
         """Start a node that joins the running cluster knowing only `seeds`; the others
-        learn of it when it joins."""
+        learn of it when it joins. It runs `workers` (by default, the most any node runs)."""
+        self.counts[name] = workers or self.workers
         self.nodes[name] = self._node(name)
         self.seeds[name] = list(seeds)
         self.start(name)
@@ -214,8 +221,8 @@ class LocalCluster:
         command += ["--cluster-port", str(node.cluster_port), "--cluster-cookie", COOKIE]
         command += ["--cluster-nodes", self._peers(name)]
         command += ["--raft-tick-ms", str(self.raft_tick_ms), *self.extra]
-        if self.workers > 1:
-            command += ["--workers", str(self.workers)]
+        if self.counts[name] > 1:
+            command += ["--workers", str(self.counts[name])]
         env = None if self.tree is None else {**os.environ, "PYTHONPATH": str(self.tree)}
         with node.log_path.open("wb") as log:
             node.process = subprocess.Popen(
@@ -224,7 +231,7 @@ class LocalCluster:
 
     def wait_listening(self, name: str) -> None:
         node = self.nodes[name]
-        deadline = time.monotonic() + START_TIMEOUT_S * self.workers
+        deadline = time.monotonic() + START_TIMEOUT_S * self.counts[name]
         while time.monotonic() < deadline:
             assert node.process is not None
             if node.process.poll() is not None:
@@ -238,14 +245,14 @@ class LocalCluster:
                     return
             time.sleep(0.05)
         raise RuntimeError(
-            f"{name} did not listen within {START_TIMEOUT_S * self.workers} s: {node.log_path}"
+            f"{name} did not listen within {START_TIMEOUT_S * self.counts[name]} s: {node.log_path}"
         )
 
     def _started(self, node: ClusterNodeProcess) -> bool:
         """Every worker serves (the AMQP port opens with the first of them)."""
-        if self.workers == 1:
-            return True
-        return node.log_path.read_text(errors="replace").count(STARTED_LINE) >= self.workers
+        workers = self.counts[node.name]
+        log = node.log_path.read_text(errors="replace")
+        return workers == 1 or log.count(STARTED_LINE) >= workers
 
     def start(self, name: str) -> None:
         self.launch(name)
@@ -263,7 +270,7 @@ class LocalCluster:
         the killed process's id. Found among the supervisor's children by the worker
         index in its environment."""
         process = self.nodes[name].process
-        assert process is not None and self.workers > 1
+        assert process is not None and self.counts[name] > 1
         children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
         marker = f"{WORKER_INDEX_VARIABLE}={index}".encode()
         for pid in map(int, children.split()):

@@ -16,7 +16,7 @@ Theory of operation:
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from warren.raft import (
     Entry,
@@ -101,6 +101,7 @@ class Cluster:
         check_quorum: bool = True,
         election_ticks: int = 10,
         max_entries_per_append: int = 64,
+        may_vote: Callable[[NodeId], bool] = lambda _node_id: True,
     ) -> None:
         self.membership = Membership(frozenset(voters))
         self.configs = {
@@ -110,6 +111,7 @@ class Cluster:
                 pre_vote=pre_vote,
                 check_quorum=check_quorum,
                 max_entries_per_append=max_entries_per_append,
+                may_vote=may_vote,
             )
             for node_id in sorted(set(voters) | set(others))
         }

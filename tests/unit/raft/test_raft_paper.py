@@ -11,7 +11,9 @@ membership changes, log compaction, client reads.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Callable
 
 from warren.raft import (
     Entry,
@@ -21,6 +23,7 @@ from warren.raft import (
     MembershipChange,
     Message,
     MessageType,
+    NodeId,
     RaftConfig,
     RaftNode,
     Role,
@@ -423,6 +426,57 @@ def test_6_a_new_server_joins_as_a_non_voter_and_is_promoted_once_caught_up() ->
     cluster.stabilize()
     assert 4 in leader.membership.voters
     assert cluster[4].log.last_index == leader.log.last_index
+
+
+def only(*voters: int) -> Callable[[NodeId], bool]:
+    return lambda node_id: node_id in voters
+
+
+def test_6_a_learner_that_may_not_vote_follows_and_stays_a_learner() -> None:
+    cluster = Cluster([1], others=[2, 3], may_vote=only(1))
+    leader = cluster.elect(1)
+    for node_id in (2, 3):
+        assert leader.propose_membership(MembershipChange.ADD_LEARNER, node_id) is not None
+        cluster.run(1)
+        cluster.stabilize()
+    index = cluster.propose(1, b"declare")
+    cluster.isolate(2)  # a learner down holds up no commit
+    cluster.isolate(3)
+    cluster.stabilize()
+    assert index is not None and leader.log.commit_index >= index
+    cluster.heal()
+    for _ in range(3):
+        cluster.tick(1)
+        cluster.stabilize()
+    assert leader.membership == Membership(frozenset({1}), frozenset({2, 3}))
+    assert b"declare" in cluster.machines[3].data  # it caught up
+
+
+def test_6_voters_that_may_not_vote_become_learners_leader_last() -> None:
+    """A configuration written when every member voted (a node's workers before worker 0
+    alone voted) converges to the rule through membership changes, even from a leader the
+    rule makes a learner: it hands leadership to one that may vote first."""
+    cluster = Cluster([1, 2, 3])
+    cluster.elect(2)
+    cluster.propose(2, b"before")
+    cluster.stabilize()
+    for node_id in (1, 2, 3):  # restarted on code with the rule, logs as they were
+        cluster.configs[node_id] = dataclasses.replace(cluster.configs[node_id], may_vote=only(1))
+        cluster.crash(node_id)
+        cluster.restart(node_id)
+    cluster.elect(2)
+    for _ in range(30):
+        for node_id in (1, 2, 3):
+            cluster.tick(node_id)
+        cluster.stabilize()
+    leader = cluster[1]
+    assert leader.role is Role.LEADER
+    assert {cluster[n].membership for n in (1, 2, 3)} == {
+        Membership(frozenset({1}), frozenset({2, 3}))
+    }
+    assert cluster.propose(1, b"after") is not None
+    cluster.stabilize()
+    assert all(b"after" in cluster.machines[n].data for n in (1, 2, 3))
 
 
 def test_6_a_configuration_is_known_by_the_index_that_made_it_on_every_node() -> None:

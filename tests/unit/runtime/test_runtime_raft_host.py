@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from warren.cluster.nodes import metadata_voter
 from warren.runtime.cluster.peers import Peers
 from warren.runtime.cluster.raft_host import (
     EntryMeta,
@@ -103,10 +104,14 @@ class Node:
         await self.peers.close()
 
     def add_group(
-        self, group_id: str, members: list[str] | None, machine: Recorder | None = None
+        self,
+        group_id: str,
+        members: list[str] | None,
+        machine: Recorder | None = None,
+        may_vote: Callable[[str], bool] | None = None,
     ) -> RaftGroup:
         self.machines[group_id] = machine if machine is not None else Recorder()
-        return self.host.add_group(group_id, self.machines[group_id], members)
+        return self.host.add_group(group_id, self.machines[group_id], members, may_vote)
 
     def group(self, group_id: str) -> RaftGroup:
         group = self.host.group(group_id)
@@ -128,9 +133,11 @@ async def cluster(
 
 
 def connect(nodes: list[Node]) -> None:
+    """Every node learns every other's address and name (as `ClusterNode.node_known`)."""
     for node in nodes:
         for other in nodes:
             node.peers.set_address(other.name, "127.0.0.1", other.peers.port)
+            node.host.names.add(other.name)
 
 
 async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -720,5 +727,89 @@ def test_a_group_whose_only_voter_is_this_node_leads_at_once_new_or_recovered(
         await eventually(lambda: group.is_leader, 2.0)
         await host.close()
         await peers.close()
+
+    run(body)
+
+
+WORKERS = ["n-w0", "n-w1", "n-w2"]  # a node of 3 workers: worker 0 alone may vote
+
+
+def test_a_group_of_workers_has_worker_0_as_its_only_voter_and_commits_without_the_rest(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, WORKERS, [])
+        for node in nodes.values():
+            node.add_group("meta", WORKERS, may_vote=metadata_voter)
+        front = await leader_of(list(nodes.values()), "meta")
+        assert front.name == "n-w0"
+        status = front.group("meta").status()
+        assert (status["voters"], status["learners"]) == (["n-w0"], ["n-w1", "n-w2"])
+        await nodes["n-w1"].stop()
+        await nodes["n-w2"].stop()
+        assert await asyncio.wait_for(propose_all(front, "meta", [b"alone"]), 2) == [1]
+        await front.stop()
+
+    run(body)
+
+
+def test_a_group_where_every_worker_voted_converges_to_worker_0_alone(tmp_path: Path) -> None:
+    """A log written by the layout before (every worker a voter) starts on the rule and
+    converges to it through membership changes, whichever worker led: from then on a
+    proposal commits with worker 0 alone."""
+
+    async def body() -> None:
+        nodes = await cluster(tmp_path, WORKERS, ["meta"])
+        every = list(nodes.values())
+        old = await leader_of(every, "meta")
+        if old.name == "n-w0":  # the case to cover is the harder one: a learner-to-be leads
+            assert old.group("meta").transfer("n-w1")
+            await eventually(lambda: nodes["n-w1"].group("meta").is_leader)
+            old = nodes["n-w1"]
+        await propose_all(old, "meta", [b"before"])
+        for node in every:
+            await node.stop()
+        for node in every:
+            await node.start()
+        connect(every)
+        for node in every:
+            assert node.host.recovered_groups() == ["meta"]
+            node.add_group("meta", None, may_vote=metadata_voter)
+
+        def converged() -> bool:
+            statuses = [node.group("meta").status() for node in every]
+            return all(
+                (status["voters"], status["learners"]) == (["n-w0"], ["n-w1", "n-w2"])
+                for status in statuses
+            )
+
+        await eventually(converged, 10)
+        front = await leader_of(every, "meta")
+        assert front.name == "n-w0"
+        await nodes["n-w1"].stop()
+        await nodes["n-w2"].stop()
+        await asyncio.wait_for(propose_all(front, "meta", [b"after"]), 2)
+        assert front.machines["meta"].payloads[-2:] == [b"before", b"after"]
+        await front.stop()
+
+    run(body)
+
+
+def test_a_worker_that_joins_later_stays_a_learner(tmp_path: Path) -> None:
+    async def body() -> None:
+        nodes = await cluster(tmp_path, ["n-w0"], [])
+        front = nodes["n-w0"]
+        front.add_group("meta", ["n-w0"], may_vote=metadata_voter)
+        await leader_of([front], "meta")
+        joining = Node("n-w1", tmp_path / "n-w1", 4096)
+        await joining.start()
+        connect([front, joining])
+        joining.add_group("meta", None, may_vote=metadata_voter)
+        await asyncio.wait_for(front.group("meta").add_member("n-w1", 5), 2)  # not 5 s
+        await propose_all(front, "meta", [b"seen"])
+        await eventually(lambda: joining.machines["meta"].payloads[-1:] == [b"seen"])
+        assert front.group("meta").status()["learners"] == ["n-w1"]
+        await front.stop()
+        await joining.stop()
 
     run(body)

@@ -9,7 +9,9 @@ Theory of operation:
 2. The metadata group has every node of ``cluster_nodes`` as a voter: nodes started with
    the same list bootstrap it together; a node joining later (`join`, through the first
    running node it reaches) is added by the leader as a learner and promoted when it has
-   caught up.
+   caught up. Of a node of several workers only worker 0 votes; the others stay learners
+   (`warren.cluster.nodes.metadata_voter`), and a log written when they voted converges
+   to that through membership changes (`warren.raft.node`, point 7).
 3. A quorum queue is one Raft group named after the queue and a token chosen by the node
    that declared it (a queue deleted and declared again is a new group). Its replicas are
    the declaring node and ``x-quorum-initial-group-size - 1`` others chosen at random
@@ -22,13 +24,17 @@ Theory of operation:
    proxies (`warren.runtime.cluster.remote`), which also carry a quorum queue's
    deliveries to consumers on nodes that hold no replica of it.
 6. In a cluster of nodes of several worker processes each (`warren.runtime.workers`),
-   every worker is a member (`nodes_of` names each one's node), and so is a quorum
-   queue's replica: placement chooses nodes (two replicas never share a node), then each
-   node's worker that hosts the fewest quorum replicas (`replica_member`: this worker,
-   then the lowest, on a tie), so that a node's queues spread over its workers and their
-   Raft WALs. Operators and the management API name nodes (`node_of`); replicas written
-   when a node's replicas all lived on its worker 0, named after the node, are members
-   like any other.
+   every worker is a member (`nodes_of` names this node's; another node's worker ``i``
+   is ``<name>-w<i>@<host>``), and so is a quorum queue's replica: placement chooses
+   nodes (two replicas never share a node), then each node's worker that hosts the
+   fewest quorum replicas (`replica_member`: this worker, then the lowest, on a tie), so
+   that a node's queues spread over its workers and their Raft WALs. Operators and the
+   management API name nodes (`node_of`); replicas written when a node's replicas all
+   lived on its worker 0 (its *front*, named after it) are members like any other. Only
+   fronts found the metadata group; every other worker joins it as a learner (its node's
+   front's address ``+ i`` is its address on every node: `node_known`), so a node learns
+   how many workers each other node runs from the group, and nodes of a cluster may run
+   different numbers of workers.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from warren.cluster.metadata import (
     QueueDelete,
     QueueMembers,
 )
-from warren.cluster.nodes import METADATA_GROUP, parse_nodes
+from warren.cluster.nodes import METADATA_GROUP, metadata_voter, node_id, parse_nodes
 from warren.cluster.placement import place_replicas
 from warren.cluster.queue_entries import message_record
 from warren.model import QueueRecord, QueueType
@@ -116,6 +122,18 @@ REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
 CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
+WORKERS_MAX: Final = 256  # the most workers looked for of a node in a log of the layout before
+
+
+def _worker_of(member: str) -> tuple[str, int] | None:
+    """(``<name>@<host>``, i) of a member named ``<name>-w<i>@<host>``, i >= 1: the worker
+    0 of its node in a cluster of nodes, and its index (module doc, 6); None for any
+    other name."""
+    name, at, host = member.partition("@")
+    stem, dash_w, index = name.rpartition("-w")
+    if not dash_w or not stem or not index.isdigit() or int(index) < 1:
+        return None
+    return f"{stem}{at}{host}", int(index)
 
 
 def group_prefix(vhost: str, name: str) -> str:
@@ -271,15 +289,50 @@ class ClusterNode:
         members: list[str] | None = None
         restarted = METADATA_GROUP in self.raft.recovered_groups()
         if not restarted:
+            founding = self._founding_members()
             seed, existing = await self._existing_members()
+            if not existing and founding is None:
+                log.info("node %s waits for the metadata group, to join it", self.name)
+            while not existing and founding is None:
+                await asyncio.sleep(RETRY_S)
+                seed, existing = await self._existing_members()
             if not existing or self.name in existing:
-                members = existing or sorted({*self.nodes, self.name})
-        self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members)
+                members = existing or founding
+        self.meta = self.raft.add_group(METADATA_GROUP, self.metadata, members, metadata_voter)
         if seed is not None and self.name not in existing:
             await operations.join(self, seed)  # a new node in a running cluster
         elif restarted:
+            self._name_workers(self.meta)
             await self._caught_up(self.meta)
         log.info("node %s in cluster with %s", self.name, ", ".join(sorted(self.nodes)))
+
+    def _founding_members(self) -> list[str] | None:
+        """Whom this node founds the metadata group with when none exists yet; None if it
+        never does, but joins the group once one exists (module doc, 2 and 6). Nodes of
+        one process: every node it knows. The workers of a node on its own: all of them,
+        which each lists the same (the voter its worker 0, the others learners from the
+        start). In a cluster of nodes of several workers: the fronts alone, as each node
+        knows only its own workers; the others join."""
+        known = sorted({*self.nodes, self.name})
+        voters = [node for node in known if metadata_voter(node)]
+        if len(voters) <= 1:
+            return known
+        return voters if metadata_voter(self.name) else None
+
+    def _name_workers(self, meta: RaftGroup) -> None:
+        """Other nodes' workers in the metadata group's configuration that this node has
+        no name (nor address) for: a cluster formed by the layout before, where every
+        worker listed every node's workers in its ``cluster_nodes`` and none joined (so the
+        group recorded no address of theirs). Named by the ``-w<i>`` convention after the
+        nodes this node knows (their ids are the names' CRC: `node_id`), at their front's
+        address ``+ i`` (`node_known`); they then become learners (module doc, 2)."""
+        ids = set(meta.node.membership.members)
+        for front in [node for node in self.nodes if _worker_of(node) is None]:
+            name, at, host = front.partition("@")
+            for index in range(1, WORKERS_MAX):
+                worker = f"{name}-w{index}{at}{host}"
+                if node_id(worker) in ids and worker not in self.nodes:
+                    self.node_known(worker, *self.nodes[front])
 
     async def _caught_up(self, meta: RaftGroup) -> None:
         """After a restart, before the node listens (as RabbitMQ waits for its tables):
@@ -372,15 +425,23 @@ class ClusterNode:
 
     async def _elected_elsewhere(self, group_id: str, leader: str, deadline: float) -> None:
         """A queue declared here without a replica here: `leader` campaigns, and the
-        declare is done once the group has a leader (or `deadline` passed)."""
+        declare is done once the group has a leader (or `deadline` passed); when another
+        member's election timer came first, once it handed leadership to `leader` (or
+        `TRANSFER_WAIT_S` passed), as `_declared` does with a replica here."""
         loop = asyncio.get_running_loop()
         with contextlib.suppress(PeerUnavailable, RemoteError):
             await self.ask(leader, Campaign(group_id), 2.0)
+        transferring = False
         while loop.time() < deadline:
             with contextlib.suppress(PeerUnavailable, RemoteError):
                 status = await self.ask(leader, GroupStatus(group_id), 2.0)
-                if status is not None and status["leader"] is not None:
+                elected = status["leader"] if status is not None else None
+                if elected == leader:
                     return
+                if elected is not None and not transferring:
+                    await self.leader_call(Transfer(group_id, leader))
+                    transferring = True
+                    deadline = min(deadline, loop.time() + TRANSFER_WAIT_S)
             await asyncio.sleep(RETRY_S)
 
     def _first_leader(self, record: QueueRecord, members: list[str]) -> str:
@@ -591,6 +652,12 @@ class ClusterNode:
         return group
 
     def node_known(self, node: str, host: str, port: int) -> None:
+        """`node` is at `host`:`port`; a worker of a node this one knows is at that node's
+        address (as this node dials it) ``+ i``, whatever it said (module doc, 6)."""
+        worker = _worker_of(node)
+        if worker is not None and worker[0] != self.name and worker[0] in self.nodes:
+            front_host, front_port = self.nodes[worker[0]]
+            host, port = front_host, front_port + worker[1]
         self.nodes[node] = (host, port)
         self.raft.names.add(node)  # so that Raft's ids of it read as its name
         if node != self.name:
@@ -609,9 +676,9 @@ class ClusterNode:
 
     def queue_columns(self, host: object) -> dict[str, object]:
         """RabbitMQ's quorum columns of `GET /api/queues/...`: leader, members, online
-        (for a classic queue of another node: its home)."""
+        (for a classic queue of another node: its home, named as its node)."""
         if isinstance(host, RemoteHost):
-            return {"node": host.home}
+            return {"node": self.node_of(host.home)}
         if not isinstance(host, QuorumHost):
             return {}
         group = host.group
@@ -810,16 +877,16 @@ class ClusterNode:
 
     def node_of(self, member: str) -> str:
         """The node a member is a worker of (module doc, 6); itself when a member is a node.
-        A worker of a node that joined later is ``<name>-w<i>@<host>`` of a member
-        ``<name>@<host>`` (`warren.runtime.workers.layout.member_name`)."""
+        A worker of another node (which joins the metadata group as it starts) is
+        ``<name>-w<i>@<host>`` of a member ``<name>@<host>``
+        (`warren.runtime.workers.layout.member_name`)."""
         node = self.nodes_of.get(member)
-        if node is not None or not self.nodes_of:
-            return node or member
-        name, at, host = member.partition("@")
-        stem, dash_w, index = name.rpartition("-w")
-        joined = f"{stem}{at}{host}"
-        known = dash_w and index.isdigit() and (joined in self.nodes or joined == self.name)
-        return joined if known else member
+        if node is not None:
+            return node
+        worker = _worker_of(member)
+        if worker is not None and (worker[0] in self.nodes or worker[0] == self.name):
+            return worker[0]
+        return member
 
     def node_names(self) -> list[str]:
         """The cluster's nodes, each once however many workers it runs (module doc, 6)."""

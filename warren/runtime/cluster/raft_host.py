@@ -52,7 +52,8 @@ Theory of operation:
    entries the machine holds (`encode_install`), since its own WAL may lack them; it
    writes them as BODIES with the snapshot (`warren.storage.raftwal`, point 6), restores
    the machine, and keeps only the machine's data in memory.
-7. A new group is bootstrapped with a snapshot at index 0 that holds its voters, so the
+7. A new group is bootstrapped with a snapshot at index 0 that holds its voters (and its
+   learners: the members `add_group`'s `may_vote` bars from voting), so the
    membership survives a restart before anything is compacted. A recovered group waits in
    memory until `add_group` claims it (or `remove_group` drops it).
 8. A machine applies a committed entry with its `EntryMeta`, as ra's machines do: the
@@ -281,11 +282,11 @@ class RaftGroup:
         return future
 
     async def add_member(self, node: str, timeout_s: float) -> None:
-        """Add `node` as a learner and return once the leader has promoted it to voter,
-        or after `timeout_s` (a learner that has not caught up stays one: the leader
-        promotes it when it has), or once it left the configuration after it was added (a
-        delete won: it is not added again). One change at a time: waits while another is
-        in progress. `NotLeader` off the leader."""
+        """Add `node` as a learner and return once the leader has promoted it to voter
+        (once added, when it may not vote: `add_group`), or after `timeout_s` (a learner
+        that has not caught up stays one: the leader promotes it when it has), or once it
+        left the configuration after it was added (a delete won: it is not added again).
+        One change at a time: waits while another is in progress. `NotLeader` off the leader."""
         target = self._host.names.add(node)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -297,6 +298,8 @@ class RaftGroup:
                 return
             self._require_leader()
             if target in membership.learners:
+                if not self.node.config.may_vote(target):
+                    return  # it stays a learner
                 added = True
             elif added or 0 < proposed <= self.node.log.commit_index:
                 return  # removed since it was added
@@ -623,16 +626,26 @@ class RaftHost:
     # --- groups ----------------------------------------------------------------------------
 
     def add_group(
-        self, group_id: str, machine: GroupMachine, members: Collection[str] | None
+        self,
+        group_id: str,
+        machine: GroupMachine,
+        members: Collection[str] | None,
+        may_vote: Callable[[str], bool] | None = None,
     ) -> RaftGroup:
         """Host a group: as recovered from the WAL if it was; else a new group with
         `members` as its voters; else (None) as a node that learns the membership from the
-        leader (it is added with `add_member` there)."""
+        leader (it is added with `add_member` there). `may_vote`: which members may be
+        voters (`RaftConfig.may_vote`, by name; a name this host never saw may): a new
+        group's other members start as learners, and a recovered configuration converges
+        to the rule through membership changes."""
         if group_id in self._groups:
             raise ValueError(f"group {group_id!r} is already hosted")
         if self._wal is None:
             raise RuntimeError("RaftHost.start has not run")
         config = RaftConfig(node_id=self.node_id, election_ticks=self.election_ticks)
+        if may_vote is not None:
+            rule = may_vote
+            config = replace(config, may_vote=lambda node_id: rule(self.name_of(node_id) or ""))
         state = self._recovered.pop(group_id, None)
         retired = self._retired.pop(group_id, None)
         kept: list[int] = []
@@ -643,8 +656,9 @@ class RaftHost:
                 machine.restore(node.snapshot.data)
                 kept = machine.kept_indexes()
         elif members is not None:
-            voters = frozenset(self.names.add(name) for name in members)
-            snapshot = Snapshot(0, 0, Membership(voters))
+            ids = frozenset(self.names.add(name) for name in members)
+            voters = frozenset(node_id for node_id in ids if config.may_vote(node_id)) or ids
+            snapshot = Snapshot(0, 0, Membership(voters, ids - voters))
             node = RaftNode(config, self._rng, snapshot=snapshot, hard_state=retired)
             self.save_snapshot(group_id, snapshot)
         else:

@@ -25,11 +25,13 @@ Theory of operation:
    flat cluster of every node's workers: worker 0 is the member named after the node (so
    peers, operators and the management API name nodes as they do with one process; a
    node's quorum replicas spread over its workers: `warren.runtime.cluster.node`, module
-   doc 6), worker ``i`` is ``<name>-w<i>@<host>`` on the
-   node's cluster port ``+ i``, and every node of the cluster runs the same number of
-   workers, so that every worker derives the same members and addresses from
-   ``cluster_nodes`` (`worker_config`, `members_of_nodes`). The node's cluster port and
-   cookie are the operator's, not the layout's.
+   doc 6; it alone of its node votes in the metadata group), worker ``i`` is
+   ``<name>-w<i>@<host>`` on the node's cluster port ``+ i``. A worker
+   is given its own node's workers and the other nodes as ``cluster_nodes`` names them
+   (`worker_config`): it learns how many workers each other node runs, and where they
+   are, as they join the metadata group (`warren.runtime.cluster.node`), so
+   the nodes of a cluster may run different numbers of workers. The node's cluster port
+   and cookie are the operator's, not the layout's.
 It reads and writes ``workers.json`` and makes socket pairs; it starts nothing.
 """
 
@@ -93,11 +95,11 @@ def worker_names(config: Config, node: str) -> list[str]:
     return [name(node, index) for index in range(config.workers)]
 
 
-def nodes_of_members(config: Config) -> dict[str, str]:
-    """In a cluster of nodes, each worker's node by the worker's name (worker `config`
-    lists them node by node, in worker order: `members_of_nodes`)."""
-    members = [entry.partition("=")[0] for entry in config.cluster_nodes]
-    return {member: node_of(member, index % config.workers) for index, member in enumerate(members)}
+def nodes_of_members(config: Config, node: str) -> dict[str, str]:
+    """In a cluster of nodes, `node`'s workers by name, each mapped to it (worker
+    `config`'s: `worker_config`); the other nodes' are named by the ``-w<i>`` convention
+    (`warren.runtime.cluster.node.ClusterNode.node_of`)."""
+    return dict.fromkeys(worker_names(config, node), node)
 
 
 def management_address(config: Config, index: int) -> str:
@@ -149,15 +151,16 @@ def member_name(node_name: str, index: int) -> str:
 
 
 def members_of_nodes(config: Config) -> dict[str, tuple[str, int]]:
-    """Every worker of every node of the cluster the node's `config` names, with its
-    cluster address (module doc, 6); this node is included whether listed or not."""
+    """What worker `config`'s ``cluster_nodes`` are, from the node's `config` (module doc,
+    6): this node's workers at its cluster address (listed or not) ``+ i``, then the
+    other nodes as listed."""
     nodes = parse_nodes(config.cluster_nodes)
-    nodes.setdefault(config.node_name, (config.bind[0], config.cluster_port))
-    return {
-        member_name(node, index): (host, port + index)
-        for node, (host, port) in nodes.items()
+    host, port = nodes.pop(config.node_name, (config.bind[0], config.cluster_port))
+    workers = {
+        member_name(config.node_name, index): (host, port + index)
         for index in range(config.workers)
     }
+    return {**workers, **nodes}
 
 
 def worker_config(config: Config, index: int) -> Config:
