@@ -116,23 +116,31 @@ async def w1(url: str, messages: int) -> None:
     await consumer.close()
 
 
-async def confirms(url: str, messages: int, arguments: dict[str, Any] | None = None) -> None:
-    """Persistent messages with confirms into a durable queue nobody consumes."""
-    connection = await aio_pika.connect(url)
-    channel = await connection.channel(publisher_confirms=True)
-    name = f"bytecodes-{os.getpid()}"
-    queue = await channel.declare_queue(name, durable=True, arguments=arguments)
+async def publish_persistent(
+    channel: aio_pika.abc.AbstractChannel, routing_key: str, messages: int
+) -> None:
+    """`messages` persistent 128-byte messages to `routing_key` through the default
+    exchange, in batches of 1000 each awaited whole (its confirms, on a confirming channel)."""
     persistent = aio_pika.DeliveryMode.PERSISTENT
     for start in range(0, messages, 1000):
         batch = range(start, min(start + 1000, messages))
         await asyncio.gather(
             *(
                 channel.default_exchange.publish(
-                    aio_pika.Message(b"x" * 128, delivery_mode=persistent), queue.name
+                    aio_pika.Message(b"x" * 128, delivery_mode=persistent), routing_key
                 )
                 for _ in batch
             )
         )
+
+
+async def confirms(url: str, messages: int, arguments: dict[str, Any] | None = None) -> None:
+    """Persistent messages with confirms into a durable queue nobody consumes."""
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel(publisher_confirms=True)
+    name = f"bytecodes-{os.getpid()}"
+    queue = await channel.declare_queue(name, durable=True, arguments=arguments)
+    await publish_persistent(channel, queue.name, messages)
     await queue.delete(if_unused=False, if_empty=False)
     await connection.close()
 
@@ -178,17 +186,7 @@ async def w2(url: str, messages: int) -> None:
 
     await queue.consume(on_message)
     channel = await publisher.channel(publisher_confirms=True)
-    persistent = aio_pika.DeliveryMode.PERSISTENT
-    for start in range(0, messages, 1000):
-        batch = range(start, min(start + 1000, messages))
-        await asyncio.gather(
-            *(
-                channel.default_exchange.publish(
-                    aio_pika.Message(b"x" * 128, delivery_mode=persistent), queue.name
-                )
-                for _ in batch
-            )
-        )
+    await publish_persistent(channel, queue.name, messages)
     await done
     await queue.delete(if_unused=False, if_empty=False)
     await publisher.close()
