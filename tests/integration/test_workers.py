@@ -34,6 +34,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingConnection
 
 from tests.conftest import WarrenServer
+from warren.runtime.workers.layout import management_address
 
 pytestmark = pytest.mark.warren_only
 
@@ -52,7 +53,7 @@ def _api(server: WarrenServer, path: str) -> Any:
 
 def _worker_api(server: WarrenServer, index: int, path: str) -> Any:
     """Worker `index`'s own answer, on the socket where worker 0 asks it."""
-    address = server.data_dir / "workers" / str(index) / "management.sock"
+    address = management_address(server.data_dir / "workers", index)
     connection = http.client.HTTPConnection("worker")
     connection.sock = socket.socket(socket.AF_UNIX)
     try:

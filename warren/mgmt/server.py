@@ -51,7 +51,11 @@ from warren.mgmt.rates import Rates, run_sampler
 from warren.mgmt.resources import route
 from warren.mgmt.workers import WORKERS_KEY
 from warren.runtime.broker import Broker
-from warren.runtime.workers.layout import management_address, worker_names
+from warren.runtime.workers.layout import (
+    make_management_directory,
+    management_address,
+    worker_names,
+)
 
 log = logging.getLogger("warren.mgmt")
 
@@ -91,14 +95,16 @@ async def start_management(
     app = build_app(broker)
     if worker == 0:
         app[WORKERS_KEY] = tuple(
-            (node, management_address(broker.config, index))
+            (node, management_address(broker.config.data_dir.parent, index))
             for index, node in enumerate(worker_names(broker.config, broker.node_name))
             if index
         )
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     if worker:
-        await web.UnixSite(runner, management_address(broker.config, worker)).start()
+        address = management_address(broker.config.data_dir.parent, worker)
+        make_management_directory(address)
+        await web.UnixSite(runner, address).start()
     for sock, context in sockets:
         await web.SockSite(runner, sock, ssl_context=context).start()
         host, port = sock.getsockname()[:2]

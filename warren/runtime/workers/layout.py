@@ -13,8 +13,9 @@ Theory of operation:
    ``<data_dir>/workers.json``, so a restarted worker comes back as the same member.
 3. Every worker listens on the node's AMQP (and AMQPS) port with ``SO_REUSEPORT``, so the
    kernel spreads connections over them; only worker 0 serves the management API on the
-   node's ports, and asks the others, over a Unix socket in each one's directory
-   (`management_address`, `warren.mgmt.workers`), for what lives in them.
+   node's ports, and asks the others, over a Unix socket of each (`management_address`:
+   in a private directory under the temporary directory, since a data directory's path
+   may be too long for a socket's), for what lives in them (`warren.mgmt.workers`).
 4. The workers hand connections to each other (`warren.runtime.workers.worker`) through
    inboxes, one Unix datagram socket pair per worker that the supervisor makes
    (`make_inboxes`) and every worker inherits: its own receiving end and every worker's
@@ -38,10 +39,13 @@ It reads and writes ``workers.json`` and makes socket pairs; it starts nothing.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import secrets
 import socket
+import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +59,6 @@ INBOXES_VARIABLE = "WARREN_WORKER_INBOXES"  # likewise: the inboxes' descriptors
 LAYOUT_FILE = "workers.json"
 LAYOUT_VERSION = 1
 WORKERS_DIR = "workers"
-MANAGEMENT_SOCKET = "management.sock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +105,28 @@ def nodes_of_members(config: Config, node: str) -> dict[str, str]:
     return dict.fromkeys(worker_names(config, node), node)
 
 
-def management_address(config: Config, index: int) -> str:
-    """Where worker `index` serves its management API for worker 0: a Unix socket in its
-    data directory (`config` is a worker's, `worker_config`: the others' are siblings)."""
-    return str(config.data_dir.parent / str(index) / MANAGEMENT_SOCKET)
+def management_address(workers_dir: Path, index: int) -> str:
+    """Where worker `index` of the node whose workers' directories are in `workers_dir`
+    serves its management API for worker 0: a Unix socket in a directory of this user's
+    in the temporary directory, named by a digest of `workers_dir` (a data directory's
+    own path may be longer than the 107 bytes a Unix socket's path may have)."""
+    digest = hashlib.sha256(str(workers_dir.resolve()).encode()).hexdigest()[:16]
+    return str(_sockets_root() / digest / f"{index}.sock")
+
+
+def make_management_directory(address: str) -> None:
+    """The directory of a `management_address`, and its parent, made private to this
+    user; ConfigError when the parent exists and another user could reach into it."""
+    directory = Path(address).parent
+    for path in (directory.parent, directory):
+        path.mkdir(mode=0o700, exist_ok=True)
+        status = path.lstat()
+        if status.st_uid != os.getuid() or stat.S_IMODE(status.st_mode) & 0o077:
+            raise ConfigError(f"{path} must be a directory only its owner, this user, can use")
+
+
+def _sockets_root() -> Path:
+    return Path(tempfile.gettempdir()) / f"warren-{os.getuid()}"
 
 
 def load_or_create(config: Config) -> Layout:
