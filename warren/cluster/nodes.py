@@ -41,14 +41,27 @@ class NodeNames:
 
     def __init__(self) -> None:
         self._names: dict[int, str] = {}
+        self._guessed: set[int] = set()  # ids named by `guess`, not yet seen
 
     def add(self, name: str) -> int:
         """Remember `name`; its id. ValueError if another known name has the same id."""
         identity = node_id(name)
+        if identity in self._guessed:
+            self._guessed.discard(identity)
+            self._names[identity] = name
+            return identity
         known = self._names.setdefault(identity, name)
         if known != name:
             raise ValueError(f"node names {known!r} and {name!r} have the same id {identity}")
         return identity
+
+    def guess(self, name: str) -> None:
+        """`name` for its id while no name is known for it: a name by convention (another
+        node's worker, point 4), which the name then seen for that id replaces."""
+        identity = node_id(name)
+        if identity not in self._names:
+            self._names[identity] = name
+            self._guessed.add(identity)
 
     def name(self, identity: int) -> str | None:
         return self._names.get(identity)

@@ -69,3 +69,14 @@ def test_messages_survive_encoding_exactly() -> None:
 def test_what_is_not_raft_messages_is_refused(wire: bytes) -> None:
     with pytest.raises(RaftCodecError):
         decode_messages(wire)
+
+
+def test_a_guessed_name_reads_for_its_id_until_the_name_seen_replaces_it() -> None:
+    names = NodeNames()
+    names.guess("a-w1@h")
+    assert names.name(node_id("a-w1@h")) == "a-w1@h"  # a worker known by convention only
+    names.guess("other")
+    names.add("a@h")
+    names.guess("a@h")  # a name seen is never replaced by a guess
+    assert names.name(node_id("a@h")) == "a@h"
+    assert names.add("a-w1@h") == node_id("a-w1@h")  # seen after the guess: no clash

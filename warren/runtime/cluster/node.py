@@ -46,7 +46,7 @@ import logging
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from warren.cluster.metadata import (
@@ -122,7 +122,7 @@ REAP_GRACE_TICKS: Final = 20  # two election timeouts
 SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok goes anyway
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
 CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
-WORKERS_MAX: Final = 256  # the most workers looked for of a node in a log of the layout before
+WORKERS_MAX: Final = 256  # the most workers a node is named for by the -w<i> convention
 
 
 def _worker_of(member: str) -> tuple[str, int] | None:
@@ -250,6 +250,11 @@ class ClusterNode:
             clock=clock,
             on_failure=lambda _error: on_failure(),  # logged by the host; the node stops
         )
+        # a restarted worker's recovered quorum groups may list other nodes' workers before
+        # it learns them from the metadata group: their ids read as names by convention
+        # from the start, so a member list never holds a bare id (module doc, 6)
+        for _front, worker in self._conventional_workers():
+            self.raft.names.guess(worker)
         self.remote = RemoteQueues(self)
         self.metadata = MetadataMachine(self)
         self.transient = TransientDefinitions(self)
@@ -327,12 +332,17 @@ class ClusterNode:
         nodes this node knows (their ids are the names' CRC: `node_id`), at their front's
         address ``+ i`` (`node_known`); they then become learners (module doc, 2)."""
         ids = set(meta.node.membership.members)
+        for front, worker in self._conventional_workers():
+            if node_id(worker) in ids and worker not in self.nodes:
+                self.node_known(worker, *self.nodes[front])
+
+    def _conventional_workers(self) -> Iterator[tuple[str, str]]:
+        """(node, name) of every name a worker of a node this one knows could have, by the
+        ``-w<i>`` convention (module doc, 6), up to `WORKERS_MAX` a node."""
         for front in [node for node in self.nodes if _worker_of(node) is None]:
             name, at, host = front.partition("@")
             for index in range(1, WORKERS_MAX):
-                worker = f"{name}-w{index}{at}{host}"
-                if node_id(worker) in ids and worker not in self.nodes:
-                    self.node_known(worker, *self.nodes[front])
+                yield front, f"{name}-w{index}{at}{host}"
 
     async def _caught_up(self, meta: RaftGroup) -> None:
         """After a restart, before the node listens (as RabbitMQ waits for its tables):
