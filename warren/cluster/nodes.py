@@ -26,10 +26,25 @@ from typing import Final
 METADATA_GROUP: Final = "metadata"
 
 
+def worker_name(node_name: str, index: int) -> str:
+    """``<name>-w<i>@<host>`` of node ``<name>@<host>`` (point 4; `worker_of`'s inverse)."""
+    name, at, host = node_name.partition("@")
+    return f"{name}-w{index}{at}{host}"
+
+
+def worker_of(member: str) -> tuple[str, int] | None:
+    """(``<name>@<host>``, i) of a member named ``<name>-w<i>@<host>``, i >= 1: worker 0
+    of its node in a cluster of nodes, and its index (point 4); None for any other name."""
+    name, at, host = member.partition("@")
+    stem, dash_w, index = name.rpartition("-w")
+    if not dash_w or not stem or not index.isdigit() or int(index) < 1:
+        return None
+    return f"{stem}{at}{host}", int(index)
+
+
 def metadata_voter(name: str) -> bool:
-    """Whether the member `name` may vote in the metadata group (point 3)."""
-    _, dash_w, index = name.partition("@")[0].rpartition("-w")
-    return not (dash_w and index.isdigit() and int(index) > 0)
+    """Whether the member `name` may vote in the metadata group (point 4)."""
+    return worker_of(name) is None
 
 
 def node_id(name: str) -> int:

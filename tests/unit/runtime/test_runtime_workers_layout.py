@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from warren.cluster.nodes import worker_name
 from warren.runtime.config import Config, ConfigError, load
 from warren.runtime.workers.layout import (
     LAYOUT_FILE,
@@ -14,7 +15,6 @@ from warren.runtime.workers.layout import (
     nodes_of_members,
     worker_config,
     worker_index,
-    worker_name,
     worker_names,
 )
 

@@ -57,7 +57,14 @@ from warren.cluster.metadata import (
     QueueDelete,
     QueueMembers,
 )
-from warren.cluster.nodes import METADATA_GROUP, metadata_voter, node_id, parse_nodes
+from warren.cluster.nodes import (
+    METADATA_GROUP,
+    metadata_voter,
+    node_id,
+    parse_nodes,
+    worker_name,
+    worker_of,
+)
 from warren.cluster.placement import place_replicas
 from warren.cluster.queue_entries import message_record
 from warren.model import QueueRecord, QueueType
@@ -123,17 +130,6 @@ SETTLE_WAIT_S: Final = 2.0  # for a node to apply a metadata entry before an -ok
 REPLY_LIVE_WAIT_S: Final = 2.0  # for a node to say whether its reply-to address is live
 CATCH_UP_WAIT_S: Final = 10.0  # for a restarted node to catch up before it listens
 WORKERS_MAX: Final = 256  # the most workers a node is named for by the -w<i> convention
-
-
-def _worker_of(member: str) -> tuple[str, int] | None:
-    """(``<name>@<host>``, i) of a member named ``<name>-w<i>@<host>``, i >= 1: the worker
-    0 of its node in a cluster of nodes, and its index (module doc, 6); None for any
-    other name."""
-    name, at, host = member.partition("@")
-    stem, dash_w, index = name.rpartition("-w")
-    if not dash_w or not stem or not index.isdigit() or int(index) < 1:
-        return None
-    return f"{stem}{at}{host}", int(index)
 
 
 def group_prefix(vhost: str, name: str) -> str:
@@ -339,10 +335,9 @@ class ClusterNode:
     def _conventional_workers(self) -> Iterator[tuple[str, str]]:
         """(node, name) of every name a worker of a node this one knows could have, by the
         ``-w<i>`` convention (module doc, 6), up to `WORKERS_MAX` a node."""
-        for front in [node for node in self.nodes if _worker_of(node) is None]:
-            name, at, host = front.partition("@")
+        for front in [node for node in self.nodes if worker_of(node) is None]:
             for index in range(1, WORKERS_MAX):
-                yield front, f"{name}-w{index}{at}{host}"
+                yield front, worker_name(front, index)
 
     async def _caught_up(self, meta: RaftGroup) -> None:
         """After a restart, before the node listens (as RabbitMQ waits for its tables):
@@ -664,7 +659,7 @@ class ClusterNode:
     def node_known(self, node: str, host: str, port: int) -> None:
         """`node` is at `host`:`port`; a worker of a node this one knows is at that node's
         address (as this node dials it) ``+ i``, whatever it said (module doc, 6)."""
-        worker = _worker_of(node)
+        worker = worker_of(node)
         if worker is not None and worker[0] != self.name and worker[0] in self.nodes:
             front_host, front_port = self.nodes[worker[0]]
             host, port = front_host, front_port + worker[1]
@@ -893,7 +888,7 @@ class ClusterNode:
         node = self.nodes_of.get(member)
         if node is not None:
             return node
-        worker = _worker_of(member)
+        worker = worker_of(member)
         if worker is not None and (worker[0] in self.nodes or worker[0] == self.name):
             return worker[0]
         return member
@@ -909,7 +904,7 @@ class ClusterNode:
 
     def workers_of(self, node: str) -> list[str]:
         """The members that are `node`'s workers, worker 0 first (module doc, 6)."""
-        return sorted(m for m in (*self.nodes, self.name) if self.node_of(m) == node)
+        return sorted(m for m in {*self.nodes, self.name} if self.node_of(m) == node)
 
     def member_on(self, members: list[str], node: str) -> str | None:
         """The member of `members` that is a worker of `node` (at most one is)."""

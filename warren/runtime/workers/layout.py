@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from warren.cluster.nodes import parse_nodes
+from warren.cluster.nodes import parse_nodes, worker_name
 from warren.runtime.config import Config, ConfigError
 from warren.runtime.ports import unused_port
 
@@ -77,11 +77,6 @@ def worker_index(environ: Mapping[str, str]) -> int | None:
     """This process's worker index; None for the supervisor or a one-process node."""
     value = environ.get(WORKER_INDEX_VARIABLE)
     return None if value is None else int(value)
-
-
-def worker_name(node_name: str, index: int) -> str:
-    name, at, host = node_name.partition("@")
-    return f"{name}-w{index}{at}{host}"
 
 
 def node_of(worker: str, index: int) -> str:
