@@ -119,7 +119,8 @@ MESSAGES: list[PeerMessage] = [
         [
             ClassicQueue(QUEUE, "n1", True, False),
             PutBinding(BindingDefinition("/", "amq.direct", "q1", "queue", "rk")),
-        ]
+        ],
+        41,
     ),
 ]
 REQUESTS: list[Request] = [

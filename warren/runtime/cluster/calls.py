@@ -30,7 +30,7 @@ Theory of operation:
 Wire format: every class here is a frozen `msgspec.Struct` encoded as a MessagePack array,
 the first element its integer tag (below, by family: 1-9 messages, 10-29 node and leader
 requests, 30-39 queue requests, 40-49 replies), then its fields in the order declared.
-Changing a class changes the protocol: the handshake's `MAGIC` in `peers` (WARREN-PEERS/7
+Changing a class changes the protocol: the handshake's `MAGIC` in `peers` (WARREN-PEERS/8
 for this set) says which version a node speaks, and a node of another version is refused
 before any frame is decoded. The frame around them is `warren.runtime.cluster.frames`.
 """
@@ -370,9 +370,11 @@ class Reply(_Wire, frozen=True, tag=8):
 
 
 class Definitions(_Wire, frozen=True, tag=7):
-    """A node's own classic queues, non-durable exchanges and bindings, as operations."""
+    """A node's own classic queues, non-durable exchanges and bindings, as operations, as
+    they were when its metadata log was applied through `applied`."""
 
     operations: list[Operation]
+    applied: int
 
 
 PeerMessage: TypeAlias = (

@@ -46,7 +46,11 @@ Theory of operation:
    non-durable exchanges, and bindings. Such a change is applied again on its own node
    when the log brings it back, as on every other, so the nodes end the same. When a
    link comes up each node sends the other its own classic queues, non-durable
-   exchanges and bindings (`TransientDefinitions.operations`), made there if missing.
+   exchanges and bindings (`TransientDefinitions.operations`), made there if missing,
+   with the index its metadata log was applied through. A queue whose declare or delete
+   the receiving node applied from the log after that index is left as the log made it
+   (`MetadataMachine.changed_after`): the list was taken before that change, so a queue
+   the log deleted meanwhile is not made again, nor a new one taken away.
 5. Operations are numbered by their sender (a node's process, `logged`): a copy that a
    new leader commits again is skipped on every node (the transition's decision), as
    the quorum queues' `Sequenced` commands are. Entries earlier releases pickled are
@@ -69,7 +73,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from warren.amqp.table import decode_table, decode_table_typed, encode_table
 from warren.cluster.metadata import (
@@ -140,6 +144,10 @@ from warren.storage.definitions import (
 )
 
 log = logging.getLogger("warren.cluster.metadata")
+
+# Classic queue declares and deletes remembered to weigh a peer's list of its queues
+# against (module doc, 4): that list is at most a link's set-up behind the log.
+QUEUE_CHANGES_KEPT: Final = 10_000
 
 Placements = dict[tuple[str, str], tuple[str, list[str]]]  # queue -> (group id, members)
 
@@ -413,6 +421,9 @@ class MetadataMachine:
         self.applied_index = 0  # in memory: what `reached` waits for
         self._state: State | None = None  # read from the store at the first entry
         self._reached: list[tuple[int, asyncio.Future[bool]]] = []
+        # (vhost, queue) -> the index of the last classic queue declare or delete applied
+        # here, oldest first, at most QUEUE_CHANGES_KEPT (module doc, 4)
+        self._queue_changes: dict[tuple[str, str], int] = {}
 
     @property
     def broker(self) -> Broker:
@@ -431,6 +442,7 @@ class MetadataMachine:
         for effect in effects:
             if type(effect) is Change:
                 result = self.replay([effect.operation])  # its proposer's too (module doc, 1)
+                self._queue_changed(effect.operation, index)
             elif type(effect) is Recorded:
                 self.cluster.definitions.store.set_applied_index(effect.index)
         self.applied_index = index
@@ -442,6 +454,30 @@ class MetadataMachine:
                 elif not future.done():
                     future.set_result(True)
         return Applied(index, cast("Outcome", to_wire(result)))  # the barrier's index (7)
+
+    def _queue_changed(self, operation: Operation, index: int) -> None:
+        match operation:
+            case QueueDeclare(queue) | ClassicQueue(queue):
+                key = (queue.vhost, queue.name)
+            case QueueDelete(vhost, name) | DeleteClassicQueue(vhost, name):
+                key = (vhost, name)
+            case _:
+                return
+        changes = self._queue_changes
+        changes.pop(key, None)  # to the end: the newest
+        changes[key] = index
+        if len(changes) > QUEUE_CHANGES_KEPT:
+            del changes[next(iter(changes))]
+
+    @property
+    def applied_through(self) -> int:
+        """The last index applied here (before the first entry since the start: the one
+        the store had applied)."""
+        return max(self.applied_index, self.state.stored)
+
+    def changed_after(self, vhost: str, queue: str, index: int) -> bool:
+        """Whether the log declared or deleted the classic queue here after `index`."""
+        return self._queue_changes.get((vhost, queue), 0) > index
 
     async def reached(self, index: int, timeout_s: float) -> bool:
         """Once this node applied the entry at `index`; False if that took too long (the

@@ -93,8 +93,9 @@ log = logging.getLogger("warren.peers")
 # versioned encoding of `warren.cluster.queue_entries`, which a node of 3 cannot apply;
 # 5: Raft messages as the versioned bytes of `warren.cluster.raft_codec`; 6: frames in
 # the versioned encoding of `warren.runtime.cluster.frames` (no pickle); 7: membership
-# changes answered with the configuration's index (`calls.Configuration`)
-MAGIC: Final = b"WARREN-PEERS/7\n"
+# changes answered with the configuration's index (`calls.Configuration`); 8: `Definitions`
+# says through which metadata index it holds
+MAGIC: Final = b"WARREN-PEERS/8\n"
 _NONCE_BYTES: Final = 16
 _INCARNATION_BYTES: Final = 8
 _MAC_BYTES: Final = 32

@@ -44,9 +44,11 @@ Theory of operation:
    when a link comes up each node sends the other what it holds of these, with its own
    classic queues as they are now: the other makes what it misses and drops its proxies
    of queues the node no longer has (a non-durable queue does not survive its home's
-   restart, as in RabbitMQ). The nodes it heard this from since their links came up are
-   ``heard``: a restarted node dead-letters what expired while it was down once it has
-   heard from every other node (`ClusterNode.queues_known`).
+   restart, as in RabbitMQ), except a queue whose declare or delete it applied from the
+   log after the index the list was taken at (a delete the log took while the link was
+   down can reach the other node before this list does). The nodes it heard this from
+   since their links came up are ``heard``: a restarted node dead-letters what expired
+   while it was down once it has heard from every other node (`ClusterNode.queues_known`).
 7. The management API of a node shows another node's classic queue with the counts its
    home answers when asked (``counters``): ready and unacknowledged messages and bytes,
    and consumers.
@@ -393,6 +395,13 @@ class Replaying(Protocol):
     def replay(self, operations: list[Operation]) -> object:
         """Apply operations another node made, without replicating them again."""
 
+    @property
+    def applied_through(self) -> int:
+        """The metadata log's last index applied on this node."""
+
+    def changed_after(self, vhost: str, queue: str, index: int) -> bool:
+        """Whether the log declared or deleted the classic queue here after `index`."""
+
 
 class RemoteNode(Protocol):
     """What remote queues need of the node's cluster side
@@ -658,7 +667,7 @@ class RemoteQueues:
         elif type(item) is ConsumerCancelled:
             self._cancelled(node, item)
         elif type(item) is Definitions:
-            self._definitions(node, item.operations)
+            self._definitions(node, list(item.operations), item.applied)
         elif type(item) is Reply:  # to a direct reply-to address of this node's
             target = self.broker.reply_to.get(item.token)
             if target is not None:
@@ -674,14 +683,28 @@ class RemoteQueues:
         self.heard.discard(node)
         if up:
             operations = self.cluster.transient.operations(self.cluster.name)
-            self.peers.send(node, Definitions(operations))
+            self.peers.send(node, Definitions(operations, self.cluster.metadata.applied_through))
 
-    def _definitions(self, node: str, operations: list[Operation]) -> None:
-        """A node's own classic queues, non-durable exchanges and bindings as it has them
-        now: made here if missing; a proxy of one of its queues that it no longer has goes."""
+    def _definitions(self, node: str, operations: list[Operation], applied: int) -> None:
+        """A node's own classic queues, non-durable exchanges and bindings as it had them
+        with its metadata log applied through `applied`: made here if missing; a proxy of
+        one of its queues that it no longer has goes. A queue the log declared or deleted
+        here after `applied` stays as the log left it (module doc, 6)."""
+        metadata = self.cluster.metadata
         listed = {(op.queue.vhost, op.queue.name) for op in operations if type(op) is ClassicQueue}
+        operations = [
+            op
+            for op in operations
+            if type(op) is not ClassicQueue
+            or not metadata.changed_after(op.queue.vhost, op.queue.name, applied)
+        ]
         for (vhost, name), host in list(self.broker.queues.items()):
-            if isinstance(host, RemoteHost) and host.home == node and (vhost, name) not in listed:
+            if (
+                isinstance(host, RemoteHost)
+                and host.home == node
+                and (vhost, name) not in listed
+                and not metadata.changed_after(vhost, name, applied)
+            ):
                 operations.append(DeleteClassicQueue(vhost, name, node))
         bindings = [op.binding for op in operations if type(op) is PutBinding]
         self.cluster.metadata.replay([op for op in operations if type(op) is not PutBinding])
