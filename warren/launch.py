@@ -4,7 +4,9 @@ Theory of operation:
 1. A process is a node's one process (``workers = 1``), a worker of a node
    (``WARREN_WORKER_INDEX`` set by its supervisor) or the supervisor of a node of several
    workers. The first two serve (`warren.server.serve`); the supervisor only runs the
-   workers (`warren.runtime.workers.supervisor`).
+   workers (`warren.runtime.workers.supervisor`). Unless ``workers`` is given, a node runs
+   as many as its data directory was made with, one per core for a new one
+   (`warren.runtime.workers.layout.settle_workers`).
 2. The node's code (the broker, the management API and its web framework, the cluster
    layer) is imported only by a process that serves it: the supervisor's start is then
    that much shorter, and its workers start that much sooner (`supervisor`, point 6).
@@ -47,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = config_module.load(argv)
         if worker is not None:
             config = workers_layout.worker_config(config, worker)
+        else:  # rule 1: how many processes this node runs
+            config = workers_layout.settle_workers(config)
     except config_module.ConfigError as error:
         sys.exit(f"warren-server: {error}")
     logging.basicConfig(

@@ -76,6 +76,9 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
             raise StartError(str(error)) from None
         for listener in bind_listeners(config, tls, worker=0):
             listener.sock.close()
+        log.info(
+            "node %s runs %d workers, data in %s", config.node_name, config.workers, config.data_dir
+        )
         return await Supervisor(config.workers, argv, os.environ).run()
     finally:
         os.close(lock)
