@@ -51,6 +51,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from warren.runtime.ports import SLICE_VARIABLE, unused_port
+from warren.runtime.workers.layout import cores, made_for
 
 TEST_URL_ENV = "WARREN_TEST_URL"
 WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
@@ -181,10 +182,15 @@ def _started(server: WarrenServer, workers: int) -> bool:
 
 def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
     """Start a node and return once it serves (`_started`); fail with its log. `settings`
-    are more of its configuration, as command-line flags."""
-    # always a count: a node left to its default would run one worker per core (issue 19)
+    are more of its configuration, as command-line flags; ``workers=None`` leaves the
+    count to the node (its data directory's, one per core for a new one)."""
+    # always a count unless told: a node's own default is one worker per core (rule 2)
     settings.setdefault("workers", 1 if "cluster_nodes" in settings else node_workers())
-    workers = int(str(settings["workers"]))
+    if settings["workers"] is None:
+        del settings["workers"]
+        workers = made_for(data_dir) or cores()
+    else:
+        workers = int(str(settings["workers"]))
     data_dir.mkdir(parents=True, exist_ok=True)
     port, management_port = unused_port(), unused_port()
     log_path = data_dir.parent / f"{data_dir.name}.{port}.log"
