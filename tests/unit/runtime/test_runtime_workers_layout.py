@@ -136,3 +136,11 @@ def test_worker_index_and_name() -> None:
     assert worker_index({}) is None
     assert worker_index({"WARREN_WORKER_INDEX": "1"}) == 1
     assert worker_name("warren", 2) == "warren-w2"
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"version": 1}', '{"version": 2}'])
+def test_a_damaged_layout_file_is_a_config_error_naming_it(tmp_path: Path, text: str) -> None:
+    # the start reads it before anything else; a traceback before
+    (tmp_path / LAYOUT_FILE).write_text(text)
+    with pytest.raises(ConfigError, match=f"{tmp_path / LAYOUT_FILE}"):
+        settle_workers(Config(data_dir=tmp_path))

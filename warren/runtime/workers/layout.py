@@ -192,12 +192,25 @@ def load_or_create(config: Config) -> Layout:
 
 
 def read(path: Path) -> Layout:
-    document = json.loads(path.read_text())
-    if document.get("version") != LAYOUT_VERSION:
-        raise ConfigError(
-            f"{path} has version {document.get('version')!r}: expected {LAYOUT_VERSION}"
+    """The layout kept in `path`; ConfigError, naming the file, when it cannot be read (the
+    node's start reads it to know how many workers to run: `settle_workers`)."""
+    try:
+        document = json.loads(path.read_text())
+        if document.get("version") != LAYOUT_VERSION:
+            raise ConfigError(
+                f"{path} has version {document.get('version')!r}: expected {LAYOUT_VERSION}"
+            )
+        return Layout(
+            str(document["cookie"]), tuple(int(port) for port in document["cluster_ports"])
         )
-    return Layout(str(document["cookie"]), tuple(int(port) for port in document["cluster_ports"]))
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(
+            f"cannot read {path}, where the node keeps its workers' layout:"
+            f" {type(error).__name__}: {error}; restore it from a backup, or use another"
+            " --data-dir"
+        ) from None
 
 
 def member_name(node_name: str, index: int) -> str:
