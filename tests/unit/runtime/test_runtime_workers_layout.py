@@ -39,6 +39,12 @@ def test_fewer_than_zero_workers_is_refused() -> None:
 
 def test_a_new_data_directory_gets_one_worker_per_core(tmp_path: Path) -> None:
     assert cores() == len(os.sched_getaffinity(0))
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # as `taskset -c 0` or a cpuset of one core
+    try:
+        assert settle_workers(Config(data_dir=tmp_path / "new")).workers == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
     assert made_for(tmp_path / "new") is None
     assert settle_workers(Config(data_dir=tmp_path / "new")).workers == cores()
     assert settle_workers(Config(data_dir=tmp_path / "new", workers=3)).workers == 3
