@@ -14,7 +14,9 @@ RUN_STAMP := $(VENV)/.installed-run
 PIPELINE_STAMP := $(VENV)/.installed-spark
 TEST_STAMP := $(VENV)/.installed-test
 # `make run PORT=5673 MGMT_PORT=15673 DATA_DIR=/tmp/warren`: each given one becomes a flag;
-# those not given are left to warren-server (WARREN_PORT, WARREN_DATA_DIR …, then defaults).
+# those not given are left to warren-server (WARREN_PORT, WARREN_DATA_DIR …, then defaults:
+# data in ./data, one worker process per core for a new data directory, WARREN_WORKERS=1
+# for one process).
 PORT ?=
 MGMT_PORT ?=
 DATA_DIR ?=

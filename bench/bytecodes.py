@@ -245,7 +245,10 @@ def count(tree: str, workload: str, messages: int) -> Counter[str]:
             command += one_node_cluster()
         with (Path(workdir) / "warren.log").open("wb") as log:
             node = subprocess.Popen(
-                command, env={**os.environ, "PYTHONPATH": tree}, cwd=workdir, stdout=log,
+                # one process, the one counted; by the environment, which a tree from before
+                # the setting ignores
+                command, env={**os.environ, "PYTHONPATH": tree, "WARREN_WORKERS": "1"},
+                cwd=workdir, stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
         url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"

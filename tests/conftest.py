@@ -8,9 +8,11 @@ Theory of operation:
    stops it at the end (SIGTERM, then SIGKILL after a grace period). `server_factory` starts
    extra private nodes for tests that kill or restart a server.
    With `WARREN_TEST_WORKERS=N` every node started here runs N worker processes (issue 19),
-   unless a test gives its own `workers` or makes it a cluster member; such a node is ready
-   once every worker has logged its start, not when the first one listens. A test marked
-   `one_worker(reason)` is skipped then: behaviour such a node does not have yet.
+   unless a test gives its own `workers` or makes it a cluster member (then one); without
+   it, one. Every node is given its count, as a node left to its default runs one worker
+   per core (so the suite's first pass runs nodes of one process on any machine). A node
+   is ready once every worker has logged its start, not when the first one listens. A
+   test marked `one_worker(reason)` is skipped then: behaviour such a node lacks yet.
 3. Tests share one broker, so every name a test creates starts with `unique` and the test
    deletes what it creates.
 4. The suite runs in parallel under pytest-xdist (`make test`: ``-n 4 --dist loadgroup``): its
@@ -49,6 +51,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from warren.runtime.ports import SLICE_VARIABLE, unused_port
+from warren.runtime.workers.layout import cores, made_for
 
 TEST_URL_ENV = "WARREN_TEST_URL"
 WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
@@ -179,10 +182,15 @@ def _started(server: WarrenServer, workers: int) -> bool:
 
 def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
     """Start a node and return once it serves (`_started`); fail with its log. `settings`
-    are more of its configuration, as command-line flags."""
-    if node_workers() > 1 and "workers" not in settings and "cluster_nodes" not in settings:
-        settings["workers"] = node_workers()
-    workers = int(str(settings["workers"])) if "workers" in settings else 1
+    are more of its configuration, as command-line flags; ``workers=None`` leaves the
+    count to the node (its data directory's, one per core for a new one)."""
+    # always a count unless told: a node's own default is one worker per core (rule 2)
+    settings.setdefault("workers", 1 if "cluster_nodes" in settings else node_workers())
+    if settings["workers"] is None:
+        del settings["workers"]
+        workers = made_for(data_dir) or cores()
+    else:
+        workers = int(str(settings["workers"]))
     data_dir.mkdir(parents=True, exist_ok=True)
     port, management_port = unused_port(), unused_port()
     log_path = data_dir.parent / f"{data_dir.name}.{port}.log"

@@ -4,7 +4,9 @@ Theory of operation:
 1. A process is a node's one process (``workers = 1``), a worker of a node
    (``WARREN_WORKER_INDEX`` set by its supervisor) or the supervisor of a node of several
    workers. The first two serve (`warren.server.serve`); the supervisor only runs the
-   workers (`warren.runtime.workers.supervisor`).
+   workers (`warren.runtime.workers.supervisor`). Unless ``workers`` is given, a node runs
+   as many as its data directory was made with, one per core for a new one
+   (`warren.runtime.workers.layout.settle_workers`).
 2. The node's code (the broker, the management API and its web framework, the cluster
    layer) is imported only by a process that serves it: the supervisor's start is then
    that much shorter, and its workers start that much sooner (`supervisor`, point 6).
@@ -16,7 +18,8 @@ Theory of operation:
    into one queue with confirms, 2-3 us with these thresholds (docs/pipeline.md,
    "Throughput", round 8). Reference counting still frees everything that is not a cycle.
 4. A start that fails on the operator's side is one line on stderr and exit status 1
-   (`warren.runtime.start.StartError`).
+   (`warren.runtime.start.StartError`); a worker's is status `START_FAILED`, by which its
+   supervisor knows to stop the node rather than start it again (`supervisor`, point 2).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from warren.runtime import config as config_module
 from warren.runtime.start import StartError
 from warren.runtime.workers import layout as workers_layout
-from warren.runtime.workers.supervisor import die_with_supervisor, supervise
+from warren.runtime.workers.supervisor import START_FAILED, die_with_supervisor, supervise
 
 GC_THRESHOLDS = (10_000, 10, 100)  # rule 3; CPython's are (700, 10, 10)
 
@@ -47,8 +51,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = config_module.load(argv)
         if worker is not None:
             config = workers_layout.worker_config(config, worker)
+        else:  # rule 1: how many processes this node runs
+            config = workers_layout.settle_workers(config)
     except config_module.ConfigError as error:
-        sys.exit(f"warren-server: {error}")
+        _cannot_start(error, worker)
     logging.basicConfig(
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -67,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             status = run(serve(config, worker))
     except StartError as error:
-        sys.exit(f"warren-server: {error}")
+        _cannot_start(error, worker)
     if status:
         sys.exit(status)
+
+
+def _cannot_start(error: Exception, worker: int | None) -> NoReturn:
+    """Rule 4: one line on stderr, then the exit status of a node, or of a worker."""
+    print(f"warren-server: {error}", file=sys.stderr)
+    sys.exit(1 if worker is None else START_FAILED)

@@ -18,6 +18,8 @@ where they were and serve, and new queues spread.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.conftest import start_warren
+from tests.conftest import STARTED_LINE, start_warren
 from tests.fixtures import legacy_data
 from warren.testing.cluster import LocalCluster
 
@@ -65,14 +67,33 @@ def assert_same(observed: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def test_single_node_recovers_everything(unpacked: Path) -> None:
-    # the data directory of a node of one process (a node keeps its number of workers)
-    server = start_warren(unpacked / "single", **legacy_data.NODE_SETTINGS, workers=1)
+    """The data directory of a node of one process, started with no worker count: a node
+    keeps its number of workers (one process, whatever the cores), and refuses another."""
+    data_dir = unpacked / "single"
+    server = start_warren(data_dir, **legacy_data.NODE_SETTINGS, workers=None)
     try:
         api = legacy_data.http_api(server.management_port)
+        assert api("GET", "/api/warren/environment", None)["settings"]["workers"] == 1
         observed = legacy_data.observe(api, server.port)
     finally:
         server.stop()
+    assert server.log().count(STARTED_LINE) == 1
     assert_same(observed, EXPECTED["single"])
+    # before, --workers 2 started two empty workers beside the one process's data
+    refused = subprocess.run(
+        [sys.executable, "-m", "warren", "--data-dir", str(data_dir), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=legacy_data.WAIT_S,
+        check=False,
+    )
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        f"warren-server: bad workers = 2: the data directory {data_dir} was made for 1 worker"
+        " (one process), and changing a node's number of workers is not supported yet; leave"
+        " workers out (the node keeps 1), or use another --data-dir\n",
+    )
+    assert not (data_dir / "workers").exists()
 
 
 @pytest.mark.parametrize("entry", ["a", "c"])

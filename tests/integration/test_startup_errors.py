@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WarrenServer
+from tests.conftest import WarrenServer, node_workers
 from warren.runtime.ports import unused_port
 
 pytestmark = pytest.mark.warren_only
@@ -26,7 +26,8 @@ START_TIMEOUT_S = 30
 
 def start(data_dir: Path, *flags: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run a node that is expected to fail at once: its exit status and stderr."""
-    command = [sys.executable, "-m", "warren", "--data-dir", str(data_dir), *flags]
+    command = [sys.executable, "-m", "warren", "--data-dir", str(data_dir)]
+    command += ["--workers", str(node_workers()), *flags]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env, check=False
     )

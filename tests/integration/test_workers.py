@@ -2,7 +2,8 @@
 connections land on either worker, queues usable from every connection whichever worker
 declared them, connections handed to the worker of their queues (no message lost,
 reordered or left unconfirmed, and none crossing workers), and a worker killed with
-SIGKILL restarted with its durable queues.
+SIGKILL restarted with its durable queues. A node told no number runs one worker per core
+on a new data directory, and that number from then on.
 
 A connection's worker is told by the management API, which worker 0 serves for the whole
 node: its connection list names each connection's worker (`on_worker`)."""
@@ -33,8 +34,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
 
-from tests.conftest import WarrenServer
-from warren.runtime.workers.layout import management_address
+from tests.conftest import STARTED_LINE, WarrenServer
+from warren.runtime.workers.layout import cores, management_address
 
 pytestmark = pytest.mark.warren_only
 
@@ -605,3 +606,36 @@ def test_sigkill_of_the_node_kills_every_worker(node: WarrenServer) -> None:
         return False
 
     _until(lambda: all(gone(pid) for pid in workers))
+
+
+def test_a_new_node_runs_one_worker_per_core_and_keeps_that_number(
+    server_factory: Callable[..., WarrenServer], tmp_path: Path
+) -> None:
+    """No ``--workers``: one worker per core on a new data directory, then the data
+    directory's number on every start; another number given is refused (issue 19)."""
+    data_dir = tmp_path / "data"
+    server = server_factory(data_dir, workers=None, bind="127.0.0.1")
+    _until(lambda: _answering(server))
+    assert _api(server, "warren/environment")["settings"]["workers"] == cores()
+    assert server.log().count(STARTED_LINE) == cores()
+    server.stop()
+    if cores() > 1:
+        assert f" runs {cores()} workers, data in {data_dir}" in server.log()
+    other = 1 if cores() > 1 else 2
+    refused = subprocess.run(
+        [sys.executable, "-m", "warren", "--data-dir", str(data_dir), "--workers", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    made = "1 worker (one process)" if cores() == 1 else f"{cores()} workers"
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        f"warren-server: bad workers = {other}: the data directory {data_dir} was made for"
+        f" {made}, and changing a node's number of workers is not supported yet; leave"
+        f" workers out (the node keeps {cores()}), or use another --data-dir\n",
+    )
+    again = server_factory(data_dir, workers=None, bind="127.0.0.1")
+    _until(lambda: _answering(again))
+    assert _api(again, "warren/environment")["settings"]["workers"] == cores()

@@ -93,6 +93,7 @@ def test_warren_server_from_each_wheel_takes_a_message(
     port, management = unused_port(), unused_port()
     command = [str(bin_dir / "warren-server"), "--port", str(port)]
     command += ["--management-port", str(management), "--data-dir", str(tmp_path / "data")]
+    command += ["--workers", "1"]  # the build is under test, not the default of one per core
     with (tmp_path / "warren.log").open("wb") as log:
         node = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=outside_checkout()

@@ -64,7 +64,7 @@ class Config:
     raft_wal_max_size_bytes: int = 64 * 1024 * 1024
     raft_tick_ms: int = 100
     raft_snapshot_entries: int = 4096
-    workers: int = 1
+    workers: int = 0  # the data directory's number, one per core for a new one
 
 
 _HELP = {
@@ -134,8 +134,9 @@ _HELP = {
     "raft_tick_ms": "Raft's tick; a leader is suspected after 10 to 20 ticks of silence",
     "raft_snapshot_entries": "applied Raft entries after which a group's log is snapshotted",
     "workers": (
-        "worker processes of this node, sharing its ports (default 1: one process; more is"
-        " a preview, docs/internals/workers.md)"
+        "worker processes of this node, sharing its ports (default 0: as many as its data"
+        " directory was made with, one per core for a new one; 1: one process); fixed once"
+        " the data directory exists, docs/internals/workers.md"
     ),
     "ssl_cert_login_from": (
         "what of a client certificate is the EXTERNAL login name: distinguished_name or common_name"
@@ -167,8 +168,10 @@ def _check_fraction(ratio: float) -> None:
 
 
 def _check_workers(count: int) -> None:
-    if count < 1:
-        raise ValueError("must be 1 or more")
+    if count < 0:
+        raise ValueError(
+            "must be 0 (the data directory's number, one per core for a new one) or more"
+        )
 
 
 def _check_one_of(*choices: str) -> Callable[[str], None]:

@@ -20,7 +20,8 @@ Theory of operation:
    fail with the node's log file named.
 4. `workers` runs every node as that many worker processes (`warren.runtime.workers`),
    or each node as many as it maps the node's name to (nodes of a cluster may run
-   different numbers): worker ``i`` of a node listens for the cluster on the node's
+   different numbers); every node is given its count, 1 unless told (a node's own
+   default is one per core). Worker ``i`` of a node listens for the cluster on the node's
    cluster port ``+ i``, so each node's cluster ports, and each proxy's, are
    consecutive, one proxy per worker of the peer (``i`` forwards to the peer's port
    ``+ i``); a node is up once every worker has logged its start. `kill` is SIGKILL of
@@ -221,8 +222,7 @@ class LocalCluster:
         command += ["--cluster-port", str(node.cluster_port), "--cluster-cookie", COOKIE]
         command += ["--cluster-nodes", self._peers(name)]
         command += ["--raft-tick-ms", str(self.raft_tick_ms), *self.extra]
-        if self.counts[name] > 1:
-            command += ["--workers", str(self.counts[name])]
+        command += ["--workers", str(self.counts[name])]  # module doc, 4
         env = None if self.tree is None else {**os.environ, "PYTHONPATH": str(self.tree)}
         with node.log_path.open("wb") as log:
             node.process = subprocess.Popen(

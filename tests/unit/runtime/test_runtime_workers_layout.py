@@ -1,33 +1,71 @@
-"""The worker layout: each worker's settings derived from the node's, kept across starts."""
+"""The worker layout: how many workers a node runs (its data directory's number, one per
+core for a new one), each worker's settings derived from the node's, kept across starts."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
 from warren.cluster.nodes import worker_name
 from warren.runtime.config import Config, ConfigError, load
+from warren.runtime.recovery import DEFINITIONS_FILE
 from warren.runtime.workers.layout import (
     LAYOUT_FILE,
+    ONE_PROCESS_DATA,
+    cores,
     load_or_create,
+    made_for,
     nodes_of_members,
+    settle_workers,
     worker_config,
     worker_index,
     worker_names,
 )
 
 
-def test_workers_default_to_one_and_take_each_source() -> None:
-    assert load([], {}).workers == 1
+def test_workers_default_to_automatic_and_take_each_source() -> None:
+    assert load([], {}).workers == 0
     assert load([], {"WARREN_WORKERS": "3"}).workers == 3
     assert load(["--workers", "2"], {"WARREN_WORKERS": "3"}).workers == 2
 
 
-def test_fewer_than_one_worker_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"bad workers = .0. .*must be 1 or more"):
-        load(["--workers", "0"], {})
+def test_fewer_than_zero_workers_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"bad workers = .-1. .*must be 0 \(the data"):
+        load(["--workers", "-1"], {})
+
+
+def test_a_new_data_directory_gets_one_worker_per_core(tmp_path: Path) -> None:
+    assert cores() == len(os.sched_getaffinity(0))
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # as `taskset -c 0` or a cpuset of one core
+    try:
+        assert settle_workers(Config(data_dir=tmp_path / "new")).workers == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert made_for(tmp_path / "new") is None
+    assert settle_workers(Config(data_dir=tmp_path / "new")).workers == cores()
+    assert settle_workers(Config(data_dir=tmp_path / "new", workers=3)).workers == 3
+
+
+def test_a_one_process_nodes_data_directory_keeps_one_process(tmp_path: Path) -> None:
+    (tmp_path / ONE_PROCESS_DATA).touch()
+    assert made_for(tmp_path) == 1
+    assert settle_workers(Config(data_dir=tmp_path)).workers == 1
+    assert settle_workers(Config(data_dir=tmp_path, workers=1)).workers == 1
+    with pytest.raises(
+        ConfigError,
+        match=r"bad workers = 2: the data directory .* was made for 1 worker \(one process\),"
+        r" and changing .* leave workers out \(the node keeps 1\), or use another --data-dir",
+    ):
+        settle_workers(Config(data_dir=tmp_path, workers=2))
+
+
+def test_the_one_process_mark_is_what_a_node_writes_first() -> None:
+    # not imported by the layout, so that the supervisor loads none of a node's code
+    assert ONE_PROCESS_DATA == DEFINITIONS_FILE
 
 
 def test_each_worker_is_a_member_of_the_nodes_internal_cluster(tmp_path: Path) -> None:
@@ -54,8 +92,13 @@ def test_the_layout_is_kept_and_its_worker_count_enforced(tmp_path: Path) -> Non
     config = Config(data_dir=tmp_path, workers=2)
     assert load_or_create(config) == load_or_create(config)
     assert (tmp_path / LAYOUT_FILE).exists()
-    with pytest.raises(ConfigError, match="made for 2 workers"):
-        load_or_create(dataclasses.replace(config, workers=3))
+    assert made_for(tmp_path) == 2
+    # the worker count left out: the data directory's, whatever the cores
+    assert settle_workers(dataclasses.replace(config, workers=0)).workers == 2
+    assert worker_config(dataclasses.replace(config, workers=0), 1).workers == 2
+    for other in (1, 3):
+        with pytest.raises(ConfigError, match=f"bad workers = {other}: .* made for 2 workers"):
+            settle_workers(dataclasses.replace(config, workers=other))
 
 
 def test_in_a_cluster_every_nodes_workers_are_members_named_after_their_node(
@@ -99,3 +142,11 @@ def test_worker_index_and_name() -> None:
     assert worker_index({}) is None
     assert worker_index({"WARREN_WORKER_INDEX": "1"}) == 1
     assert worker_name("warren", 2) == "warren-w2"
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"version": 1}', '{"version": 2}'])
+def test_a_damaged_layout_file_is_a_config_error_naming_it(tmp_path: Path, text: str) -> None:
+    # the start reads it before anything else; a traceback before
+    (tmp_path / LAYOUT_FILE).write_text(text)
+    with pytest.raises(ConfigError, match=f"{tmp_path / LAYOUT_FILE}"):
+        settle_workers(Config(data_dir=tmp_path))

@@ -1,4 +1,4 @@
-"""The worker layout of a node that runs ``workers > 1`` processes (first slice).
+"""How many worker processes a node runs, and the layout of a node of several.
 
 Theory of operation:
 1. The node's processes are a supervisor (it owns ``data_dir`` and its lock, and runs the
@@ -22,6 +22,11 @@ Theory of operation:
    sending end, their descriptors named by ``INBOXES_VARIABLE`` (`inboxes`).
 5. A node keeps the number of workers it was first started with: its queues live in the
    workers' directories (changing the count is not supported yet, and is refused).
+   ``workers = 0``, the default, is that number (`settle_workers`): a data directory's
+   ``workers.json`` says it, one holding a one-process node's data (no ``workers.json``,
+   its definitions at its top) was made for 1, and a new one gets one worker per core
+   this process may run on (`cores`). A count the operator gives that differs from the
+   data directory's is refused, so a node never starts beside its own data.
 6. A node of several workers in a cluster (``cluster_nodes`` names other nodes) is one
    flat cluster of every node's workers: worker 0 is the member named after the node (so
    peers, operators and the management API name nodes as they do with one process; a
@@ -33,7 +38,8 @@ Theory of operation:
    are, as they join the metadata group (`warren.runtime.cluster.node`), so
    the nodes of a cluster may run different numbers of workers. The node's cluster port
    and cookie are the operator's, not the layout's.
-It reads and writes ``workers.json`` and makes socket pairs; it starts nothing.
+It reads the data directory and writes ``workers.json``, and makes socket pairs; it starts
+nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +65,10 @@ INBOXES_VARIABLE = "WARREN_WORKER_INBOXES"  # likewise: the inboxes' descriptors
 LAYOUT_FILE = "workers.json"
 LAYOUT_VERSION = 1
 WORKERS_DIR = "workers"
+# what a one-process node keeps at the top of its data directory from its first start
+# (`warren.runtime.recovery.DEFINITIONS_FILE`; not imported: the supervisor loads none
+# of a node's own code, `warren.runtime.workers.supervisor` point 6)
+ONE_PROCESS_DATA = "definitions.sqlite3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,19 +134,48 @@ def _sockets_root() -> Path:
     return Path(tempfile.gettempdir()) / f"warren-{os.getuid()}"
 
 
+def cores() -> int:
+    """The cores this process may run on: its CPU affinity (a cpuset or `taskset` limits
+    it), else every core of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def made_for(data_dir: Path) -> int | None:
+    """How many workers `data_dir` was made for (module doc, 5); None for a new one."""
+    path = data_dir / LAYOUT_FILE
+    if path.exists():
+        return read(path).workers
+    return 1 if (data_dir / ONE_PROCESS_DATA).exists() else None
+
+
+def settle_workers(config: Config) -> Config:
+    """`config` with the node's number of workers (module doc, 5): the one its data
+    directory was made for, or one per core for a new one, when ``workers`` is 0. Raises
+    ConfigError when ``workers`` names another number than the data directory's."""
+    made = made_for(config.data_dir)
+    if config.workers == 0:
+        return dataclasses.replace(config, workers=made or cores())
+    if made is not None and made != config.workers:
+        raise ConfigError(
+            f"bad workers = {config.workers}: the data directory {config.data_dir} was made"
+            f" for {_workers(made)}, and changing a node's number of workers is not supported"
+            f" yet; leave workers out (the node keeps {made}), or use another --data-dir"
+        )
+    return config
+
+
+def _workers(count: int) -> str:
+    return "1 worker (one process)" if count == 1 else f"{count} workers"
+
+
 def load_or_create(config: Config) -> Layout:
-    """The node's layout; made (free ports, a fresh cookie) on its first start. Raises
-    ConfigError when the data directory was made for another number of workers."""
+    """The node's layout; made (free ports, a fresh cookie) for `config.workers` workers
+    on its first start (`settle_workers` checked that number against the data directory)."""
     path = config.data_dir / LAYOUT_FILE
     if path.exists():
-        layout = read(path)
-        if layout.workers != config.workers:
-            raise ConfigError(
-                f"bad workers = {config.workers}: the data directory {config.data_dir} was"
-                f" made for {layout.workers} workers, and changing the number of workers is"
-                " not supported yet; start it with that number, or use another --data-dir"
-            )
-        return layout
+        return read(path)
     layout = Layout(secrets.token_hex(16), tuple(unused_port() for _ in range(config.workers)))
     temporary = path.with_suffix(".tmp")
     temporary.write_text(
@@ -153,12 +192,25 @@ def load_or_create(config: Config) -> Layout:
 
 
 def read(path: Path) -> Layout:
-    document = json.loads(path.read_text())
-    if document.get("version") != LAYOUT_VERSION:
-        raise ConfigError(
-            f"{path} has version {document.get('version')!r}: expected {LAYOUT_VERSION}"
+    """The layout kept in `path`; ConfigError, naming the file, when it cannot be read (the
+    node's start reads it to know how many workers to run: `settle_workers`)."""
+    try:
+        document = json.loads(path.read_text())
+        if document.get("version") != LAYOUT_VERSION:
+            raise ConfigError(
+                f"{path} has version {document.get('version')!r}: expected {LAYOUT_VERSION}"
+            )
+        return Layout(
+            str(document["cookie"]), tuple(int(port) for port in document["cluster_ports"])
         )
-    return Layout(str(document["cookie"]), tuple(int(port) for port in document["cluster_ports"]))
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(
+            f"cannot read {path}, where the node keeps its workers' layout:"
+            f" {type(error).__name__}: {error}; restore it from a backup, or use another"
+            " --data-dir"
+        ) from None
 
 
 def member_name(node_name: str, index: int) -> str:
@@ -182,12 +234,14 @@ def members_of_nodes(config: Config) -> dict[str, tuple[str, int]]:
 def worker_config(config: Config, index: int) -> Config:
     """Worker `index`'s settings: the node's, as a member of the node's internal cluster.
     A quorum queue gets one replica (its worker's) unless declared with more. In a cluster
-    of nodes, a member of the flat cluster of their workers (module doc, 6)."""
+    of nodes, a member of the flat cluster of their workers (module doc, 6). Its
+    ``workers`` is the node's, as the layout keeps it (module doc, 5)."""
     layout = read(config.data_dir / LAYOUT_FILE)
     if not 0 <= index < layout.workers:
         raise ConfigError(
             f"{WORKER_INDEX_VARIABLE}={index}: this node has {layout.workers} workers"
         )
+    config = dataclasses.replace(config, workers=layout.workers)
     if config.cluster_nodes:
         return dataclasses.replace(
             config,

@@ -7,10 +7,12 @@ Theory of operation:
    (`warren.runtime.workers.layout`), so a worker reads the settings the operator gave.
 2. A worker that exits while the node runs is started again, after a delay that doubles
    from `RESTART_DELAY_S` up to `RESTART_DELAY_MAX_S` while it keeps dying young (it ran
-   for less than `STARTUP_S`); the others carry on. A worker that exits by itself (not by
-   a signal) within `STARTUP_S` of the node's start (a port in use, a bad setting) stops
-   the node: the failure is the operator's to fix, and the worker said why on stderr. A
-   worker killed by a signal is restarted however young the node is.
+   for less than `STARTUP_S`); the others carry on. A worker whose first start fails
+   (a port in use, a bad setting: it says why on stderr and exits with `START_FAILED`),
+   however long it took on a busy machine, stops the node with status 1, as a node of
+   one process stops; so does one that exits by itself (not by a signal) within
+   `STARTUP_S` of the node's start. Either failure is the operator's to fix. A worker
+   killed by a signal is restarted however young the node is.
 3. It makes each worker's inbox, the Unix socket pair the workers hand connections over
    with (`warren.runtime.workers.layout`), and the board of figures they share
    (`warren.runtime.workers.board`), and holds them for the node's life, so a restarted
@@ -59,6 +61,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 log = logging.getLogger("warren.workers")
 
 STARTUP_S = 5.0  # a worker that exits sooner than this after it started died young
+START_FAILED = 78  # a worker's exit status when it cannot start (sysexits' EX_CONFIG)
 RESTART_DELAY_S = 0.5
 RESTART_DELAY_MAX_S = 30.0
 
@@ -76,6 +79,9 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
             raise StartError(str(error)) from None
         for listener in bind_listeners(config, tls, worker=0):
             listener.sock.close()
+        log.info(
+            "node %s runs %d workers, data in %s", config.node_name, config.workers, config.data_dir
+        )
         return await Supervisor(config.workers, argv, os.environ).run()
     finally:
         os.close(lock)
@@ -122,6 +128,7 @@ class Supervisor:
             BOARD_VARIABLE: str(self.board.fd),
         }
         inherited = [sock.fileno() for sock in (inbox, *self.sending)] + [self.board.fd]
+        first = True
         while True:
             started = loop.time()
             process = await asyncio.create_subprocess_exec(
@@ -134,11 +141,16 @@ class Supervisor:
             self.board.clear(index)
             if self.stopping.is_set():
                 return status
-            if 0 < status < 128 and loop.time() - node_started < STARTUP_S:
-                log.critical("worker %d failed to start (status %d): stopping", index, status)
-                self.failed_status = status or 1
+            if first and status == START_FAILED:  # point 2: it said why
+                self.failed_status = 1
                 self.stopping.set()
                 return status
+            if 0 < status < 128 and loop.time() - node_started < STARTUP_S:
+                log.critical("worker %d failed to start (status %d): stopping", index, status)
+                self.failed_status = status
+                self.stopping.set()
+                return status
+            first = False
             delay_s = delay_s * 2 if loop.time() - started < STARTUP_S else RESTART_DELAY_S
             delay_s = min(delay_s, RESTART_DELAY_MAX_S)
             log.warning(
