@@ -23,8 +23,11 @@ from bench.wire import (
     BASIC_ACK,
     BASIC_DELIVER,
     BASIC_NACK,
+    FRAME_HEAD,
+    METHOD_ID,
     U64,
     Connection,
+    DeliveryLayout,
     PublishTemplate,
     ack_frame,
     connect,
@@ -224,20 +227,53 @@ class ConsumerConnection(Connection):
         self._acked_tag = 0
         self._acked_count = 0
         self._stamp_next = False
+        # the layout of a delivery, learnt from the first one read whole in one chunk: where
+        # its deliver frame started in this chunk (-1: not in it) and its body's size
+        self._layout: DeliveryLayout | None = None
+        self._deliver_at = -1
+        self._body_size = 0
         self.fast_methods = {BASIC_DELIVER: self._on_deliver}
 
     def _on_deliver(self, buf: bytearray, start: int, end: int) -> None:
         self._last_tag = U64.unpack_from(buf, start + 1 + buf[start])[0]
         self.delivered += 1
         self._stamp_next = True
+        self._deliver_at = start - FRAME_HEAD.size - METHOD_ID.size
 
-    def on_body(self, buf: bytearray, start: int, end: int) -> None:
-        if self._stamp_next:
-            self._stamp_next = False
-            if self.measuring:
-                self._latencies.append(self.received_ns - U64.unpack_from(buf, start)[0])
+    def on_header(self, buf: bytearray, start: int, end: int) -> None:
+        self._body_size = U64.unpack_from(buf, start + 4)[0]  # after class id and weight
+
+    def on_body(self, buf: bytearray, start: int, end: int) -> int:
+        if not self._stamp_next:
+            return end + 1  # a later body frame of a message larger than frame_max
+        self._stamp_next = False
+        if self.measuring:
+            self._latencies.append(self.received_ns - U64.unpack_from(buf, start)[0])
+        if self._layout is None:
+            if self._deliver_at < 0 or end - start != self._body_size:
+                return end + 1  # not whole in this chunk, or in several body frames
+            first = self._deliver_at
+            args_at = FRAME_HEAD.size + METHOD_ID.size  # the consumer tag's length octet
+            tag_at = args_at + 1 + buf[first + args_at]
+            self._layout = DeliveryLayout(bytes(buf[first : end + 1]), tag_at, start - first)
+        return self._take_run(buf, end + 1)
+
+    def _take_run(self, buf: bytearray, at: int) -> int:
+        """Read the run of deliveries laid out alike at `at`; where reading goes on."""
+        layout = self._layout
+        assert layout is not None
+        count, stamps = layout.take(buf, at, self.measuring)
+        if not count:
+            return at
+        end = at + count * layout.length
+        self._last_tag = U64.unpack_from(buf, end - layout.length + layout.tag_at)[0]
+        self.delivered += count
+        if stamps is not None:
+            self._latencies.frombytes((self.received_ns - stamps).tobytes())
+        return end
 
     def on_chunk_end(self) -> None:
+        self._deliver_at = -1
         if self.ack_every and self.delivered - self._acked_count >= self.ack_every:
             self.flush_acks()
         self.counters[CONSUMED] = self.delivered
