@@ -1,5 +1,6 @@
-"""The load generator's consumer reads runs of alike deliveries at once (bench.wire's
-DeliveryLayout) and counts, acks and times every message as frame by frame."""
+"""The load generator's hot paths in bulk: the consumer reads runs of alike deliveries at
+once (bench.wire's DeliveryLayout) and counts, acks and times every message as frame by
+frame; the producer stamps a batch in one assignment and leaves the rest of each message be."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from bench.wire import (
     CHANNEL,
     FRAME_BODY,
     FRAME_HEADER,
+    U64,
     bits,
     frame,
     method_frame,
+    publish_template,
     shortstr,
 )
-from bench.workers import CONSUMED, ConsumerConnection
+from bench.workers import CONSUMED, Batch, ConsumerConnection
 
 ARRIVAL_NS = 10**12
 
@@ -45,7 +48,7 @@ def delivery(
 
 
 def consume(stream: bytes, chunk: int, monkeypatch: pytest.MonkeyPatch) -> ConsumerConnection:
-    monkeypatch.setattr(wire.time, "monotonic_ns", lambda: ARRIVAL_NS)
+    monkeypatch.setattr("bench.wire.time.monotonic_ns", lambda: ARRIVAL_NS)
     conn = ConsumerConnection([0] * 5, ack_every=0)
     conn.transport = Transport()  # type: ignore[assignment]
     conn.measuring = True
@@ -81,10 +84,24 @@ def test_a_run_is_read_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_manual_acks_name_the_last_tag_of_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire.time, "monotonic_ns", lambda: ARRIVAL_NS)
+    monkeypatch.setattr("bench.wire.time.monotonic_ns", lambda: ARRIVAL_NS)
     conn = ConsumerConnection([0] * 5, ack_every=500)
     transport = Transport()
     conn.transport = transport  # type: ignore[assignment]
     conn.data_received(b"".join(delivery(tag, ARRIVAL_NS) for tag in range(1, 601)))
     assert transport.written == [wire.ack_frame(600, True)]
     assert conn._latencies.tolist() == []  # not measuring: nothing timed
+
+
+def test_a_batch_is_stamped_with_the_time_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    template = publish_template("q", 128, persistent=True, frame_max=131072)
+    batch = Batch(template, 500)
+    length = len(template.frames)
+    for now in (ARRIVAL_NS, ARRIVAL_NS + 1):
+        monkeypatch.setattr("bench.workers.time.monotonic_ns", lambda now=now: now)
+        out = batch.stamped(300)
+        assert len(out) == 300 * length
+        stamp = U64.pack(now)
+        expected = template.frames[: template.stamp_offset] + stamp
+        expected += template.frames[template.stamp_offset + U64.size :]
+        assert out == expected * 300
