@@ -173,8 +173,10 @@ class DeliveryLayout:
         rows = np.frombuffer(buf, np.uint8, whole * self.length, at).reshape(whole, self.length)
         differ = ((rows != self._template) & self._fixed).any(axis=1)
         count = int(differ.argmax()) if differ.any() else whole
-        if count < RUN_MIN or not stamps:
-            return (count if count >= RUN_MIN else 0), None
+        if count < RUN_MIN:
+            return 0, None
+        if not stamps:
+            return count, None
         span = rows[:count, self.stamp_at : self.stamp_at + U64.size]
         return count, span.copy().view(_STAMPS).ravel().astype(np.int64)
 
