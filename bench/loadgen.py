@@ -44,6 +44,8 @@ from bench.workers import (
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 READY_TIMEOUT_S = 30.0
 POLL_S = 0.05
+CHECK_S = 0.25  # how often a warm-up or measured window looks for a failed worker: rarely,
+# as the coordinator's own CPU is the load generator's too (its wake-ups are not free)
 
 
 class RunFailed(Exception):
@@ -264,17 +266,32 @@ class Snapshot:
         )
 
 
-def window_results(a: Snapshot, b: Snapshot, broker_pid: int) -> dict[str, Any]:
+def _per_message(cpu_s: float, messages: int) -> float | None:
+    return round(1e6 * cpu_s / messages, 2) if messages else None
+
+
+def window_results(
+    a: Snapshot, b: Snapshot, broker_pid: int, roles: dict[int, str]
+) -> dict[str, Any]:
+    """Counts, rates and CPU over the window `a`..`b`; `roles` maps worker PIDs to roles."""
     elapsed = b.at - a.at
     out: dict[str, Any] = {"elapsed_s": round(elapsed, 3)}
     for name, end in b.counts.items():
         out[name] = end - a.counts[name]
         out[f"{name}_per_s"] = round(out[name] / elapsed, 1)
-    per_worker = [b.worker_cpu[pid] - a.worker_cpu[pid] for pid in b.worker_cpu]
-    loadgen_cpu = sum(per_worker) + b.own_cpu - a.own_cpu
+    per_worker = {pid: b.worker_cpu[pid] - a.worker_cpu[pid] for pid in b.worker_cpu}
+    loadgen_cpu = sum(per_worker.values()) + b.own_cpu - a.own_cpu
     out["loadgen_cpu_s"] = round(loadgen_cpu, 2)
     out["loadgen_cpu_pct"] = round(100 * loadgen_cpu / elapsed, 1)
-    out["loadgen_max_process_cpu_pct"] = round(100 * max(per_worker, default=0) / elapsed, 1)
+    out["loadgen_max_process_cpu_pct"] = round(
+        100 * max(per_worker.values(), default=0) / elapsed, 1
+    )
+    # CPU per message: the whole load generator's per message consumed (published where
+    # nothing consumes), each role's per message it handled
+    out["loadgen_cpu_us_per_msg"] = _per_message(loadgen_cpu, out["consumed"] or out["published"])
+    for role, handled in (("producer", "published"), ("consumer", "consumed")):
+        cpu = sum(per_worker[pid] for pid in b.worker_cpu if roles.get(pid) == role)
+        out[f"{role}_cpu_us_per_msg"] = _per_message(cpu, out[handled])
     broker_cpu = b.broker_cpu - a.broker_cpu
     if broker_pid:
         out["broker_cpu_s"] = round(broker_cpu, 2)
@@ -324,7 +341,7 @@ def _sleep_checking(fleet: Fleet, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         fleet.check()
-        time.sleep(min(POLL_S, left))
+        time.sleep(min(CHECK_S, left))
 
 
 def broker_memory(args: argparse.Namespace) -> dict[str, int]:
@@ -359,7 +376,8 @@ def drive(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     except BaseException:
         fleet.stop()
         raise
-    out = window_results(first, last, args.broker_pid)
+    roles = {w.process.pid: w.spec.role for w in fleet.workers}
+    out = window_results(first, last, args.broker_pid, roles)
     results = fleet.stop()
     # warm-up and ramp-down included
     out["published_total"], out["consumed_total"] = fleet.total(PUBLISHED), fleet.total(CONSUMED)

@@ -140,15 +140,23 @@ def loadgen_command(workload: Workload, broker: Broker, args: argparse.Namespace
     return command + (["--broker-pid", str(broker.pid)] if broker.pid else [])
 
 
-def run_one(workload: Workload, broker: Broker, rep: int, args: argparse.Namespace) -> dict:
-    """One loadgen subprocess; its JSON record tagged with workload, broker and rep."""
+def run_one(
+    workload: Workload, broker: Broker, rep: int, args: argparse.Namespace, tree: str = ""
+) -> dict[str, Any]:
+    """One loadgen subprocess; its JSON record tagged with workload, broker and rep. With a
+    source `tree`, the load generator is that tree's (`-m` looks in the working directory
+    first), tagged as `loadgen`."""
     tag: dict[str, Any] = {"workload": workload.name, "broker": broker.name, "rep": rep}
     if broker.build:
         tag["build"] = broker.build
+    if tree:
+        tag["loadgen"] = tree
     timeout = 1800.0 if workload.counted else args.duration + 120.0
     command = loadgen_command(workload, broker, args)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, cwd=tree or None
+        )
     except subprocess.TimeoutExpired:
         return dict(tag, error=f"loadgen did not finish within {timeout:.0f} s")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -11,6 +11,11 @@ a node of several workers the crossings of messages between workers per publishe
 (a message crosses at most twice: to its queue and to its consumer): each worker logs its
 count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
 after every run. Records go to bench/results/<timestamp>-scaling.jsonl.
+
+Each run also reports the load generator's CPU per message. With ``--loadgen-trees A,B``
+every run happens once with the load generator of each source tree (a checkout, or a
+`git archive` of an older commit), the trees taking turns to go first, and the table comes
+once per tree: a change to the load generator, before and after, on the same brokers.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +59,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="compare builds, not workers: this checkout's pure Python against the compiled "
         "build --warren-python runs, both of --workers workers",
     )
+    p.add_argument(
+        "--loadgen-trees",
+        default="",
+        metavar="DIR,DIR",
+        help="run the load generator of each of these source trees in turn (before and after "
+        "a change to it), not this checkout's",
+    )
     p.add_argument("--results-dir", type=Path, default=run.RESULTS_DIR)
     args = p.parse_args(argv)
+    args.trees = [tree for tree in args.loadgen_trees.split(",") if tree] or [""]
     args.workloads = workloads.select(args.only)
     if args.builds and not args.warren_python:
         p.error("--builds needs --warren-python: the interpreter of the compiled build")
@@ -93,36 +106,46 @@ def session(
     count: Callable[[Broker], int | None] = crossed,
     show: Callable[[dict[str, Any]], str] | None = None,
     turns: bool = False,
+    trees: Sequence[str] = ("",),
 ) -> list[dict[str, Any]]:
     """Every workload `args.reps` times on each target, the crossings `count`ed around each
     run, records appended to `out` and `show`n (`line`) as they come; with `turns` the
-    targets take turns to go first."""
+    targets take turns to go first. Each run once per load-generator source tree of `trees`
+    ("": this checkout's), which always take turns."""
     records: list[dict[str, Any]] = []
     for workload in args.workloads:
         for rep in range(1, args.reps + 1):
             for broker in targets if rep % 2 or not turns else targets[::-1]:
-                run.wait_for_idle(0.0, [broker.pid])
-                before = count(broker)
-                record = run.run_one(workload, broker, rep, args)
-                record["load_avg"] = os.getloadavg()[0]
-                after = count(broker)
-                if before is not None and after is not None:
-                    record["crossed"] = after - before
-                records.append(record)
-                with out.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
-                print((show or line)(record), flush=True)
+                for tree in trees if rep % 2 else trees[::-1]:
+                    run.wait_for_idle(0.0, [broker.pid])
+                    before = count(broker)
+                    record = run.run_one(workload, broker, rep, args, tree)
+                    record["load_avg"] = os.getloadavg()[0]
+                    after = count(broker)
+                    if before is not None and after is not None:
+                        record["crossed"] = after - before
+                    records.append(record)
+                    with out.open("a") as f:
+                        f.write(json.dumps(record) + "\n")
+                    print((show or line)(record), flush=True)
     return records
 
 
 def line(record: dict[str, Any]) -> str:
     head = f"{record['workload']} {record['broker']} rep {record['rep']}:"
+    if "loadgen" in record:
+        head = f"{head[:-1]} (loadgen of {record['loadgen']}):"
     if "error" in record:
         return f"{head} error {record['error']}"
     parts = [f"{rate(record) or 0:,.0f} msg/s", f"load {record.get('load_avg', 0):.1f}"]
     us = cpu_us(record)
     if us is not None:
         parts.append(f"broker CPU {us:.1f} us/msg ({record.get('broker_cpu_pct', 0):.0f} %)")
+    if record.get("loadgen_cpu_us_per_msg") is not None:
+        parts.append(
+            f"loadgen CPU {record['loadgen_cpu_us_per_msg']:.2f} us/msg "
+            f"({record.get('loadgen_cpu_pct', 0):.0f} %)"
+        )
     share = crossings(record)
     if share is not None:
         parts.append(f"crossings {share:.3f} per message")
@@ -181,6 +204,13 @@ def table(records: list[dict[str, Any]], args: argparse.Namespace, names: list[s
             + f" | {ratio(rates.get(many), rates.get('rabbitmq'))}"
             + f" (CPU/msg {ratio(cpu.get(many), cpu.get('rabbitmq'))}) |"
         )
+        loadgen = [
+            _median([r.get("loadgen_cpu_us_per_msg") for r in ok if r["broker"] == n])
+            for n in names
+        ]
+        if any(us is not None for us in loadgen):
+            cells = [f"{us:.2f} us" if us is not None else "-" for us in loadgen]
+            rows.append(f"| {workload.name} loadgen CPU/msg | " + " | ".join(cells) + " |")
         if load:
             rows.append(f"| {workload.name} load average | {min(load):.1f}-{max(load):.1f} |")
         if share is not None:
@@ -221,11 +251,15 @@ def main(argv: list[str] | None = None) -> int:
                 targets.append(broker)
         args.results_dir.mkdir(parents=True, exist_ok=True)
         out = args.results_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-scaling.jsonl"
-        records = session(args, targets, out)
+        records = session(args, targets, out, trees=args.trees)
     finally:
         for broker in targets:
             broker.stop()
-    print(table(records, args, [broker.name for broker in targets]))
+    names = [broker.name for broker in targets]
+    for tree in args.trees:
+        if tree:
+            print(f"load generator of {tree}:")
+        print(table([r for r in records if r.get("loadgen", "") == tree], args, names))
     print(f"records: {out}")
     return 0
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 
-from bench import scaling, workloads
+import pytest
+
+from bench import run, scaling, workloads
+from bench.brokers import Broker
 
 
 def record(broker: str, workload: str, cpu_s: float, **counts: float) -> dict[str, object]:
@@ -35,3 +39,45 @@ def test_a_workload_without_consumers_counts_its_published_messages() -> None:
     assert "| W7 msg/s (broker CPU/msg) | 10,000 (10.0 us) | 12,000 (8.0 us) |" in table
     assert "| 1.20x (CPU/msg 0.80x) |" in table
     assert "| W7 load average | 3.0-3.0 |" in table
+
+
+def test_the_table_shows_the_load_generators_cpu_per_message() -> None:
+    args = argparse.Namespace(workloads=workloads.select("W4"))
+    records = [
+        record("warren-1", "W4", 1.0, consumed=100_000, consumed_per_s=10_000.0,
+               loadgen_cpu_us_per_msg=2.5),
+        record("warren-2", "W4", 1.0, consumed=100_000, consumed_per_s=16_000.0,
+               loadgen_cpu_us_per_msg=2.0),
+    ]  # fmt: skip
+    table = scaling.table(records, args, ["warren-1", "warren-2"])
+    assert "| W4 loadgen CPU/msg | 2.50 us | 2.00 us |" in table
+
+
+def test_load_generator_trees_take_turns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    assert scaling.parse_args([]).trees == [""]
+    args = scaling.parse_args(["--loadgen-trees", "/tmp/before,.", "--only", "W4", "--reps", "2"])
+    assert args.trees == ["/tmp/before", "."]
+    ran: list[tuple[str, int, str]] = []
+
+    def run_one(
+        workload: workloads.Workload, broker: Broker, rep: int, _args: object, tree: str
+    ) -> dict[str, object]:
+        ran.append((broker.name, rep, tree))
+        return {"workload": workload.name, "broker": broker.name, "rep": rep, "loadgen": tree}
+
+    monkeypatch.setattr(run, "run_one", run_one)
+    monkeypatch.setattr(run, "wait_for_idle", lambda *_: 0.0)
+    targets = [Broker("warren-1", "amqp://"), Broker("rabbitmq", "amqp://")]
+    scaling.session(args, targets, tmp_path / "out.jsonl", lambda _: None, trees=args.trees)
+    assert ran == [
+        ("warren-1", 1, "/tmp/before"),
+        ("warren-1", 1, "."),
+        ("rabbitmq", 1, "/tmp/before"),
+        ("rabbitmq", 1, "."),
+        ("warren-1", 2, "."),
+        ("warren-1", 2, "/tmp/before"),
+        ("rabbitmq", 2, "."),
+        ("rabbitmq", 2, "/tmp/before"),
+    ]
