@@ -12,8 +12,9 @@ Owns one comparison of what a crossing message costs:
    the consumer of the far queue is handed to its worker, so deliveries do not cross.
    The workers' own count (`scaling.crossed`) is read around each run to show it.
 3. Throughput: `--count` messages of 128 bytes with at most `--window` in flight
-   (published, not yet delivered); the node's CPU (supervisor and workers) per message
-   and the messages a second. Latency: `--rate` messages a second for `--seconds`, each
+   (published, not yet delivered); the node's CPU (supervisor and workers) per message,
+   the part of it in the kernel (system time: the sockets' share), and the messages a
+   second. Latency: `--rate` messages a second for `--seconds`, each
    stamped with its send time; the consumer's p50 and p99.
 Producer and consumer share this process's event loop (`bench.wire`'s client).
 """
@@ -114,6 +115,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.sleep(0.5)  # the hand-overs settle
     crossed = scaling.crossed(broker)
     cpu, started = stats.tree_cpu_seconds(broker.pid), time.monotonic()
+    system = stats.tree_system_seconds(broker.pid)
     sent = 0
     while sent < args.count:
         wanted = min(BATCH, args.count - sent, args.window - (sent - pair.consumer.delivered))
@@ -127,6 +129,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     await pair.delivered(args.count)
     elapsed = time.monotonic() - started
     cpu_us = (stats.tree_cpu_seconds(broker.pid) - cpu) / args.count * 1e6
+    system_us = (stats.tree_system_seconds(broker.pid) - system) / args.count * 1e6
     after = scaling.crossed(broker)
     pair.consumer.latencies_ns.clear()
     total = pair.consumer.delivered
@@ -146,6 +149,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "msg_per_s": args.count / elapsed,
         "cpu_us_per_msg": cpu_us,
+        "system_us_per_msg": system_us,
         "crossings_per_msg": None if crossed is None or after is None else (after - crossed) / sent,
         "p50_ms": latencies[len(latencies) // 2] / 1e6,
         "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6,
@@ -154,6 +158,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
 
 FIGURES = (
     ("node CPU us/msg", "cpu_us_per_msg", "{:.1f}"),
+    ("of it in the kernel, us/msg", "system_us_per_msg", "{:.1f}"),
     ("msg/s", "msg_per_s", "{:,.0f}"),
     ("crossings per message", "crossings_per_msg", "{:.2f}"),
     ("latency p50 ms (fixed rate)", "p50_ms", "{:.2f}"),
