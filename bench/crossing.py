@@ -13,8 +13,9 @@ Owns one comparison of what a crossing message costs:
    The workers' own count (`scaling.crossed`) is read around each run to show it.
 3. Throughput: `--count` messages of 128 bytes with at most `--window` in flight
    (published, not yet delivered); the node's CPU (supervisor and workers) per message,
-   the part of it in the kernel (system time: the sockets' share), and the messages a
-   second. Latency: `--rate` messages a second for `--seconds`, each
+   the part of it in the kernel (system time: the sockets' share), the node's write
+   system calls per message (to clients and between workers: how well writes batch), and
+   the messages a second. Latency: `--rate` messages a second for `--seconds`, each
    stamped with its send time; the consumer's p50 and p99.
 Producer and consumer share this process's event loop (`bench.wire`'s client).
 """
@@ -115,7 +116,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.sleep(0.5)  # the hand-overs settle
     crossed = scaling.crossed(broker)
     cpu, started = stats.tree_cpu_seconds(broker.pid), time.monotonic()
-    system = stats.tree_system_seconds(broker.pid)
+    system, writes = stats.tree_system_seconds(broker.pid), stats.tree_write_calls(broker.pid)
     sent = 0
     while sent < args.count:
         wanted = min(BATCH, args.count - sent, args.window - (sent - pair.consumer.delivered))
@@ -130,6 +131,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     cpu_us = (stats.tree_cpu_seconds(broker.pid) - cpu) / args.count * 1e6
     system_us = (stats.tree_system_seconds(broker.pid) - system) / args.count * 1e6
+    writes = stats.tree_write_calls(broker.pid) - writes
     after = scaling.crossed(broker)
     pair.consumer.latencies_ns.clear()
     total = pair.consumer.delivered
@@ -150,6 +152,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
         "msg_per_s": args.count / elapsed,
         "cpu_us_per_msg": cpu_us,
         "system_us_per_msg": system_us,
+        "writes_per_msg": writes / args.count,
         "crossings_per_msg": None if crossed is None or after is None else (after - crossed) / sent,
         "p50_ms": latencies[len(latencies) // 2] / 1e6,
         "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6,
@@ -159,6 +162,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
 FIGURES = (
     ("node CPU us/msg", "cpu_us_per_msg", "{:.1f}"),
     ("of it in the kernel, us/msg", "system_us_per_msg", "{:.1f}"),
+    ("node's write calls per message", "writes_per_msg", "{:.2f}"),
     ("msg/s", "msg_per_s", "{:,.0f}"),
     ("crossings per message", "crossings_per_msg", "{:.2f}"),
     ("latency p50 ms (fixed rate)", "p50_ms", "{:.2f}"),

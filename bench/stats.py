@@ -147,6 +147,19 @@ def tree_system_seconds(pid: int) -> float:
     return sum(system_seconds(p) for p in process_tree(pid))
 
 
+def write_calls(pid: int) -> int:
+    """The write system calls (write, writev, ...) one process made (0 when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("syscw")), 0)
+
+
+def tree_write_calls(pid: int) -> int:
+    return sum(write_calls(p) for p in process_tree(pid))
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of one process in bytes (0 when it is gone)."""
     try:
