@@ -44,8 +44,16 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), 15))
 
 
-async def start_nodes(*names: str, cookie: str = COOKIE) -> dict[str, Peers]:
-    nodes = {name: Peers(name, cookie, "127.0.0.1", 0, {}) for name in names}
+async def start_nodes(
+    *names: str, cookie: str = COOKIE, local: dict[str, str] | None = None
+) -> dict[str, Peers]:
+    """Nodes `names`, each given every other's TCP address; those in `local` are the
+    workers of one node, given each other's Unix sockets too (`Peers`' rule 7)."""
+    local = local or {}
+    nodes = {
+        name: Peers(name, cookie, "127.0.0.1", 0, {}, local if name in local else None)
+        for name in names
+    }
     for peers in nodes.values():
         await peers.start()
     for peers in nodes.values():
@@ -118,17 +126,8 @@ def sockets_dir() -> Iterator[Path]:
         yield Path(directory)
 
 
-async def start_workers(sockets_dir: Path, *names: str) -> dict[str, Peers]:
-    """Nodes `names` as the workers of one node (their Unix sockets in `sockets_dir`), each
-    also given every other's TCP address, as a worker is."""
-    local = {name: str(sockets_dir / f"{name}.link") for name in names}
-    nodes = {name: Peers(name, COOKIE, "127.0.0.1", 0, {}, local) for name in names}
-    for peers in nodes.values():
-        await peers.start()
-    for peers in nodes.values():
-        for other in nodes.values():
-            peers.set_address(other.node, "127.0.0.1", other.port)
-    return nodes
+def sockets(directory: Path, *names: str) -> dict[str, str]:
+    return {name: str(directory / f"{name}.link") for name in names}
 
 
 def family(peers: Peers, node: str) -> int:
@@ -142,13 +141,8 @@ def test_the_workers_of_a_node_link_over_unix_sockets_and_other_nodes_over_tcp(
         stale = socket.socket(socket.AF_UNIX)  # a worker killed -9 leaves its socket behind
         stale.bind(str(sockets_dir / "b.link"))
         stale.close()
-        nodes = await start_workers(sockets_dir, "a", "b")
-        other = Peers("c", COOKIE, "127.0.0.1", 0, {})  # another node of the cluster
-        await other.start()
-        nodes["c"] = other
-        for peers in nodes.values():
-            for node in nodes.values():
-                peers.set_address(node.node, "127.0.0.1", node.port)
+        # a and b are the workers of one node, c another node of the cluster
+        nodes = await start_nodes("a", "b", "c", local=sockets(sockets_dir, "a", "b"))
         await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
         assert family(nodes["a"], "b") == family(nodes["b"], "a") == socket.AF_UNIX
         for x, y in (("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
@@ -194,7 +188,7 @@ def test_a_turn_s_items_for_a_peer_go_in_one_write_and_are_decoded_in_one_pass(
     monkeypatch.setattr(peers_module, "decode_frame", decode_frame)
 
     async def body() -> None:
-        nodes = await start_workers(sockets_dir, "a", "b")
+        nodes = await start_nodes("a", "b", local=sockets(sockets_dir, "a", "b"))
         a, b = nodes["a"], nodes["b"]
         received: list[tuple[str, str, str]] = []
         b.on_message(functools.partial(record, received, "b"))
