@@ -162,7 +162,7 @@ async def _measure(broker: Broker, args: argparse.Namespace) -> dict[str, Any]:
 FIGURES = (
     ("node CPU us/msg", "cpu_us_per_msg", "{:.1f}"),
     ("of it in the kernel, us/msg", "system_us_per_msg", "{:.1f}"),
-    ("node's write calls per message", "writes_per_msg", "{:.2f}"),
+    ("node's write calls per message", "writes_per_msg", "{:.4f}"),
     ("msg/s", "msg_per_s", "{:,.0f}"),
     ("crossings per message", "crossings_per_msg", "{:.2f}"),
     ("latency p50 ms (fixed rate)", "p50_ms", "{:.2f}"),
