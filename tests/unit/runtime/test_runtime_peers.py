@@ -153,6 +153,13 @@ def test_the_workers_of_a_node_link_over_unix_sockets_and_other_nodes_over_tcp(
         nodes["a"].send("b", note("over the unix socket"))
         assert await nodes["a"].call("b", STATUS) == {"from": "a"}
         await eventually(lambda: received == [("b", "a", "over the unix socket")])
+        # a socket removed under a worker (a cleaner of /tmp): it is dialed over TCP
+        os.unlink(sockets_dir / "b.link")
+        nodes["b"].forget("a")  # drops the link; a alone dials again
+        a = nodes["a"]
+        await eventually(lambda: a.connected("b") and family(a, "b") == socket.AF_INET)
+        nodes["a"].send("b", note("over tcp"))
+        await eventually(lambda: len(received) == 2)
         await close_all(nodes)
         assert sorted(os.listdir(sockets_dir)) == []  # each removed its own
 

@@ -52,7 +52,10 @@ Theory of operation:
    the socket differs (no TCP/IP stack on the path, one copy a write); other nodes, and
    anything that dials the TCP listener, are reached over TCP as before. A path is a
    stream socket in a directory private to the user; a stale one of an earlier life of
-   the worker is replaced at start, and this one's is removed at close.
+   the worker is replaced at start, and this one's is removed at close. A worker binds
+   its socket before its TCP listener, so a worker whose socket is missing while it
+   listens on TCP lost it (to a cleaner of the temporary directory): it is dialed over
+   TCP then, as another node is.
 The peers are trusted once the cookie is proved: a frame is decoded as it comes, into
 the typed messages of `warren.runtime.cluster.calls` (no pickle: nothing a peer sends is
 run). Those types and the frame's layout are the protocol: `MAGIC` names its version,
@@ -232,10 +235,10 @@ class Peers:
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, *self._listen)
         path = self._local.get(self.node)
         if path is not None:  # replaces a stale socket of an earlier life (rule 7)
             self._local_server = await asyncio.start_unix_server(self._accept, path)
+        self._server = await asyncio.start_server(self._accept, *self._listen)
         self._started = True
         for node in sorted(self._addresses):
             self._maybe_dial(node)
@@ -413,6 +416,8 @@ class Peers:
         """A link to `node`, already current; None if it failed or lost (rule 2). A worker
         of this node is dialed at its Unix socket (rule 7)."""
         path = self._local.get(node)
+        if path is not None and not os.path.exists(path):  # removed under it: rule 7
+            path = None
         where = path if path is not None else f"{host}:{port}"
         # asyncio.timeout, not wait_for: a connection made as the dialer is cancelled
         # must not be dropped unclosed
