@@ -117,6 +117,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def system_seconds(pid: int) -> float:
+    """stime of one process (its CPU in the kernel), in seconds (0 when it is gone)."""
+    fields = _stat_fields(pid)
+    return 0.0 if fields is None else int(fields[12]) / CLOCK_TICKS
+
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and all its live descendants."""
     children: dict[int, list[int]] = {}
@@ -135,6 +141,23 @@ def process_tree(pid: int) -> list[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     return sum(cpu_seconds(p) for p in process_tree(pid))
+
+
+def tree_system_seconds(pid: int) -> float:
+    return sum(system_seconds(p) for p in process_tree(pid))
+
+
+def write_calls(pid: int) -> int:
+    """The write system calls (write, writev, ...) one process made (0 when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("syscw")), 0)
+
+
+def tree_write_calls(pid: int) -> int:
+    return sum(write_calls(p) for p in process_tree(pid))
 
 
 def rss_bytes(pid: int) -> int:

@@ -71,6 +71,7 @@ async def serve(config: Config, worker: int | None = None) -> int:
 
 async def _serve(config: Config, listeners: list[Listener], worker: int | None) -> int:
     nodes_of: dict[str, str] = {}  # in a cluster of nodes of several workers: their nodes
+    local_links: dict[str, str] = {}  # a worker's: the node's workers' Unix sockets
     if worker is None:
         broker = Broker(config)
     else:  # one node to the outside: its name, its limits counted across the workers
@@ -78,16 +79,21 @@ async def _serve(config: Config, listeners: list[Listener], worker: int | None) 
         broker = Broker(config, workers_layout.node_of(config.node_name, worker), board)
         if workers_layout.worker_names(config, broker.node_name)[0] == broker.node_name:
             nodes_of = workers_layout.nodes_of_members(config, broker.node_name)
+        local_links = workers_layout.link_addresses(config, broker.node_name)
     monitor = ResourceMonitor(broker)
     stop = asyncio.Event()
     try:
+        if local_links:
+            workers_layout.make_sockets_directory(local_links[config.node_name])
         describe = functools.partial(admin_live.node_json, broker)
         cluster = (
-            ClusterNode(broker, config, stop.set, describe, nodes_of=nodes_of)
+            ClusterNode(
+                broker, config, stop.set, describe, nodes_of=nodes_of, local_links=local_links
+            )
             if config.cluster_nodes
             else None
         )
-    except ValueError as error:  # cluster_nodes or cluster_cookie
+    except ValueError as error:  # cluster_nodes, cluster_cookie or the sockets' directory
         raise StartError(str(error)) from None
     if cluster is not None:
         await cluster.open()  # quorum queues find their Raft groups as definitions return

@@ -52,7 +52,7 @@ from warren.mgmt.resources import route
 from warren.mgmt.workers import WORKERS_KEY
 from warren.runtime.broker import Broker
 from warren.runtime.workers.layout import (
-    make_management_directory,
+    make_sockets_directory,
     management_address,
     worker_names,
 )
@@ -103,7 +103,7 @@ async def start_management(
     await runner.setup()
     if worker:
         address = management_address(broker.config.data_dir.parent, worker)
-        make_management_directory(address)
+        make_sockets_directory(address)
         await web.UnixSite(runner, address).start()
     for sock, context in sockets:
         await web.SockSite(runner, sock, ssl_context=context).start()

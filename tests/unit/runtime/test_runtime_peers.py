@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import socket
 import struct
-from collections.abc import Awaitable, Callable
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Final
 
 import pytest
 
 from warren.errors import ReplyCode, SoftError, queue_not_found
+from warren.runtime.cluster import peers as peers_module
 from warren.runtime.cluster.calls import (
     AppliedThrough,
     Call,
@@ -23,7 +28,7 @@ from warren.runtime.cluster.calls import (
     RaftTraffic,
     Request,
 )
-from warren.runtime.cluster.frames import Send, encode_frame
+from warren.runtime.cluster.frames import Item, Send, encode_frame
 from warren.runtime.cluster.peers import MAGIC, Peers, PeerUnavailable, RemoteError
 
 COOKIE = "secret cookie"
@@ -39,8 +44,16 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), 15))
 
 
-async def start_nodes(*names: str, cookie: str = COOKIE) -> dict[str, Peers]:
-    nodes = {name: Peers(name, cookie, "127.0.0.1", 0, {}) for name in names}
+async def start_nodes(
+    *names: str, cookie: str = COOKIE, local: dict[str, str] | None = None
+) -> dict[str, Peers]:
+    """Nodes `names`, each given every other's TCP address; those in `local` are the
+    workers of one node, given each other's Unix sockets too (`Peers`' rule 7)."""
+    local = local or {}
+    nodes = {
+        name: Peers(name, cookie, "127.0.0.1", 0, {}, local if name in local else None)
+        for name in names
+    }
     for peers in nodes.values():
         await peers.start()
     for peers in nodes.values():
@@ -104,6 +117,112 @@ def link_ends(peers: Peers, node: str) -> tuple[object, object]:
 def record(into: list[tuple[str, str, str]], name: str, sender: str, message: PeerMessage) -> None:
     assert type(message) is RaftTraffic
     into.append((name, sender, message.messages.decode()))
+
+
+@pytest.fixture
+def sockets_dir() -> Iterator[Path]:
+    """A short directory for Unix sockets (a socket's path has at most 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="warren-peers-") as directory:
+        yield Path(directory)
+
+
+def sockets(directory: Path, *names: str) -> dict[str, str]:
+    return {name: str(directory / f"{name}.link") for name in names}
+
+
+def family(peers: Peers, node: str) -> int:
+    return int(peers._links[node].writer.get_extra_info("socket").family)
+
+
+def test_the_workers_of_a_node_link_over_unix_sockets_and_other_nodes_over_tcp(
+    sockets_dir: Path,
+) -> None:
+    async def body() -> None:
+        stale = socket.socket(socket.AF_UNIX)  # a worker killed -9 leaves its socket behind
+        stale.bind(str(sockets_dir / "b.link"))
+        stale.close()
+        # a and b are the workers of one node, c another node of the cluster
+        nodes = await start_nodes("a", "b", "c", local=sockets(sockets_dir, "a", "b"))
+        await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        assert family(nodes["a"], "b") == family(nodes["b"], "a") == socket.AF_UNIX
+        for x, y in (("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
+            assert family(nodes[x], y) == socket.AF_INET
+        received: list[tuple[str, str, str]] = []
+        nodes["b"].on_message(functools.partial(record, received, "b"))
+        nodes["b"].serve(lambda sender, request: asyncio.sleep(0, result={"from": sender}))
+        nodes["a"].send("b", note("over the unix socket"))
+        assert await nodes["a"].call("b", STATUS) == {"from": "a"}
+        await eventually(lambda: received == [("b", "a", "over the unix socket")])
+        # a socket removed under a worker (a cleaner of /tmp): it is dialed over TCP
+        os.unlink(sockets_dir / "b.link")
+        nodes["b"].forget("a")  # drops the link; a alone dials again
+        a = nodes["a"]
+        await eventually(lambda: a.connected("b") and family(a, "b") == socket.AF_INET)
+        nodes["a"].send("b", note("over tcp"))
+        await eventually(lambda: len(received) == 2)
+        await close_all(nodes)
+        assert sorted(os.listdir(sockets_dir)) == []  # each removed its own
+
+    run(body)
+
+
+class CountingWriter:
+    """A link's writer that counts the writes it is asked for."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.writes = 0
+
+    def writelines(self, data: Iterable[bytes]) -> None:
+        self.writes += 1
+        self.writer.writelines(data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.writer, name)
+
+
+def test_a_turn_s_items_for_a_peer_go_in_one_write_and_are_decoded_in_one_pass(
+    sockets_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[int] = []  # the items of each frame b decodes
+
+    def decode_frame(data: bytes | memoryview) -> list[Item]:
+        items = encoded(data)
+        decoded.append(len(items))
+        return items
+
+    encoded = peers_module.decode_frame
+    monkeypatch.setattr(peers_module, "decode_frame", decode_frame)
+
+    async def body() -> None:
+        nodes = await start_nodes("a", "b", local=sockets(sockets_dir, "a", "b"))
+        a, b = nodes["a"], nodes["b"]
+        received: list[tuple[str, str, str]] = []
+        b.on_message(functools.partial(record, received, "b"))
+        b.serve(lambda sender, request: asyncio.sleep(0, result={"from": sender}))
+        await eventually(lambda: a.connected("b") and b.connected("a"))
+        writer = CountingWriter(a._links["b"].writer)
+        a._links["b"].writer = writer  # type: ignore[assignment]
+        decoded.clear()
+        # one loop turn: the call's task runs (and asks) before the flush the first send
+        # queued, so the 300 messages and the request go in one frame
+        answer = asyncio.ensure_future(a.call("b", STATUS))
+        for number in range(300):
+            a.send("b", note(str(number)))
+        assert writer.writes == 0
+        await asyncio.sleep(0)
+        assert writer.writes == 1
+        assert await answer == {"from": "a"}
+        await eventually(lambda: len(received) == 300)
+        assert writer.writes == 1
+        assert decoded[0] == 301  # the messages and the call: one frame, one decode
+        assert [words for _, _, words in received] == [str(n) for n in range(300)]
+        a.send("b", note("next turn"))
+        await eventually(lambda: len(received) == 301)
+        assert writer.writes == 2
+        await close_all(nodes)
+
+    run(body)
 
 
 def test_rpc_answers_and_raises_remote_amqp_errors_as_themselves() -> None:

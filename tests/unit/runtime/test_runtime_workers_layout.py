@@ -16,8 +16,10 @@ from warren.runtime.workers.layout import (
     LAYOUT_FILE,
     ONE_PROCESS_DATA,
     cores,
+    link_addresses,
     load_or_create,
     made_for,
+    management_address,
     nodes_of_members,
     settle_workers,
     worker_config,
@@ -136,6 +138,23 @@ def test_a_node_on_its_own_names_its_workers_apart_from_itself(tmp_path: Path) -
         "rabbit-w0@host",
         "rabbit-w1@host",
     ]
+
+
+def test_the_workers_link_over_unix_sockets_beside_their_management_ones(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)  # a data directory too long for a socket's path
+    deep.mkdir()
+    for peers, names in (
+        ([], ["rabbit-w0@host", "rabbit-w1@host", "rabbit-w2@host"]),
+        (["rabbit@host=127.0.0.1:7000"], ["rabbit@host", "rabbit-w1@host", "rabbit-w2@host"]),
+    ):
+        config = Config(data_dir=deep, workers=3, node_name="rabbit@host", cluster_nodes=peers)
+        load_or_create(config)
+        worker = worker_config(dataclasses.replace(config, cluster_cookie="c"), 1)
+        links = link_addresses(worker, "rabbit@host")
+        assert list(links) == names
+        for index, path in enumerate(links.values()):
+            assert path == management_address(deep / "workers", index).replace(".sock", ".link")
+            assert len(path.encode()) < 107
 
 
 def test_worker_index_and_name() -> None:

@@ -213,11 +213,13 @@ class ClusterNode:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
         nodes_of: Mapping[str, str] | None = None,
+        local_links: Mapping[str, str] | None = None,
     ) -> None:
         """`links`, `rng` and `clock` are the simulator's seams (`warren.testing.sim.stack`):
         by default the node talks TCP (`Peers`), draws from the OS's entropy and stamps
         entries with the wall clock. `nodes_of`: each member's node, when members are the
-        workers of nodes of several (module doc, 6)."""
+        workers of nodes of several (module doc, 6). `local_links`: the Unix socket of
+        each worker of this node, this one's included, for a worker's `Peers` (its rule 7)."""
         self.broker = broker
         self.nodes_of: Mapping[str, str] = nodes_of or {}
         # the node as the management API shows it, for the other nodes' /api/nodes
@@ -232,7 +234,9 @@ class ClusterNode:
         self.peers: PeerLinks = (
             links
             if links is not None
-            else Peers(self.name, config.cluster_cookie, host, config.cluster_port, addresses)
+            else Peers(
+                self.name, config.cluster_cookie, host, config.cluster_port, addresses, local_links
+            )
         )
         self._rng = rng if rng is not None else random.Random()
         self.raft = RaftHost(

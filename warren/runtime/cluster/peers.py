@@ -1,4 +1,5 @@
-"""The transport between the nodes of a cluster: one TCP connection per node pair.
+"""The transport between the nodes of a cluster: one connection per node pair, TCP between
+machines and a Unix socket between the workers of one node.
 
 Theory of operation:
 1. Links: a node dials every node it has an address for (`set_address`, or learned from
@@ -45,6 +46,16 @@ Theory of operation:
    sent on the old one may never have been read (when both nodes dial at once, the
    acceptor of the losing connection may admit it and send on it before the other side
    refuses it), so what a node sends as a link comes up is sent again.
+7. Local links: the workers of one node (`warren.runtime.workers.layout.link_addresses`)
+   are given each one's Unix socket (``local``). Each listens on its own beside its TCP
+   listener and dials the others there, with the same handshake, rules and frames: only
+   the socket differs (no TCP/IP stack on the path, one copy a write); other nodes, and
+   anything that dials the TCP listener, are reached over TCP as before. A path is a
+   stream socket in a directory private to the user; a stale one of an earlier life of
+   the worker is replaced at start, and this one's is removed at close. A worker binds
+   its socket before its TCP listener, so a worker whose socket is missing while it
+   listens on TCP lost it (to a cleaner of the temporary directory): it is dialed over
+   TCP then, as another node is.
 The peers are trusted once the cookie is proved: a frame is decoded as it comes, into
 the typed messages of `warren.runtime.cluster.calls` (no pickle: nothing a peer sends is
 run). Those types and the frame's layout are the protocol: `MAGIC` names its version,
@@ -59,9 +70,10 @@ import hashlib
 import hmac
 import itertools
 import logging
+import os
 import secrets
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, Protocol
 
 from warren.errors import AmqpError, SoftError
@@ -197,13 +209,18 @@ class Peers:
         listen_host: str,
         listen_port: int,
         addresses: dict[str, tuple[str, int]],
+        local: Mapping[str, str] | None = None,
     ) -> None:
+        """`local`: the Unix socket of each worker of this node, this one's included
+        (rule 7); those workers are dialed there, every other node at its address."""
         self.node = node
         self._cookie = cookie.encode("utf-8")
         self._incarnation = secrets.token_bytes(_INCARNATION_BYTES)  # this process's life
         self._listen = (listen_host, listen_port)
         self._addresses = {name: addr for name, addr in addresses.items() if name != node}
+        self._local = dict(local or {})
         self._server: asyncio.Server | None = None
+        self._local_server: asyncio.Server | None = None
         self._links: dict[str, _Link] = {}
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # accepted links, RPC handlers
@@ -219,6 +236,9 @@ class Peers:
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        path = self._local.get(self.node)
+        if path is not None:  # replaces a stale socket of an earlier life (rule 7)
+            self._local_server = await asyncio.start_unix_server(self._accept, path)
         self._server = await asyncio.start_server(self._accept, *self._listen)
         self._started = True
         for node in sorted(self._addresses):
@@ -226,8 +246,12 @@ class Peers:
 
     async def close(self) -> None:
         self._started = False
-        if self._server is not None:
-            self._server.close()
+        servers = [server for server in (self._server, self._local_server) if server is not None]
+        for server in servers:
+            server.close()
+        if self._local_server is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._local[self.node])
         tasks = [*self._dialers.values(), *self._tasks]
         for link in list(self._links.values()):
             link.close()
@@ -238,10 +262,10 @@ class Peers:
             await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
         for link in list(self._links.values()):
             link.close()
-        if self._server is not None:
+        for server in servers:
             # uvloop waits here for every connection it accepted; none may hold the node
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), CLOSE_TIMEOUT_S)
+                await asyncio.wait_for(server.wait_closed(), CLOSE_TIMEOUT_S)
 
     @property
     def port(self) -> int:
@@ -390,14 +414,22 @@ class Peers:
                 del self._dialers[node]
 
     async def _dial(self, node: str, host: str, port: int) -> _Link | None:
-        """A link to `node`, already current; None if it failed or lost (rule 2)."""
+        """A link to `node`, already current; None if it failed or lost (rule 2). A worker
+        of this node is dialed at its Unix socket (rule 7)."""
+        path = self._local.get(node)
+        if path is not None and not os.path.exists(path):  # removed under it: rule 7
+            path = None
+        where = path if path is not None else f"{host}:{port}"
         # asyncio.timeout, not wait_for: a connection made as the dialer is cancelled
         # must not be dropped unclosed
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                reader, writer = await asyncio.open_connection(host, port)
+                if path is not None:
+                    reader, writer = await asyncio.open_unix_connection(path)
+                else:
+                    reader, writer = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as error:
-            log.debug("dialing node %s at %s:%s failed: %r", node, host, port, error)
+            log.debug("dialing node %s at %s failed: %r", node, where, error)
             return None
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
@@ -405,7 +437,7 @@ class Peers:
         except _AlreadyLinked as already:
             log.debug("%s", already)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, _Refused) as error:
-            log.warning("handshake with node %s at %s:%s failed: %r", node, host, port, error)
+            log.warning("handshake with node %s at %s failed: %r", node, where, error)
         except asyncio.CancelledError:
             writer.transport.abort()
             raise

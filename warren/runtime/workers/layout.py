@@ -7,10 +7,11 @@ Theory of operation:
    directory (``<data_dir>/workers/<i>``) and write-ahead logs; `worker_config` derives
    these from the node's settings, so a worker reads the same config file, environment
    and flags as the supervisor and only learns its index (``WARREN_WORKER_INDEX``).
-2. The workers of a node are an internal cluster on loopback: they reach each other's
-   queues through the cluster layer's queue hosts and share one metadata group. Their
-   cluster ports and cookie are chosen on the node's first start and kept in
-   ``<data_dir>/workers.json``, so a restarted worker comes back as the same member.
+2. The workers of a node are an internal cluster: they reach each other's queues through
+   the cluster layer's queue hosts (over Unix sockets, point 7) and share one metadata
+   group. Their cluster ports (on loopback) and cookie are chosen on the node's first
+   start and kept in ``<data_dir>/workers.json``, so a restarted worker comes back as
+   the same member.
 3. Every worker listens on the node's AMQP (and AMQPS) port with ``SO_REUSEPORT``, so the
    kernel spreads connections over them; only worker 0 serves the management API on the
    node's ports, and asks the others, over a Unix socket of each (`management_address`:
@@ -38,8 +39,11 @@ Theory of operation:
    are, as they join the metadata group (`warren.runtime.cluster.node`), so
    the nodes of a cluster may run different numbers of workers. The node's cluster port
    and cookie are the operator's, not the layout's.
-It reads the data directory and writes ``workers.json``, and makes socket pairs; it starts
-nothing.
+7. The workers of a node link to each other over Unix sockets, not their cluster ports
+   (`link_addresses`: one a worker, beside its management socket; the peer links' rule
+   7), with the same framing and batching; other nodes of a cluster over TCP (point 6).
+It reads the data directory and writes ``workers.json``, makes socket pairs and the
+sockets' directory; it starts nothing.
 """
 
 from __future__ import annotations
@@ -115,19 +119,34 @@ def management_address(workers_dir: Path, index: int) -> str:
     serves its management API for worker 0: a Unix socket in a directory of this user's
     in the temporary directory, named by a digest of `workers_dir` (a data directory's
     own path may be longer than the 107 bytes a Unix socket's path may have)."""
-    digest = hashlib.sha256(str(workers_dir.resolve()).encode()).hexdigest()[:16]
-    return str(_sockets_root() / digest / f"{index}.sock")
+    return str(_sockets_directory(workers_dir) / f"{index}.sock")
 
 
-def make_management_directory(address: str) -> None:
-    """The directory of a `management_address`, and its parent, made private to this
-    user; ConfigError when the parent exists and another user could reach into it."""
+def link_addresses(config: Config, node: str) -> dict[str, str]:
+    """Where each worker of `node` (worker `config`'s, by name) listens for the other
+    workers' peer links (module doc, 7): a Unix socket beside its `management_address`."""
+    directory = _sockets_directory(config.data_dir.parent)
+    return {
+        name: str(directory / f"{index}.link")
+        for index, name in enumerate(worker_names(config, node))
+    }
+
+
+def make_sockets_directory(address: str) -> None:
+    """The directory of a `management_address` or a `link_addresses` socket, and its
+    parent, made private to this user; ConfigError when the parent exists and another
+    user could reach into it."""
     directory = Path(address).parent
     for path in (directory.parent, directory):
         path.mkdir(mode=0o700, exist_ok=True)
         status = path.lstat()
         if status.st_uid != os.getuid() or stat.S_IMODE(status.st_mode) & 0o077:
             raise ConfigError(f"{path} must be a directory only its owner, this user, can use")
+
+
+def _sockets_directory(workers_dir: Path) -> Path:
+    digest = hashlib.sha256(str(workers_dir.resolve()).encode()).hexdigest()[:16]
+    return _sockets_root() / digest
 
 
 def _sockets_root() -> Path:
