@@ -46,8 +46,11 @@ RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 # The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
 JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-# The pure cores' unit tests, which `make mypyc` runs on the compiled modules.
-CORE_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft tests/unit/cluster
+# The unit tests of the modules setup.py compiles (the pure cores, the log and its journal,
+# durability and confirms), which `make mypyc` runs on the compiled modules.
+CORE_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft tests/unit/cluster \
+	tests/unit/storage tests/unit/runtime/test_runtime_confirms.py \
+	tests/unit/runtime/test_runtime_durability.py
 # The release build (docs/performance.md, "The release build"): `make wheel` builds, in
 # .venv-build (never the checkout's environment, which stays pure), a platform wheel with the
 # cores setup.py lists compiled by mypyc and the pure py3-none-any wheel that pip falls back

@@ -90,6 +90,7 @@ def confirms(methods: list[m.Method]) -> list[tuple[str, int, bool]]:
     return [(type(x).__name__, x.delivery_tag, x.multiple) for x in methods]  # type: ignore[attr-defined]
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_confirms_wait_for_the_log_and_keep_publish_order() -> None:
     publisher = Publisher()
     publisher.persistent(10)  # 1
@@ -114,6 +115,7 @@ def test_confirms_wait_for_the_log_and_keep_publish_order() -> None:
     assert publisher.confirms.unconfirmed == 0
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_confirms_wait_on_the_log_again_once_it_let_them_go() -> None:
     publisher = Publisher()
     publisher.persistent(10)
@@ -128,6 +130,7 @@ def test_confirms_wait_on_the_log_again_once_it_let_them_go() -> None:
     assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, False)]
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_run_of_publishes_in_one_unsealed_batch_shares_one_held_entry() -> None:
     publisher = Publisher()
     publisher.persistent(10)  # 1: the batch from 10 on is not sealed yet
@@ -140,6 +143,7 @@ def test_a_run_of_publishes_in_one_unsealed_batch_shares_one_held_entry() -> Non
     assert confirms(publisher.confirms.pending()) == [("BasicAck", 3, True)]
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_run_split_by_a_seal_or_another_publish_keeps_its_own_entries() -> None:
     publisher = Publisher()
     publisher.persistent(10)  # 1
@@ -167,6 +171,7 @@ def test_without_held_confirms_the_fast_path_acks_at_once() -> None:
     assert publisher.confirms.pending() == []
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_record_already_durable_is_not_held() -> None:
     publisher = Publisher()
     publisher.durability.log.durable_sequence = 7
@@ -175,6 +180,7 @@ def test_a_record_already_durable_is_not_held() -> None:
     assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_replicated_publish_waits_for_every_quorum_queue() -> None:
     async def scenario() -> None:
         publisher = Publisher()
@@ -194,6 +200,7 @@ def test_a_replicated_publish_waits_for_every_quorum_queue() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 @pytest.mark.parametrize("outcome", ["refused", "failed", "cancelled"])
 def test_a_replicated_publish_any_queue_refused_is_nacked_in_order(outcome: str) -> None:
     async def scenario() -> None:
@@ -220,6 +227,7 @@ def test_a_replicated_publish_any_queue_refused_is_nacked_in_order(outcome: str)
     asyncio.run(scenario())
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_replicated_publish_that_also_logged_waits_for_both() -> None:
     async def scenario() -> None:
         publisher = Publisher()
@@ -234,6 +242,7 @@ def test_a_replicated_publish_that_also_logged_waits_for_both() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_after_close_a_late_commit_asks_for_no_flush() -> None:
     async def scenario() -> None:
         publisher = Publisher()
@@ -308,6 +317,7 @@ def test_a_quorum_refusal_is_nacked_after_what_came_before() -> None:
     assert publisher.confirms.unconfirmed == 0
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_quorum_publish_that_also_logged_waits_for_the_log() -> None:
     publisher = Publisher()
     quorum(publisher, QUORUM_A, log=4)  # a quorum queue and a durable classic queue
@@ -317,6 +327,7 @@ def test_a_quorum_publish_that_also_logged_waits_for_the_log() -> None:
     assert confirms(publisher.confirms.pending()) == [("BasicAck", 1, False)]
 
 
+@pytest.mark.interpreted  # compiled, Confirms takes only the real Log
 def test_a_logged_publish_waits_behind_a_quorum_publish() -> None:
     publisher = Publisher()
     quorum(publisher, QUORUM_A)  # 1

@@ -203,6 +203,7 @@ def test_what_expired_while_down_is_dead_lettered_when_recovery_is_carried_out(
     run(second)
 
 
+@pytest.mark.interpreted  # compiled, the Log's methods cannot be replaced
 def test_a_failed_sync_stops_the_node(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async def test() -> None:
         node = Node(tmp_path)
