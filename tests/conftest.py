@@ -27,12 +27,21 @@ Theory of operation:
 5. Property tests (hypothesis) run without a per-example deadline and without the "too slow"
    health check: both measure wall time, which on a shared 2-core machine says nothing of the
    code under test, and made a passing test fail under load.
+6. A client a test drops unclosed (a pika connection: its socket, its ioloop's wake-up socket
+   pair) warns only once the garbage collector finalises it, which may be in whatever test
+   runs next on that xdist worker; with `filterwarnings = error` that test fails, not the
+   one that leaked (CI failed test_direct_reply_to_rpc so). `leaks_fail_their_test` pins the
+   warning on the test that leaked: a test that ends with a file descriptor open that was
+   not open when it began has the collector run in its own teardown, where pytest reports
+   the warning as that test's error. Listing the descriptors costs about a millisecond a
+   test; a collection, hundreds of milliseconds on the loaded machine, runs only then.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import re
 import secrets
@@ -67,6 +76,7 @@ XDIST_WORKER_ENV = "PYTEST_XDIST_WORKER"  # gw0, gw1, ... in a pytest-xdist work
 XDIST_WORKERS_ENV = "PYTEST_XDIST_WORKER_COUNT"
 SHARED_SCOPES = ("module", "package")  # a fixture set up once for many tests (rule 4)
 SPARK_FIXTURE = "spark"  # tests/spark's session-scoped local Spark session: one JVM (rule 4)
+DESCRIPTORS = Path("/proc/self/fd")  # this process's open file descriptors, on Linux (rule 6)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -271,3 +281,24 @@ def unique(request: pytest.FixtureRequest) -> str:
     """A short prefix no other test (or run) uses: `t.<test name>.<random hex>`."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name).strip("-")[:40]
     return f"t.{name}.{secrets.token_hex(4)}"
+
+
+def _open_descriptors() -> set[str]:
+    """What each open file descriptor of this process refers to ("socket:[inode]", a path);
+    empty where /proc does not list them."""
+    if not DESCRIPTORS.is_dir():
+        return set()
+    found = set()
+    for descriptor in DESCRIPTORS.iterdir():
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            found.add(os.readlink(descriptor))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def leaks_fail_their_test() -> Iterator[None]:
+    """Rule 6: collect garbage after a test that ends with more open than it began with."""
+    before = _open_descriptors()
+    yield
+    if not _open_descriptors() <= before:
+        gc.collect()
