@@ -296,7 +296,7 @@ def _open_descriptors() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def leaks_fail_their_test() -> Iterator[None]:
-    """Rule 6: collect garbage after a test that ends with more open than it began with."""
+    """Rule 6: collect garbage after a test that ends with a descriptor open it began without."""
     before = _open_descriptors()
     yield
     if not _open_descriptors() <= before:
