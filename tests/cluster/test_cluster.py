@@ -252,17 +252,16 @@ def test_leader_killed_under_load(cluster: LocalCluster, name: str) -> None:
         sequence = 0
         node_index = 0
         while not stop.is_set() and sequence < TOTAL:
-            try:
-                connection = connect(cluster, others[node_index % 2])
-                channel = connection.channel()
-                channel.confirm_delivery()
-                while not stop.is_set() and sequence < TOTAL:
-                    channel.basic_publish(
-                        "", name, str(sequence).encode(), pika.BasicProperties(delivery_mode=2)
-                    )
-                    confirmed.append(sequence)
-                    sequence += 1
-                connection.close()
+            try:  # a nack or a channel error leaves the connection open: `with` closes it
+                with connect(cluster, others[node_index % 2]) as connection:
+                    channel = connection.channel()
+                    channel.confirm_delivery()
+                    while not stop.is_set() and sequence < TOTAL:
+                        channel.basic_publish(
+                            "", name, str(sequence).encode(), pika.BasicProperties(delivery_mode=2)
+                        )
+                        confirmed.append(sequence)
+                        sequence += 1
             except (pika.exceptions.AMQPError, OSError):
                 node_index += 1  # republish the unconfirmed one, on the other node
                 time.sleep(0.2)
@@ -270,16 +269,15 @@ def test_leader_killed_under_load(cluster: LocalCluster, name: str) -> None:
     def consumer() -> None:
         while not stop.is_set():
             try:
-                connection = connect(cluster, others[1])
-                channel = connection.channel()
-                channel.basic_qos(prefetch_count=50)
-                for method, _props, body in channel.consume(name, inactivity_timeout=0.2):
-                    if stop.is_set():
-                        break
-                    if method is not None:
-                        arrived.append(int(body))
-                        channel.basic_ack(method.delivery_tag)
-                connection.close()
+                with connect(cluster, others[1]) as connection:
+                    channel = connection.channel()
+                    channel.basic_qos(prefetch_count=50)
+                    for method, _props, body in channel.consume(name, inactivity_timeout=0.2):
+                        if stop.is_set():
+                            break
+                        if method is not None:
+                            arrived.append(int(body))
+                            channel.basic_ack(method.delivery_tag)
             except (pika.exceptions.AMQPError, OSError):
                 time.sleep(0.2)
 
