@@ -59,8 +59,8 @@ async def linked(nodes: dict[str, Peers]) -> None:
     """Wait until every pair holds one link at both ends and no dial is under way that may
     replace it. `connected` is true as soon as either end admitted a connection: when
     both nodes dial at once, the losing one may be in use a moment before the winner
-    replaces it, and then what was sent on it is lost and the calls on it fail with "link
-    replaced"."""
+    replaces it, and then what was sent on it may be lost and the calls on it fail with
+    "link replaced"."""
 
     def settled(x: str, y: str) -> bool:
         if not (nodes[x].connected(y) and nodes[y].connected(x)):
