@@ -152,7 +152,7 @@ def test_replicas_come_back_after_kill_9_of_their_worker_and_of_their_node(
     assert sorted(on_a) == WORKERS["warren-a"]  # one queue on each of a's workers
     killed, other = on_a["warren-a-w1"], on_a["warren-a"]
     with revived(cluster):
-        cluster.kill_worker("warren-a", 1)  # its replica comes back from its own WAL
+        cluster.restart_worker("warren-a", 1)  # its replica comes back from its own WAL
         assert until(lambda: all_online(cluster, "warren-c", killed), bool)
         publish(cluster, "warren-c", killed, [b"after the worker"])
         # without warren-c the group needs the restarted replica for its majority

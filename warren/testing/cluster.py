@@ -26,7 +26,8 @@ Theory of operation:
    consecutive, one proxy per worker of the peer (``i`` forwards to the peer's port
    ``+ i``); a node is up once every worker has logged its start. `kill` is SIGKILL of
    the node's supervisor, which takes its workers with it; `kill_worker` is SIGKILL of
-   one worker, which the supervisor starts again.
+   one worker, which the supervisor starts again, and `restart_worker` waits until it
+   has.
 5. `tree` runs another source tree's Warren (an earlier commit's, to write data of its
    layout or to measure against it): that directory is the processes' working directory
    and ``PYTHONPATH`` (``python -m`` puts the working directory first on ``sys.path``).
@@ -140,6 +141,8 @@ class ClusterNodeProcess:
     management_port: int = field(default_factory=unused_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    # the start lines its log holds once it serves: one per worker, one more per restart
+    started_lines: int = 0
 
     @property
     def url(self) -> str:
@@ -216,6 +219,7 @@ class LocalCluster:
         node = self.nodes[name]
         node.data_dir.mkdir(parents=True, exist_ok=True)
         node.starts += 1
+        node.started_lines = self.counts[name]
         command = [sys.executable, "-m", "warren", "--node-name", name]
         command += ["--port", str(node.port), "--management-port", str(node.management_port)]
         command += ["--data-dir", str(node.data_dir), "--bind", "127.0.0.1"]
@@ -249,10 +253,11 @@ class LocalCluster:
         )
 
     def _started(self, node: ClusterNodeProcess) -> bool:
-        """Every worker serves (the AMQP port opens with the first of them)."""
+        """Every worker serves (the AMQP port opens with the first of them), a restarted
+        one too."""
         workers = self.counts[node.name]
         log = node.log_path.read_text(errors="replace")
-        return workers == 1 or log.count(STARTED_LINE) >= workers
+        return workers == 1 or log.count(STARTED_LINE) >= node.started_lines
 
     def start(self, name: str) -> None:
         self.launch(name)
@@ -278,6 +283,14 @@ class LocalCluster:
                 os.kill(pid, signal.SIGKILL)
                 return pid
         raise RuntimeError(f"{name} has no worker {index} running")
+
+    def restart_worker(self, name: str, index: int) -> None:
+        """`kill_worker`, then wait (as `wait_listening`) until the worker its supervisor
+        starts in its place serves: a worker's start is a whole node's (on a loaded
+        machine, longer than the bound on what the cluster does once it is back)."""
+        self.nodes[name].started_lines += 1
+        self.kill_worker(name, index)
+        self.wait_listening(name)
 
     def isolate(self, name: str) -> None:
         for (dialer, peer, _worker), proxy in self.proxies.items():

@@ -68,6 +68,27 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> N
             await asyncio.sleep(0.01)
 
 
+async def linked(nodes: dict[str, Peers]) -> None:
+    """Wait until every pair holds one link at both ends and no dial is under way that may
+    replace it. `connected` is true as soon as either end admitted a connection: when
+    both nodes dial at once, the losing one may be in use a moment before the winner
+    replaces it, and then what was sent on it may be lost and the calls on it fail with
+    "link replaced"."""
+
+    def settled(x: str, y: str) -> bool:
+        if not (nodes[x].connected(y) and nodes[y].connected(x)):
+            return False
+        if link_ends(nodes[x], y) != link_ends(nodes[y], x)[::-1]:
+            return False
+        # a node's dialer either runs the link it dialed or may still replace it
+        return all(
+            node not in nodes[dialer]._dialers or nodes[dialer]._links[node].dialer == dialer
+            for dialer, node in ((x, y), (y, x))
+        )
+
+    await eventually(lambda: all(settled(x, y) for x in nodes for y in nodes if x < y))
+
+
 async def close_all(nodes: dict[str, Peers]) -> None:
     for peers in nodes.values():
         await peers.close()
@@ -79,11 +100,10 @@ def test_messages_flow_both_ways_on_one_link_per_pair() -> None:
         received: list[tuple[str, str, str]] = []
         for name, peers in nodes.items():
             peers.on_message(functools.partial(record, received, name))
-        await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        await linked(nodes)
         for x in nodes:  # every node dialed every other: the lower name's connection won
             for y in nodes:
                 if x < y:
-                    assert link_ends(nodes[x], y) == link_ends(nodes[y], x)[::-1]
                     assert link_ends(nodes[x], y)[1] == ("127.0.0.1", nodes[y].port)
         for x in nodes:
             for y in nodes:
@@ -241,7 +261,7 @@ def test_rpc_answers_and_raises_remote_amqp_errors_as_themselves() -> None:
 
         nodes["a"].serve(handler)
         nodes["b"].serve(handler)
-        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        await linked(nodes)
         # the answer comes back as the type the request names (a map of plain values)
         assert await nodes["b"].call("a", GroupStatus("work")) == {
             "from": "b",
@@ -269,7 +289,7 @@ def test_a_call_to_a_dead_node_raises_peer_unavailable() -> None:
             return None
 
         nodes["b"].serve(slow)
-        await eventually(lambda: nodes["a"].connected("b"))
+        await linked(nodes)
         with pytest.raises(PeerUnavailable, match="no answer"):
             await nodes["a"].call("b", STATUS, timeout=0.1)
         pending = asyncio.ensure_future(nodes["a"].call("b", STATUS))
@@ -368,7 +388,7 @@ def test_a_partition_drops_traffic_until_it_heals() -> None:
         changes: list[tuple[str, bool]] = []
         nodes["b"].on_message(lambda sender, message: got.append(message))
         nodes["a"].on_link(lambda node, up: changes.append((node, up)))
-        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        await linked(nodes)
         nodes["b"].partition({"a"})  # b drops what a sends
         nodes["a"].send("b", note("lost"))
         nodes["a"].partition({"b"})
@@ -429,10 +449,8 @@ def test_nodes_that_dial_each_other_at_once_agree_on_one_link() -> None:
         changes: list[tuple[str, str, bool]] = []
         for name, peers in nodes.items():
             peers.on_link(functools.partial(note_link, changes, name))
-        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
-        await asyncio.sleep(0.05)  # whatever lost the race is gone by now
-        assert link_ends(nodes["a"], "b") == link_ends(nodes["b"], "a")[::-1]
-        assert link_ends(nodes["a"], "b")[1] == ("127.0.0.1", nodes["b"].port)
+        await linked(nodes)
+        assert link_ends(nodes["a"], "b")[1] == ("127.0.0.1", nodes["b"].port)  # a dialed it
         # no "down" on the way ("up" again where a link replaced the one that lost)
         assert set(changes) == {("a", "b", True), ("b", "a", True)}
         await close_all(nodes)
@@ -512,7 +530,7 @@ def test_a_frame_that_does_not_decode_drops_that_link_not_the_node(
         nodes = await start_nodes("a", "b", "c")
         got: list[tuple[str, PeerMessage]] = []
         nodes["b"].on_message(lambda sender, message: got.append((sender, message)))
-        await eventually(lambda: all(nodes[x].connected(y) for x in nodes for y in nodes if x != y))
+        await linked(nodes)
         changes: list[tuple[str, bool]] = []
         nodes["b"].on_link(lambda node, up: changes.append((node, up)))
         writer = nodes["a"]._links["b"].writer
@@ -521,7 +539,7 @@ def test_a_frame_that_does_not_decode_drops_that_link_not_the_node(
         await eventually(lambda: ("a", False) in changes)
         nodes["c"].send("b", note("still here"))  # b's other links carry on
         await eventually(lambda: ("c", note("still here")) in got)
-        await eventually(lambda: nodes["a"].connected("b") and nodes["b"].connected("a"))
+        await linked(nodes)  # both dial again
         nodes["a"].send("b", note("back"))  # the dropped link is dialed again
         await eventually(lambda: ("a", note("back")) in got)
         await close_all(nodes)
@@ -541,7 +559,7 @@ def test_an_answer_that_is_not_its_request_s_reply_type_drops_the_link() -> None
             return "not a map"  # GroupStatus is answered with a map or None
 
         nodes["b"].serve(wrong)
-        await eventually(lambda: nodes["a"].connected("b"))
+        await linked(nodes)
         with pytest.raises(PeerUnavailable, match="link down"):
             await nodes["a"].call("b", STATUS)
         await close_all(nodes)
@@ -600,7 +618,7 @@ def test_an_item_that_does_not_encode_fails_its_request_and_the_rest_of_its_fram
             return {"group": request.group_id}
 
         b.serve(handler)
-        await eventually(lambda: a.connected("b"))
+        await linked(nodes)
 
         async def sends() -> None:
             b.send("a", CallError(8, ReplyCode.NOT_FOUND, odd))  # a's queue call 8 waits
