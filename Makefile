@@ -46,11 +46,11 @@ RABBITMQADMIN := $(RABBITMQADMIN_DIR)/rabbitmqadmin
 # The Spark pipeline runs on Java 17+: JAVA_HOME's if set, else the one on PATH.
 JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-# The unit tests of the modules setup.py compiles (the pure cores, the log and its journal,
-# durability and confirms), which `make mypyc` runs on the compiled modules.
-CORE_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft tests/unit/cluster \
-	tests/unit/storage tests/unit/runtime/test_runtime_confirms.py \
-	tests/unit/runtime/test_runtime_durability.py
+# The unit tests of what setup.py compiles (the pure cores, the runtime's per-message
+# modules and the persistent publish path: the log, its records and journal, durability),
+# which `make mypyc` runs on the compiled modules.
+COMPILED_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft \
+	tests/unit/cluster tests/unit/runtime tests/unit/storage
 # The release build (docs/performance.md, "The release build"): `make wheel` builds, in
 # .venv-build (never the checkout's environment, which stays pure), a platform wheel with the
 # cores setup.py lists compiled by mypyc and the pure py3-none-any wheel that pip falls back
@@ -184,14 +184,14 @@ compiler:
 	fi
 
 # The opt-in mypyc build in place (setup.py says which modules, docs/performance.md what it
-# gains): C extensions next to the cores' sources, which Python imports in their place, then
-# the cores' unit tests on them. Needs the compiler, and the setuptools pyproject.toml's
-# build needs, to run setup.py in place.
+# gains): C extensions next to the compiled modules' sources, which Python imports in their
+# place, then those modules' unit tests on them. Needs the compiler, and the setuptools
+# pyproject.toml's build needs, to run setup.py in place.
 mypyc: $(TEST_STAMP) | compiler
 	$(PIP) 'setuptools>=77,<81'
 	WARREN_MYPYC=1 $(BIN)/python setup.py --quiet build_ext --inplace
 	$(BIN)/python -c 'import warren.queue.machine as m; assert m.__file__.endswith(".so"), m.__file__'
-	$(BIN)/pytest -m "not interpreted" $(CORE_TESTS)
+	$(BIN)/pytest -m "not interpreted" $(COMPILED_TESTS)
 
 clean-mypyc:
 	rm -rf build

@@ -103,7 +103,7 @@ class MethodReceived:
     method: Method
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its __init__ written out: `warren.queue.Meta`'s docstring
 class Content:
     """A whole published message: its method, raw properties and body."""
 
@@ -112,6 +112,20 @@ class Content:
     properties_raw: bytes
     body: bytes
     route: bytes = b""  # the publish's exchange and routing key shortstrs, as received
+
+    def __init__(
+        self,
+        channel: int,
+        method: BasicPublish,
+        properties_raw: bytes,
+        body: bytes,
+        route: bytes = b"",
+    ) -> None:
+        self.channel = channel
+        self.method = method
+        self.properties_raw = properties_raw
+        self.body = body
+        self.route = route
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ _HEADER_START = struct.Struct(">BBHIHHQ")  # a frame's end, a content header fra
 _BODY_START = struct.Struct(">BBHI")  # a frame's end, a body frame's start
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its __init__ written out: `warren.queue.Meta`'s docstring
 class BasicProperties:
     """The fourteen basic properties, in spec order; None means absent."""
 
@@ -57,6 +57,38 @@ class BasicProperties:
     user_id: str | None = None
     app_id: str | None = None
     cluster_id: str | None = None
+
+    def __init__(
+        self,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: FieldTable | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        expiration: str | None = None,
+        message_id: str | None = None,
+        timestamp: int | None = None,
+        type: str | None = None,
+        user_id: str | None = None,
+        app_id: str | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.headers = headers
+        self.delivery_mode = delivery_mode
+        self.priority = priority
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.expiration = expiration
+        self.message_id = message_id
+        self.timestamp = timestamp
+        self.type = type
+        self.user_id = user_id
+        self.app_id = app_id
+        self.cluster_id = cluster_id
 
 
 _KINDS: Final = (

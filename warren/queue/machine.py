@@ -121,9 +121,15 @@ class Counters:
     consumers: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Meta:
-    """What the runtime knows at the moment it applies a command."""
+    """What the runtime knows at the moment it applies a command.
+
+    Made once per command: its `__init__` is written out (`init=False`) because mypyc
+    compiles a method of the class but not the one `dataclass` generates at import, which
+    would run as interpreted bytecode for every publish and delivery (issue 19); so for
+    `Enqueue`, `Deliver`, `warren.amqp.connection.Content` and
+    `warren.amqp.content.BasicProperties`."""
 
     now_ms: int  # a replicated command's: the leader's, stamped when the command reached it
     # remaining channel-wide prefetch (basic.qos global) of channels that have one; it
@@ -138,6 +144,20 @@ class Meta:
     # (`Dropped`, point 8): False for a queue whose messages are all in memory and in no
     # journal, which has nothing to do when one goes
     drops_followed: bool = True
+
+    def __init__(
+        self,
+        now_ms: int,
+        channel_credit: Mapping[Hashable, int] | None = None,
+        blocked_channels: Collection[Hashable] = (),
+        index: int | None = None,
+        drops_followed: bool = True,
+    ) -> None:
+        self.now_ms = now_ms
+        self.channel_credit = channel_credit
+        self.blocked_channels = blocked_channels
+        self.index = index
+        self.drops_followed = drops_followed
 
 
 class Entry:
@@ -218,12 +238,20 @@ class Command:
     VERSION: ClassVar[int] = 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its __init__ written out: `Meta`'s docstring
 class Enqueue(Command):
     message: Opaque
     size_bytes: int
     ttl_ms: int | None = None  # the message's own expiration property
     priority: int = 0
+
+    def __init__(
+        self, message: Opaque, size_bytes: int, ttl_ms: int | None = None, priority: int = 0
+    ) -> None:
+        self.message = message
+        self.size_bytes = size_bytes
+        self.ttl_ms = ttl_ms
+        self.priority = priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,10 +400,14 @@ class Got:
     remaining: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its __init__ written out: `Meta`'s docstring
 class Deliver:
     consumer: Hashable
     entry: Entry
+
+    def __init__(self, consumer: Hashable, entry: Entry) -> None:
+        self.consumer = consumer
+        self.entry = entry
 
 
 @dataclass(slots=True)

@@ -384,6 +384,7 @@ def transaction_channel() -> tuple[Channel, FakeConnection, FakeDurability]:
     return channel, connection, durability
 
 
+@pytest.mark.interpreted  # replaces a method of the channel, compiled in the release build
 def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
     channel, connection, durability = transaction_channel()
     channel._tx_select(m.TxSelect())
@@ -449,6 +450,7 @@ def test_a_rollback_gives_the_settled_tags_back_in_tag_order() -> None:
     assert type(connection.sent[-1]) is m.TxRollbackOk
 
 
+@pytest.mark.interpreted  # replaces a method of the channel, compiled in the release build
 def test_closing_while_a_commit_ok_waits_forgets_it() -> None:
     channel, _connection, durability = transaction_channel()
     channel._tx_select(m.TxSelect())

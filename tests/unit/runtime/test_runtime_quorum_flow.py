@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+from warren.model import VHost
 from warren.runtime.channel import Channel
 
 LIMIT = 4
@@ -19,7 +20,7 @@ class _Connection:
     def __init__(self) -> None:
         config = SimpleNamespace(quorum_commands_soft_limit=LIMIT, max_message_size=1 << 20)
         self.broker = SimpleNamespace(config=config, durability=None, access=None)
-        self.vhost = None
+        self.vhost = VHost()  # a channel's annotations hold, compiled (setup.py's COMPILED)
         self.reading = True
 
     def hold_flow(self, channel: Channel, held: bool) -> None:
