@@ -38,6 +38,7 @@ and one JSON line.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import tempfile
@@ -156,9 +157,15 @@ def spark_write(frame: DataFrame, url: str, queue: str, window: int | None) -> f
     return time.perf_counter() - started
 
 
+def _trigger_started(progress: dict[str, Any]) -> float:
+    """The wall-clock time a trigger started, from its progress entry's UTC timestamp."""
+    moment = datetime.datetime.strptime(progress["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.replace(tzinfo=datetime.UTC).timestamp()
+
+
 def spark_read(spark: SparkSession, url: str, queue: str, count: int, batch: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as checkpoint:
-        started = time.perf_counter()
+        started_at, started = time.time(), time.perf_counter()
         query = (
             spark.readStream.format("amqp")
             .option("uri", url)
@@ -181,11 +188,21 @@ def spark_read(spark: SparkSession, url: str, queue: str, count: int, batch: int
     read = sum(entry["numInputRows"] for entry in progress)
     assert read == count, f"the query read {read} of {count} messages"
     first = progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else 0.0
+    # the start's parts: before the first trigger, and after the last one ended (the query's
+    # stop: the source's consumers close, the planner process ends)
+    before_first = _trigger_started(progress[0]) - started_at if progress else elapsed
+    last_ended = (
+        _trigger_started(progress[-1]) + progress[-1]["durationMs"]["triggerExecution"] / 1000
+        if progress
+        else started_at
+    )
     return {
         "spark_read_msg_s": count / elapsed,
         "spark_read_in_batches_msg_s": count / (split["triggerExecution"] / 1000),
         "spark_read_start_s": elapsed - split["triggerExecution"] / 1000,
         "spark_read_first_s": elapsed - split["triggerExecution"] / 1000 + first,
+        "spark_read_before_first_s": before_first,
+        "spark_read_after_last_s": started_at + elapsed - last_ended,
         "spark_read_batches": len(progress),
         "spark_read_split_ms": dict(sorted(split.items())),
         "spark_read_add_batch_ms": [entry["durationMs"].get("addBatch") for entry in progress],
@@ -282,8 +299,9 @@ def main() -> None:
             print(
                 f"ratios: write {results['write_ratio']:.2f}x, read {results['read_ratio']:.2f}x,"
                 f" read in batches {results['read_in_batches_ratio']:.2f}x; query start "
-                f"{results['spark_read_start_s']:.1f} s, first batch done after "
-                f"{results['spark_read_first_s']:.1f} s"
+                f"{results['spark_read_start_s']:.2f} s ({results['spark_read_before_first_s']:.2f}"
+                f" before the first trigger, {results['spark_read_after_last_s']:.2f} after the"
+                f" last), first batch done after {results['spark_read_first_s']:.2f} s"
             )
             print(
                 f"write: broker's share of a core {results['pika_publish_broker_core'] or 0:.2f}"
