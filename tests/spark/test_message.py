@@ -222,6 +222,16 @@ def test_record_batch_columns_of_one_value_repeat_it(spark):
         )
         for row in rows
     } == {("qé", "", "rk→", "text/é", 2, "", None, None, None, None, 0)}
+    # values buffers do not carry simply (a timestamp, a header map) are repeated by index
+    moment = datetime.datetime(2026, 11, 27, 15, 0, tzinfo=datetime.UTC)
+    raw = encode_properties(BasicProperties(timestamp=int(moment.timestamp()), headers={"n": 1}))
+    messages = Deliveries()
+    for tag in range(1, 4):
+        messages.append("q", tag, True, "ex", "rk", raw, b"")
+    rows = record_batch(messages, arrow).to_pylist()
+    assert [(row["timestamp"], row["headers"], row["redelivered"]) for row in rows] == [
+        (moment, [("n", "1")], True)
+    ] * 3
 
 
 def test_a_record_batch_of_plain_messages_does_not_import_pandas(spark):
