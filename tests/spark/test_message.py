@@ -194,6 +194,46 @@ def test_record_batch_columns_from_buffers_hold_what_arrived(spark):
     assert {row["headers"] is not None and len(row["headers"]) == 0 for row in rows} == {True}
 
 
+def test_record_batch_columns_of_one_value_repeat_it(spark):
+    """Rule 2: messages alike in their properties, exchange, routing key and queue (one
+    queue's traffic) make columns of one value from buffers; each row still holds it."""
+    arrow = to_arrow_schema(spark.createDataFrame([], SCHEMA).schema, timezone="UTC")
+    raw = encode_properties(
+        BasicProperties(content_type="text/é", delivery_mode=2, headers={}, app_id="")
+    )
+    messages = Deliveries()
+    for tag in range(1, 6):
+        messages.append("qé", tag, False, "", "rk→", raw, b"%d" % tag)
+    rows = record_batch(messages, arrow).to_pylist()
+    assert [row["body"] for row in rows] == [b"1", b"2", b"3", b"4", b"5"]
+    assert {
+        (
+            row["queue"],
+            row["exchange"],
+            row["routing_key"],
+            row["content_type"],
+            row["delivery_mode"],
+            row["app_id"],
+            row["priority"],
+            row["message_id"],
+            row["timestamp"],
+            row["x_death"],
+            len(row["headers"]),
+        )
+        for row in rows
+    } == {("qé", "", "rk→", "text/é", 2, "", None, None, None, None, 0)}
+    # values buffers do not carry simply (a timestamp, a header map) are repeated by index
+    moment = datetime.datetime(2026, 11, 27, 15, 0, tzinfo=datetime.UTC)
+    raw = encode_properties(BasicProperties(timestamp=int(moment.timestamp()), headers={"n": 1}))
+    messages = Deliveries()
+    for tag in range(1, 4):
+        messages.append("q", tag, True, "ex", "rk", raw, b"")
+    rows = record_batch(messages, arrow).to_pylist()
+    assert [(row["timestamp"], row["headers"], row["redelivered"]) for row in rows] == [
+        (moment, [("n", "1")], True)
+    ] * 3
+
+
 def test_a_record_batch_of_plain_messages_does_not_import_pandas(spark):
     """pyarrow imports pandas on the first array it builds from Python values: a reader's
     planner process would pay that in its first micro-batch (rule 2)."""
