@@ -347,6 +347,7 @@ def test_after_close_a_quorum_answer_asks_for_no_flush() -> None:
     assert publisher.flushes == flushes  # the channel number may belong to another channel
 
 
+@pytest.mark.interpreted  # compiled, the channel takes only the real Durability
 def test_confirm_mode_and_tx_mode_exclude_each_other() -> None:
     channel, _connection, _durability = transaction_channel()
     channel._confirm_select(m.ConfirmSelect())
@@ -413,6 +414,7 @@ def test_replies_after_a_waiting_commit_ok_keep_their_order() -> None:
     assert type(connection.sent[-1]) is m.TxRollbackOk
 
 
+@pytest.mark.interpreted  # compiled, the channel takes only the real Durability
 def test_a_commit_that_logged_nothing_answers_at_once() -> None:
     channel, connection, durability = transaction_channel()
     channel._tx_select(m.TxSelect())
@@ -437,6 +439,7 @@ def test_commit_oks_wait_each_for_its_own_sequence_and_replies_keep_order() -> N
     assert not wait.waiting
 
 
+@pytest.mark.interpreted  # compiled, the channel takes only the real Durability
 def test_a_rollback_gives_the_settled_tags_back_in_tag_order() -> None:
     channel, connection, _durability = transaction_channel()
     channel._tx_select(m.TxSelect())

@@ -153,7 +153,16 @@ PLANTS = {
 PLANT_SEEDS = 40
 
 
-@pytest.mark.parametrize("plant", sorted(PLANTS))
+# retry-applied-twice patches the queue machine, which a mypyc build compiles
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(
+            plant, marks=[pytest.mark.interpreted] if plant == "retry-applied-twice" else []
+        )
+        for plant in sorted(PLANTS)
+    ],
+)
 def test_a_planted_bug_is_caught(plant: str) -> None:
     first = PLANTS[plant]
     for seed in range(first, first + PLANT_SEEDS):
