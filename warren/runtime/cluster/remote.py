@@ -667,7 +667,7 @@ class RemoteQueues:
         elif type(item) is ConsumerCancelled:
             self._cancelled(node, item)
         elif type(item) is Definitions:
-            self._definitions(node, list(item.operations), item.applied)
+            self._definitions(node, item.operations, item.applied)
         elif type(item) is Reply:  # to a direct reply-to address of this node's
             target = self.broker.reply_to.get(item.token)
             if target is not None:
