@@ -16,6 +16,12 @@ Each run also reports the load generator's CPU per message. With ``--loadgen-tre
 every run happens once with the load generator of each source tree (a checkout, or a
 `git archive` of an older commit), the trees taking turns to go first, and the table comes
 once per tree: a change to the load generator, before and after, on the same brokers.
+
+Last it checks issue 19's targets on the run's medians (`TARGETS`: the second Warren
+against RabbitMQ, and W4 of the second Warren against the first), each met or not, and
+the load generator's busiest run against each broker, which must stay well under a core
+for RabbitMQ's figures to be RabbitMQ's: `python -m bench.scaling --only W1,W2,W4,W5,W7
+--reps 5` gives the whole verdict from one run.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,32 @@ from bench.brokers import Broker
 
 CROSSED = re.compile(r"worker (\d+): (\d+) messages crossed workers")
 LOG_WAIT_S = 0.5
+LOADGEN_BUSY_PCT = 70.0  # a load generator above this share of a core may be the limit
+
+
+@dataclass(frozen=True)
+class Target:
+    """The second Warren's median `metric` over `over`'s ("rabbitmq", or "first": the first
+    Warren's), at least `bound` (at most, for a latency)."""
+
+    workload: str
+    metric: str  # "rate" (`rate`) or a record's key
+    over: str
+    bound: float
+
+    @property
+    def at_most(self) -> bool:
+        return self.metric.startswith("latency")
+
+
+TARGETS = (
+    Target("W1", "rate", "rabbitmq", 1.5),
+    Target("W2", "rate", "rabbitmq", 1.5),
+    Target("W4", "rate", "rabbitmq", 1.5),
+    Target("W5", "latency_p99_ms", "rabbitmq", 1.0),
+    Target("W7", "rate", "rabbitmq", 1.0),
+    Target("W4", "rate", "first", 1.7),
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -211,11 +244,68 @@ def table(records: list[dict[str, Any]], args: argparse.Namespace, names: list[s
         if any(us is not None for us in loadgen):
             cells = [f"{us:.2f} us" if us is not None else "-" for us in loadgen]
             rows.append(f"| {workload.name} loadgen CPU/msg | " + " | ".join(cells) + " |")
+        if "latency_p99_ms" in workload.metrics:
+            p99 = {
+                n: _median([r.get("latency_p99_ms") for r in ok if r["broker"] == n]) for n in names
+            }
+            cells = [f"{p99[n]:.3f} ms" if p99[n] is not None else "-" for n in names]
+            rows.append(
+                f"| {workload.name} latency p99 | "
+                + " | ".join(cells)
+                + f" | {ratio(p99.get(many), p99.get(first))}"
+                + f" | {ratio(p99.get(many), p99.get('rabbitmq'))} |"
+            )
         if load:
             rows.append(f"| {workload.name} load average | {min(load):.1f}-{max(load):.1f} |")
         if share is not None:
             rows.append(f"| {workload.name} crossings per message ({many}) | {share:.3f} |")
     return "\n".join(rows)
+
+
+def verdict(records: list[dict[str, Any]], names: list[str]) -> str:
+    """Each of `TARGETS` whose workload ran, on the medians of `records`, met or not; then
+    the load generator's busiest run against each broker."""
+    first, many = names[:2]
+    lines = []
+    for target in TARGETS:
+        ok = [r for r in records if r["workload"] == target.workload and "error" not in r]
+
+        def median(
+            broker: str, target: Target = target, ok: list[dict[str, Any]] = ok
+        ) -> float | None:
+            of = [r for r in ok if r["broker"] == broker]
+            return _median(
+                [rate(r) if target.metric == "rate" else r.get(target.metric) for r in of]
+            )
+
+        mine, theirs = median(many), median(first if target.over == "first" else target.over)
+        if mine is None or not theirs:
+            continue
+        value = mine / theirs
+        met = value <= target.bound if target.at_most else value >= target.bound
+        what = "p99" if target.at_most else "msg/s"
+        over = first if target.over == "first" else target.over
+        sign = "<=" if target.at_most else ">="
+        lines.append(
+            f"{target.workload} {what} {many} / {over}: {value:.2f}x "
+            f"(target {sign} {target.bound}x): {'met' if met else 'NOT MET'}"
+        )
+    for broker in names:
+        busy = [
+            r["loadgen_cpu_pct"]
+            for r in records
+            if r["broker"] == broker and "loadgen_cpu_pct" in r
+        ]
+        if busy:
+            flag = (
+                ""
+                if max(busy) < LOADGEN_BUSY_PCT
+                else f": above {LOADGEN_BUSY_PCT:.0f} %, it may be the limit"
+            )
+            lines.append(
+                f"load generator against {broker}: at most {max(busy):.0f} % of a core{flag}"
+            )
+    return "\n".join(lines)
 
 
 def warren_nodes(args: argparse.Namespace) -> list[tuple[str, int, str]]:
@@ -259,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     for tree in args.trees:
         if tree:
             print(f"load generator of {tree}:")
-        print(table([r for r in records if r.get("loadgen", "") == tree], args, names))
+        mine = [r for r in records if r.get("loadgen", "") == tree]
+        print(table(mine, args, names))
+        print(verdict(mine, names))
     print(f"records: {out}")
     return 0
 

@@ -81,3 +81,43 @@ def test_load_generator_trees_take_turns(
         ("rabbitmq", 2, "."),
         ("rabbitmq", 2, "/tmp/before"),
     ]
+
+
+def test_the_verdict_checks_issue_19s_targets_on_the_medians() -> None:
+    def runs(
+        broker: str, workload: str, rates: list[float], **more: float
+    ) -> list[dict[str, object]]:
+        return [
+            record(
+                broker, workload, 1.0, consumed=1, consumed_per_s=r, loadgen_cpu_pct=40.0, **more
+            )
+            for r in rates
+        ]
+
+    records = [
+        *runs("warren-1", "W4", [90.0, 100.0, 110.0]),
+        *runs("warren-2", "W4", [160.0, 175.0, 300.0]),
+        *runs("rabbitmq", "W4", [50.0, 60.0, 70.0]),
+        *runs("warren-2", "W5", [1000.0], latency_p99_ms=0.6),
+        *runs("rabbitmq", "W5", [1000.0], latency_p99_ms=0.5),
+    ]
+    verdict = scaling.verdict(records, ["warren-1", "warren-2", "rabbitmq"]).splitlines()
+    assert verdict == [
+        "W4 msg/s warren-2 / rabbitmq: 2.92x (target >= 1.5x): met",
+        "W5 p99 warren-2 / rabbitmq: 1.20x (target <= 1.0x): NOT MET",
+        "W4 msg/s warren-2 / warren-1: 1.75x (target >= 1.7x): met",
+        "load generator against warren-1: at most 40 % of a core",
+        "load generator against warren-2: at most 40 % of a core",
+        "load generator against rabbitmq: at most 40 % of a core",
+    ]
+
+
+def test_the_table_shows_a_latency_workloads_p99() -> None:
+    args = argparse.Namespace(workloads=workloads.select("W5"))
+    records = [
+        record("warren-1", "W5", 0.1, consumed=6000, consumed_per_s=1000.0, latency_p99_ms=0.5),
+        record("warren-2", "W5", 0.1, consumed=6000, consumed_per_s=1000.0, latency_p99_ms=0.4),
+        record("rabbitmq", "W5", 0.2, consumed=6000, consumed_per_s=1000.0, latency_p99_ms=0.8),
+    ]
+    table = scaling.table(records, args, ["warren-1", "warren-2", "rabbitmq"])
+    assert "| W5 latency p99 | 0.500 ms | 0.400 ms | 0.800 ms | 0.80x | 0.50x |" in table
