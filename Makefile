@@ -59,7 +59,8 @@ COMPILED_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/r
 # range). Redone when the package's sources change.
 BUILD_VENV := .venv-build
 BUILD_STAMP := $(BUILD_VENV)/.installed
-MYPYC_BUILD_DEPS := 'mypy==2.4.1' 'setuptools>=77,<81' 'msgspec>=0.19,<0.23'
+MYPYC_BUILD_DEPS := 'mypy==2.4.1' 'setuptools>=77,<81' 'msgspec>=0.19,<0.23' \
+	'auditwheel>=6.8,<7' 'patchelf>=0.17,<0.20'
 PACKAGE_SOURCES := setup.py pyproject.toml README.md $(shell find warren -type f -not -name '*.so' -not -path '*/__pycache__/*')
 WHEELS_STAMP := dist/.built
 # `make bench` runs the brokers it starts from .venv-bench: the compiled wheel installed alone.
@@ -151,12 +152,17 @@ $(BENCH_STAMP): $(WHEELS_STAMP)
 wheel: $(WHEELS_STAMP)
 
 # Each wheel from a clean build/ (setuptools' and mypyc's), so neither takes the other's files.
+# setuptools tags the compiled wheel with this machine's platform (linux_x86_64), which PyPI
+# refuses and pip elsewhere cannot judge; auditwheel checks which glibc symbols its
+# extensions use and retags it with the oldest manylinux those allow (it needs patchelf).
 $(WHEELS_STAMP): $(PACKAGE_SOURCES) $(BUILD_STAMP)
 	rm -rf build dist
 	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BUILD_VENV)/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	rm -rf build
-	WARREN_MYPYC=1 PIP_DISABLE_PIP_VERSION_CHECK=1 $(BUILD_VENV)/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	WARREN_MYPYC=1 PIP_DISABLE_PIP_VERSION_CHECK=1 $(BUILD_VENV)/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist/platform .
 	rm -rf build
+	PATH="$(abspath $(BUILD_VENV))/bin:$$PATH" auditwheel repair --wheel-dir dist dist/platform/*.whl
+	rm -rf dist/platform
 	@ls dist/*.whl
 	touch $@
 
