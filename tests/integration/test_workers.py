@@ -3,7 +3,8 @@ connections land on either worker, queues usable from every connection whichever
 declared them, connections handed to the worker of their queues (no message lost,
 reordered or left unconfirmed, and none crossing workers), and a worker killed with
 SIGKILL restarted with its durable queues. A node told no number runs one worker per core
-on a new data directory, and that number from then on.
+on a new data directory, and that number from then on. The workers' Unix sockets go with
+the node: removed when it stops, and those a killed node left at the next start.
 
 A connection's worker is told by the management API, which worker 0 serves for the whole
 node: its connection list names each connection's worker (`on_worker`)."""
@@ -616,6 +617,20 @@ def test_a_stopped_node_leaves_no_sockets_behind(node: WarrenServer) -> None:
     node.stop()
     assert node.process.returncode == 0
     assert not directory.exists()
+
+
+def test_a_start_refused_beside_a_live_node_leaves_its_sockets(
+    node: WarrenServer, port_factory: Callable[[], int]
+) -> None:
+    """Only a start that holds the data directory's lock clears the sockets."""
+    command = [sys.executable, "-m", "warren", "--data-dir", str(node.data_dir)]
+    command += ["--bind", "127.0.0.1", "--port", str(port_factory())]
+    command += ["--management-port", str(port_factory())]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert refused.returncode == 1
+    assert "is in use by another Warren node" in refused.stderr
+    assert sorted(path.name for path in _sockets(node).iterdir()) == ["0.link", "1.link", "1.sock"]
+    assert _worker_api(node, 1, "overview")["node"] == "warren@localhost"  # it answers
 
 
 def test_the_next_start_clears_the_sockets_a_killed_node_left(
