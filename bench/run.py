@@ -63,7 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=1,
         metavar="N",
-        help="worker processes of each Warren node this run starts (issue 19)",
+        help="worker processes of each Warren node this run starts (issue 19). Default 1, "
+        "passed as --workers 1 (a node told no number runs one per core): W5 and W7 drive "
+        "one queue, which one worker serves however many the node runs, so they are "
+        "measured at one; python -m bench.scaling compares 1 worker with several",
     )
     p.add_argument(
         "--idle-wait",

@@ -35,7 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.soak_durability import Tally, consume, drain, publish, report
+from bench.soak_durability import (
+    Tally,
+    add_publisher_arguments,
+    consume,
+    drain,
+    publish,
+    report,
+)
 from warren.testing.cluster import LocalCluster
 
 NODES = ["warren-a", "warren-b", "warren-c"]
@@ -178,9 +185,7 @@ def main() -> None:
     parser.add_argument("--min-interval", type=float, default=1.0, help="seconds between")
     parser.add_argument("--max-interval", type=float, default=4.0, help="seconds between")
     parser.add_argument("--queues", type=int, default=2, help="quorum queues (default 2)")
-    parser.add_argument("--window", type=int, default=100, help="unconfirmed publishes")
-    parser.add_argument("--size-min", type=int, default=0, help="payload bytes, default 0")
-    parser.add_argument("--size-max", type=int, default=512, help="payload bytes, default 512")
+    add_publisher_arguments(parser)
     parser.add_argument("--prefetch", type=int, default=200, help="of the consumer")
     parser.add_argument("--tick-ms", type=int, default=50, help="Raft tick of the nodes")
     parser.add_argument("--workers", type=int, default=1, help="worker processes per node")

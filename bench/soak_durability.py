@@ -173,6 +173,13 @@ def body_for(rng: random.Random, sequence: int, size_min: int, size_max: int) ->
 PERSISTENT = aiormq.spec.Basic.Properties(delivery_mode=2)
 
 
+def add_publisher_arguments(parser: argparse.ArgumentParser) -> None:
+    """The settings `publish` reads of its `args`."""
+    parser.add_argument("--window", type=int, default=100, help="unconfirmed publishes")
+    parser.add_argument("--size-min", type=int, default=0, help="payload bytes, default 0")
+    parser.add_argument("--size-max", type=int, default=512, help="payload bytes, default 512")
+
+
 async def publish(
     url: str,
     queues: list[str],
@@ -355,9 +362,7 @@ def main() -> None:
     parser.add_argument("--min-interval", type=float, default=0.5, help="seconds, default 0.5")
     parser.add_argument("--max-interval", type=float, default=3.0, help="seconds, default 3")
     parser.add_argument("--queues", type=int, default=2, help="durable queues (default 2)")
-    parser.add_argument("--window", type=int, default=100, help="unconfirmed publishes")
-    parser.add_argument("--size-min", type=int, default=0, help="payload bytes, default 0")
-    parser.add_argument("--size-max", type=int, default=512, help="payload bytes, default 512")
+    add_publisher_arguments(parser)
     parser.add_argument(
         "--consume", type=int, default=0, help="queues a consumer drains during the run"
     )

@@ -45,6 +45,8 @@ import pika.spec
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from tests.conftest import WarrenServer
+
 WAIT_S = 5.0
 # Recorded from a real RabbitMQ 3.10.8 (tests/golden/README.md says how); WARREN_GOLDEN_DIR
 # points the suite at another recording.
@@ -91,6 +93,29 @@ def golden_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: golden_value(item) for key, item in value.items()}
     return value
+
+
+@contextlib.contextmanager
+def connected(server: WarrenServer) -> Iterator[BlockingConnection]:
+    """A pika connection to a private node (`server_factory`'s), closed after, unless the
+    node went away under it."""
+    connection = BlockingConnection(pika.URLParameters(server.broker.url))
+    try:
+        yield connection
+    finally:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            connection.close()
+
+
+def _renamed(observed: Any, rename: Callable[[str], str]) -> Any:
+    """`observed` with `rename` applied to every string in it, through lists and dict values."""
+    if isinstance(observed, str):
+        return rename(observed)
+    if isinstance(observed, list):
+        return [_renamed(item, rename) for item in observed]
+    if isinstance(observed, dict):
+        return {key: _renamed(value, rename) for key, value in observed.items()}
+    return observed
 
 
 def reply_text(text: str) -> str:
@@ -362,13 +387,7 @@ class Amqp:
 
     def normalise(self, observed: Any, scenario: str) -> Any:
         """`observed` with this test's prefix renamed to the golden one, `g.<scenario>`."""
-        if isinstance(observed, str):
-            return observed.replace(f"{self.prefix}.", f"g.{scenario}.")
-        if isinstance(observed, list):
-            return [self.normalise(item, scenario) for item in observed]
-        if isinstance(observed, dict):
-            return {key: self.normalise(value, scenario) for key, value in observed.items()}
-        return observed
+        return _renamed(observed, lambda text: text.replace(f"{self.prefix}.", f"g.{scenario}."))
 
 
 @pytest.fixture
@@ -519,15 +538,13 @@ class Management:
     def normalise(self, observed: Any, scenario: str) -> Any:
         """`amqp.normalise`, and policy names and patterns renamed to the golden ones."""
         escaped, golden_escaped = re.escape(f"{self.prefix}."), re.escape(f"g.{scenario}.")
-        if isinstance(observed, str):
-            observed = observed.replace(escaped, golden_escaped)
-            observed = observed.replace(f"{self.prefix}-", f"g-{scenario}-")
-            return observed.replace(f"{self.prefix}.", f"g.{scenario}.")
-        if isinstance(observed, list):
-            return [self.normalise(item, scenario) for item in observed]
-        if isinstance(observed, dict):
-            return {key: self.normalise(value, scenario) for key, value in observed.items()}
-        return observed
+
+        def rename(text: str) -> str:
+            text = text.replace(escaped, golden_escaped)
+            text = text.replace(f"{self.prefix}-", f"g-{scenario}-")
+            return text.replace(f"{self.prefix}.", f"g.{scenario}.")
+
+        return _renamed(observed, rename)
 
     def close(self) -> None:
         for name, operator in self._policies:

@@ -19,7 +19,6 @@ import time
 import urllib.error
 import urllib.request
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +29,13 @@ import pytest
 from pamqp.commands import Basic
 from pika.adapters.blocking_connection import BlockingConnection
 
+from tests.integration.conftest import connected
+
 pytestmark = pytest.mark.warren_only
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 SEED_ENV = "WARREN_DURABILITY_SEED"
 PAGING = {"queue_resident_messages_max": 20}
-
-
-@contextlib.contextmanager
-def connected(server) -> Iterator[BlockingConnection]:
-    connection = BlockingConnection(pika.URLParameters(server.broker.url))
-    try:
-        yield connection
-    finally:
-        with contextlib.suppress(pika.exceptions.AMQPError):
-            connection.close()
 
 
 def bodies(connection: BlockingConnection, queue: str) -> list[str]:

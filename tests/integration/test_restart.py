@@ -7,30 +7,17 @@ are gone. These tests need a node of their own, so they only run against Warren.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import time
-from collections.abc import Iterator
 
 import pika
 import pika.exceptions
 import pytest
-from pika.adapters.blocking_connection import BlockingConnection
 
 from tests.conftest import STOP_GRACE_S
-from tests.integration.conftest import RawAmqp
+from tests.integration.conftest import RawAmqp, connected
 
 pytestmark = pytest.mark.warren_only
-
-
-@contextlib.contextmanager
-def connected(server) -> Iterator[BlockingConnection]:
-    connection = BlockingConnection(pika.URLParameters(server.broker.url))
-    try:
-        yield connection
-    finally:
-        with contextlib.suppress(pika.exceptions.AMQPError):
-            connection.close()
 
 
 def publish(channel, queue: str, body: str, delivery_mode: int) -> None:

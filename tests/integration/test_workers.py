@@ -3,7 +3,8 @@ connections land on either worker, queues usable from every connection whichever
 declared them, connections handed to the worker of their queues (no message lost,
 reordered or left unconfirmed, and none crossing workers), and a worker killed with
 SIGKILL restarted with its durable queues. A node told no number runs one worker per core
-on a new data directory, and that number from then on.
+on a new data directory, and that number from then on. The workers' Unix sockets go with
+the node: removed when it stops, and those a killed node left at the next start.
 
 A connection's worker is told by the management API, which worker 0 serves for the whole
 node: its connection list names each connection's worker (`on_worker`)."""
@@ -592,20 +593,65 @@ def test_aio_pika_clients_keep_confirms_order_and_qos_wherever_they_land(
 
 def test_sigkill_of_the_node_kills_every_worker(node: WarrenServer) -> None:
     """kill -9 of the supervisor leaves no worker holding its directory (or writing on)."""
+    _kill(node)
+
+
+def _kill(node: WarrenServer) -> None:
+    """kill -9 of the supervisor, and wait until every worker died with it."""
     workers = [
         int((Path(node.data_dir) / "workers" / str(index) / "node.lock").read_text())
         for index in range(2)
     ]
     node.kill()
+    _until(lambda: all(_exited(pid) for pid in workers))
 
-    def gone(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
 
-    _until(lambda: all(gone(pid) for pid in workers))
+def _sockets(server: WarrenServer) -> Path:
+    """The directory of the node's Unix sockets: its workers' management and link ones."""
+    return Path(management_address(server.data_dir / "workers", 0)).parent
+
+
+def test_a_stopped_node_leaves_no_sockets_behind(node: WarrenServer) -> None:
+    directory = _sockets(node)
+    assert sorted(path.name for path in directory.iterdir()) == ["0.link", "1.link", "1.sock"]
+    node.stop()
+    assert node.process.returncode == 0
+    assert not directory.exists()
+
+
+def test_a_start_refused_beside_a_live_node_leaves_its_sockets(
+    node: WarrenServer, port_factory: Callable[[], int]
+) -> None:
+    """Only a start that holds the data directory's lock clears the sockets."""
+    command = [sys.executable, "-m", "warren", "--data-dir", str(node.data_dir)]
+    command += ["--bind", "127.0.0.1", "--port", str(port_factory())]
+    command += ["--management-port", str(port_factory())]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert refused.returncode == 1
+    assert "is in use by another Warren node" in refused.stderr
+    assert sorted(path.name for path in _sockets(node).iterdir()) == ["0.link", "1.link", "1.sock"]
+    assert _worker_api(node, 1, "overview")["node"] == "warren@localhost"  # it answers
+
+
+def test_the_next_start_clears_the_sockets_a_killed_node_left(
+    node: WarrenServer, port_factory: Callable[[], int]
+) -> None:
+    """Even a start that fails (here its AMQP port is taken) clears them: they were a dead
+    node's, as its data directory's lock proves."""
+    _kill(node)
+    assert sorted(path.name for path in _sockets(node).iterdir()) == ["0.link", "1.link", "1.sock"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port_factory()))
+        taken.listen()
+        command = [sys.executable, "-m", "warren", "--data-dir", str(node.data_dir)]
+        command += ["--bind", "127.0.0.1", "--port", str(taken.getsockname()[1])]
+        command += ["--management-port", str(port_factory())]
+        refused = subprocess.run(
+            command, capture_output=True, text=True, timeout=WAIT_S, check=False
+        )
+    assert refused.returncode == 1, refused.stderr
+    assert "is in use" in refused.stderr
+    assert not _sockets(node).exists()
 
 
 def test_a_new_node_runs_one_worker_per_core_and_keeps_that_number(

@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.unit.runtime.cluster_fixtures import QuietLinks, cluster_node
 from warren.amqp.table import Typed
 from warren.model import QueueRecord
-from warren.runtime.broker import Broker
 from warren.runtime.cluster.calls import GroupStatus, Request
 from warren.runtime.cluster.node import ClusterNode, group_prefix
-from warren.runtime.cluster.peers import PeerMessage
 from warren.runtime.cluster.quorum import QuorumHost
-from warren.runtime.config import Config
 
 NODES = ["n1", "n2", "n3", "n4"]
 VHOST = "/"
@@ -26,34 +24,14 @@ QUEUE = "q"
 GROUP = group_prefix(VHOST, QUEUE) + "0000beef"
 
 
-class _Links:
-    """Every peer connected; a `GroupStatus` is answered by `answer`, after `meanwhile`
-    ran (what this node applies while the question is on its way)."""
+class _Links(QuietLinks):
+    """A `GroupStatus` is answered by `answer`, after `meanwhile` ran (what this node
+    applies while the question is on its way)."""
 
     def __init__(self, answer: list[str]) -> None:
+        super().__init__(NODES[:-1])  # n4's peers
         self.answer = answer
         self.meanwhile = lambda: None
-
-    nodes = NODES
-    listen_address = ("127.0.0.1", 0)
-
-    def address(self, node: str) -> tuple[str, int] | None:
-        return None
-
-    def set_address(self, node: str, host: str, port: int) -> None: ...
-
-    def forget(self, node: str) -> None: ...
-
-    def on_message(self, handler: object) -> None: ...
-
-    def on_link(self, handler: object) -> None: ...
-
-    def serve(self, handler: object) -> None: ...
-
-    def connected(self, node: str) -> bool:
-        return True
-
-    def send(self, node: str, message: PeerMessage) -> None: ...
 
     async def call(self, node: str, request: Request, timeout: float = 5.0) -> object:
         assert isinstance(request, GroupStatus)
@@ -61,25 +39,14 @@ class _Links:
         await asyncio.sleep(0)
         return {"group": GROUP, "members": self.answer}
 
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
 
 async def _node(tmp_path: Path, links: _Links) -> tuple[ClusterNode, QuorumHost]:
     """n4 with `q` recovered without a replica: only the name's prefix known."""
-    config = Config(
-        node_name="n4",
-        data_dir=tmp_path,
-        cluster_nodes=[f"{name}=127.0.0.1:{port}" for port, name in enumerate(NODES, 1)],
-        cluster_cookie="test",
-    )
-    broker = Broker(config)
-    cluster = ClusterNode(broker, config, links=links)
+    cluster = cluster_node(tmp_path, "n4", NODES, links)
     await cluster.open()
     record = QueueRecord(QUEUE, VHOST, True, None, False, {"x-queue-type": Typed("S", "quorum")})
     host = QuorumHost(cluster, record, group_prefix(VHOST, QUEUE), [])
-    broker.queues[VHOST, QUEUE] = host
+    cluster.broker.queues[VHOST, QUEUE] = host
     cluster.queues[host.group_id] = host
     return cluster, host
 

@@ -9,46 +9,24 @@ import asyncio
 import itertools
 from pathlib import Path
 
+from tests.unit.runtime.cluster_fixtures import cluster_node
 from warren.amqp.table import encode_table
 from warren.cluster.metadata import ClassicQueue, Operation, QueueDeclare, QueueDelete
-from warren.runtime.broker import Broker
 from warren.runtime.cluster.calls import Definitions
 from warren.runtime.cluster.metadata import logged
-from warren.runtime.cluster.node import ClusterNode
 from warren.runtime.cluster.raft_host import EntryMeta
-from warren.runtime.config import Config
 from warren.runtime.recovery import recover
 from warren.storage.definitions import QueueDefinition
 
 NODES = ["a", "b", "c"]
 
 
-class _Links:
-    """Every peer connected; nothing is sent."""
-
-    def connected(self, node: str) -> bool:
-        return True
-
-    def send(self, node: str, message: object) -> None: ...
-
-    def on_message(self, handler: object) -> None: ...
-
-    def on_link(self, handler: object) -> None: ...
-
-
 class _Node:
     """Node c of a, b, c, applying metadata entries as the log brings them."""
 
     def __init__(self, tmp_path: Path) -> None:
-        config = Config(
-            node_name="c",
-            data_dir=tmp_path,
-            cluster_nodes=[f"{node}=127.0.0.1:{port}" for port, node in enumerate(NODES, 1)],
-            cluster_cookie="test",
-        )
-        broker = Broker(config)
-        self.cluster = ClusterNode(broker, config, links=_Links())  # type: ignore[arg-type]
-        self.durability = recover(broker, tmp_path).durability
+        self.cluster = cluster_node(tmp_path, "c", NODES)
+        self.durability = recover(self.cluster.broker, tmp_path).durability
         self.cluster.attach(self.durability)
         self._index = itertools.count(1)
         self._number = itertools.count(1)

@@ -9,37 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from warren.runtime.broker import Broker
+from tests.unit.runtime.cluster_fixtures import QuietLinks, cluster_node
 from warren.runtime.cluster.node import ClusterNode
-from warren.runtime.config import Config
 
 NODES = ["a", "b", "c"]
 MEMBERS = [member for node in NODES for member in (node, f"{node}-w1")]
 
 
-class _Links:
-    """Peers of which `down` are not connected; nothing is sent."""
-
-    def __init__(self, down: set[str]) -> None:
-        self.down = down
-
-    def connected(self, node: str) -> bool:
-        return node not in self.down
-
-    def on_message(self, handler: object) -> None: ...
-
-    def on_link(self, handler: object) -> None: ...
-
-
 def _worker(tmp_path: Path, name: str, down: frozenset[str] = frozenset()) -> ClusterNode:
-    config = Config(
-        node_name=name,
-        data_dir=tmp_path,
-        cluster_nodes=[f"{m}=127.0.0.1:{port}" for port, m in enumerate(MEMBERS, 1)],
-        cluster_cookie="test",
-    )
+    others = [member for member in MEMBERS if member != name]
     nodes_of = {member: member.removesuffix("-w1") for member in MEMBERS}
-    return ClusterNode(Broker(config), config, links=_Links(set(down)), nodes_of=nodes_of)  # type: ignore[arg-type]
+    return cluster_node(tmp_path, name, MEMBERS, QuietLinks(others, down), nodes_of)
 
 
 def _hosting(cluster: ClusterNode, *member_lists: list[str]) -> None:

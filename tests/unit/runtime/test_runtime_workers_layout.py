@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ from warren.runtime.workers.layout import (
     link_addresses,
     load_or_create,
     made_for,
+    make_sockets_directory,
     management_address,
     nodes_of_members,
+    remove_sockets,
     settle_workers,
     worker_config,
     worker_index,
@@ -155,6 +158,38 @@ def test_the_workers_link_over_unix_sockets_beside_their_management_ones(tmp_pat
         for index, path in enumerate(links.values()):
             assert path == management_address(deep / "workers", index).replace(".sock", ".link")
             assert len(path.encode()) < 107
+
+
+def _stale_socket(path: Path) -> None:
+    """A socket file no process listens on, as a node killed with SIGKILL leaves it."""
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen()
+
+
+def test_removing_a_nodes_sockets_takes_their_directory_too(tmp_path: Path) -> None:
+    workers_dir = tmp_path / "workers"
+    directory = Path(management_address(workers_dir, 1)).parent
+    make_sockets_directory(str(directory / "1.sock"))
+    for name in ("1.sock", "0.link", "1.link"):
+        _stale_socket(directory / name)
+    remove_sockets(workers_dir)
+    assert not directory.exists()
+    remove_sockets(workers_dir)  # none left: nothing to do
+
+
+def test_removing_a_nodes_sockets_leaves_what_is_not_one(tmp_path: Path) -> None:
+    workers_dir = tmp_path / "workers"
+    directory = Path(management_address(workers_dir, 1)).parent
+    make_sockets_directory(str(directory / "1.sock"))
+    _stale_socket(directory / "1.sock")
+    (directory / "notes").write_text("not the node's")
+    try:
+        remove_sockets(workers_dir)
+        assert [path.name for path in directory.iterdir()] == ["notes"]
+    finally:
+        (directory / "notes").unlink()
+        directory.rmdir()
 
 
 def test_worker_index_and_name() -> None:

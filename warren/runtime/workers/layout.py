@@ -42,12 +42,19 @@ Theory of operation:
 7. The workers of a node link to each other over Unix sockets, not their cluster ports
    (`link_addresses`: one a worker, beside its management socket; the peer links' rule
    7), with the same framing and batching; other nodes of a cluster over TCP (point 6).
-It reads the data directory and writes ``workers.json``, makes socket pairs and the
-sockets' directory; it starts nothing.
+8. The sockets' directory lives as long as the node: the supervisor removes it with its
+   sockets (`remove_sockets`) when the node stops, and at its start, where a node killed
+   with SIGKILL left it. It does so holding the data directory's lock, which proves no
+   process of that node is alive (its workers die with it:
+   `warren.runtime.workers.supervisor` point 5), so the sockets it removes are never a
+   live node's.
+It reads the data directory and writes ``workers.json``, makes socket pairs, makes and
+removes the sockets' directory; it starts nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -142,6 +149,21 @@ def make_sockets_directory(address: str) -> None:
         status = path.lstat()
         if status.st_uid != os.getuid() or stat.S_IMODE(status.st_mode) & 0o077:
             raise ConfigError(f"{path} must be a directory only its owner, this user, can use")
+
+
+def remove_sockets(workers_dir: Path) -> None:
+    """Remove the sockets of the node whose workers' directories are in `workers_dir`
+    (its `management_address` and `link_addresses` sockets), then their directory, when
+    nothing else is in it (module doc, 8). Only its supervisor calls it, holding the data
+    directory's lock: no socket there is then a live one. A directory it cannot list or
+    change is left as it is: a worker's start says what is wrong with it
+    (`make_sockets_directory`)."""
+    directory = _sockets_directory(workers_dir)
+    with contextlib.suppress(OSError):
+        for entry in list(directory.iterdir()):
+            if stat.S_ISSOCK(entry.lstat().st_mode):
+                entry.unlink()
+        directory.rmdir()
 
 
 def _sockets_directory(workers_dir: Path) -> Path:

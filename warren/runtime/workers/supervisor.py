@@ -29,6 +29,9 @@ Theory of operation:
    imports is CPU time before its workers even start (0.15-0.2 s for these, 0.75 s
    for a whole node's, on the shared 2-core machine), and a node of 2 workers runs three
    processes.
+7. The workers' Unix sockets (`warren.runtime.workers.layout` point 8) go with the node:
+   the supervisor removes them once its workers stopped, and at its start those a node
+   of the same data directory killed with SIGKILL left, under the data directory's lock.
 It never touches a worker's data: recovery is each worker's own start-up.
 """
 
@@ -50,9 +53,11 @@ from warren.runtime.workers.board import BOARD_VARIABLE, Board
 from warren.runtime.workers.layout import (
     INBOXES_VARIABLE,
     WORKER_INDEX_VARIABLE,
+    WORKERS_DIR,
     inboxes_setting,
     load_or_create,
     make_inboxes,
+    remove_sockets,
 )
 
 SUPERVISOR_VARIABLE = "WARREN_SUPERVISOR_PID"  # set by the supervisor for each worker
@@ -71,6 +76,8 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
     directory's lock and a check that the ports are free here, the workers' own starts in
     them."""
     lock = lock_data_dir(config.data_dir)
+    workers_dir = config.data_dir / WORKERS_DIR
+    remove_sockets(workers_dir)  # a killed node's: point 7
     try:
         try:
             load_or_create(config)
@@ -84,6 +91,7 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
         )
         return await Supervisor(config.workers, argv, os.environ).run()
     finally:
+        remove_sockets(workers_dir)
         os.close(lock)
 
 
