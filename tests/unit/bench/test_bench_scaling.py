@@ -81,3 +81,16 @@ def test_load_generator_trees_take_turns(
         ("rabbitmq", 2, "."),
         ("rabbitmq", 2, "/tmp/before"),
     ]
+
+
+def test_a_run_line_shows_its_slowest_and_fastest_second_and_deepest_queue() -> None:
+    timeline = {
+        "s": [-1.0, 1.0, 2.0, 3.0],
+        "consumed_per_s": [5_000, 90_000, 102_000, 79_000],
+        "depth": [40_000, 0, 12, 3],
+    }
+    done = record("warren-1", "W1", 1.0, rep=1, consumed=100_000, consumed_per_s=90_000.0)
+    assert "per second 79,000-102,000, depth up to 12" in scaling.line(
+        dict(done, timeline=timeline)
+    )
+    assert "per second" not in scaling.line(done)
