@@ -131,12 +131,16 @@ def start_warren(
     broker = Broker(name, url, process.pid, process=process, workdir=workdir)
     broker.build = build_of(command[0], env, cwd)
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        if _port_open(port) and reachable(url) is None:
-            return broker, ""
-        time.sleep(0.2)
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            if _port_open(port) and reachable(url) is None:
+                return broker, ""
+            time.sleep(0.2)
+    except BaseException:  # a SIGTERM (bench.run, bench.scaling: SystemExit) while it starts
+        broker.stop()  # is not in the caller's list of brokers to stop yet
+        raise
     tail = log.read_text(errors="replace")[-1500:]
     broker.stop()
     return None, f"`{' '.join(command)}` did not come up (exit {process.poll()}):\n{tail}"

@@ -3,7 +3,9 @@
 Owns one run: it declares the queues, starts one spawned OS process per consumer and then per
 producer (see `bench.workers`), lets them warm up, measures a window (counter deltas, latency
 histograms, CPU time of the worker processes and of the broker's process tree, broker RSS),
-stops everything, deletes the queues and prints ONE JSON line with every option plus results.
+follows the run second by second (`Timeline`: rates, the queues' depth, the backlog, the
+broker's CPU), stops everything, deletes the queues and prints ONE JSON line with every
+option plus results.
 With `--count` the run instead lasts until that many messages are published (and confirmed).
 """
 
@@ -11,15 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import multiprocessing as mp
 import os
 import queue as queue_module
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import stats
 from bench.wire import AmqpError, Connection, connect
@@ -46,6 +52,9 @@ READY_TIMEOUT_S = 30.0
 POLL_S = 0.05
 CHECK_S = 0.25  # how often a warm-up or measured window looks for a failed worker: rarely,
 # as the coordinator's own CPU is the load generator's too (its wake-ups are not free)
+TIMELINE_S = 1.0  # the run second by second (`Timeline`), taken on those wake-ups
+PROBE_TIMEOUT_S = 5.0
+T = TypeVar("T")
 
 
 class RunFailed(Exception):
@@ -317,30 +326,108 @@ def latency_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     return histogram.summary_ms()
 
 
+class DepthProbe:
+    """The queues' ready messages, asked as any client would (a passive queue.declare's
+    message-count, live on both brokers) on a connection of the coordinator's own, served by
+    an event loop on a thread of its own: one round trip a queue a `TIMELINE_S`."""
+
+    def __init__(self, url: str, names: list[str]) -> None:
+        self.names = names
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.conn: Connection = self._call(connect(url, Connection))
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(PROBE_TIMEOUT_S)
+
+    def depth(self) -> int:
+        return sum(self._call(self.conn.queue_depth(name)) for name in self.names)
+
+    def close(self) -> None:
+        with contextlib.suppress(AmqpError, OSError, TimeoutError):
+            self._call(self.conn.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+class Timeline:
+    """The run second by second, warm-up included: what was published and consumed, the
+    queues' depth (`DepthProbe`), the backlog (published and not yet consumed: the depth
+    plus what is in flight in sockets and buffers) and the broker's CPU, so a run's rate can
+    be seen to hold, climb or sag, and why."""
+
+    def __init__(self, fleet: Fleet, broker_pid: int, probe: DepthProbe) -> None:
+        self.fleet, self.broker_pid, self.probe = fleet, broker_pid, probe
+        self.samples: list[tuple[float, int, int, float, int]] = []
+        self.measured_from = 0.0  # when the measured window began, on the same clock
+        self.due = 0.0
+
+    def sample(self, closing: bool = False) -> None:
+        now = time.monotonic()
+        if now < self.due and not closing:
+            return
+        self.due = now + TIMELINE_S
+        broker_cpu = stats.tree_cpu_seconds(self.broker_pid) if self.broker_pid else 0.0
+        published, consumed = self.fleet.total(PUBLISHED), self.fleet.total(CONSUMED)
+        self.samples.append((now, published, consumed, broker_cpu, self.probe.depth()))
+
+    def results(self) -> dict[str, list[float]]:
+        """Per interval: its end (seconds from the window's start; negative in the warm-up),
+        the rates, the depth and backlog at its end and the broker's share of a core."""
+        out: dict[str, list[float]] = {
+            key: []
+            for key in (
+                "s",
+                "published_per_s",
+                "consumed_per_s",
+                "depth",
+                "backlog",
+                "broker_cpu_pct",
+            )
+        }
+        for (t0, p0, c0, b0, _), (t1, p1, c1, b1, depth) in itertools.pairwise(self.samples):
+            out["s"].append(round(t1 - self.measured_from, 2))
+            out["published_per_s"].append(round((p1 - p0) / (t1 - t0)))
+            out["consumed_per_s"].append(round((c1 - c0) / (t1 - t0)))
+            out["depth"].append(depth)
+            out["backlog"].append(p1 - c1)
+            out["broker_cpu_pct"].append(round(100 * (b1 - b0) / (t1 - t0), 1))
+        return out
+
+
 # ---------------------------------------------------------------------------- one run
 
 
-def measure_duration(fleet: Fleet, args: argparse.Namespace) -> tuple[Snapshot, Snapshot]:
+def measure_duration(
+    fleet: Fleet, args: argparse.Namespace, timeline: Timeline
+) -> tuple[Snapshot, Snapshot]:
     fleet.phase.value = RUN
-    _sleep_checking(fleet, args.warmup)
+    _sleep_checking(fleet, args.warmup, timeline)
     first = Snapshot.take(fleet, args.broker_pid, args.peer_pid)
+    timeline.measured_from = first.at
     fleet.phase.value = MEASURE
-    _sleep_checking(fleet, args.duration)
+    _sleep_checking(fleet, args.duration, timeline)
     return first, Snapshot.take(fleet, args.broker_pid, args.peer_pid)
 
 
-def measure_count(fleet: Fleet, args: argparse.Namespace) -> tuple[Snapshot, Snapshot]:
+def measure_count(
+    fleet: Fleet, args: argparse.Namespace, timeline: Timeline
+) -> tuple[Snapshot, Snapshot]:
     first = Snapshot.take(fleet, args.broker_pid, args.peer_pid)
+    timeline.measured_from = first.at
     fleet.phase.value = MEASURE
     if not fleet.wait_status(fleet.role("producer"), DONE, args.timeout):
         raise RunFailed(f"--count not reached within {args.timeout} s")
     return first, Snapshot.take(fleet, args.broker_pid, args.peer_pid)
 
 
-def _sleep_checking(fleet: Fleet, seconds: float) -> None:
+def _sleep_checking(fleet: Fleet, seconds: float, timeline: Timeline) -> None:
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         fleet.check()
+        timeline.sample()
         time.sleep(min(CHECK_S, left))
 
 
@@ -371,7 +458,13 @@ def drive(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
             if not fleet.wait_status(started, READY, READY_TIMEOUT_S):
                 raise RunFailed(f"{role}s not ready within {READY_TIMEOUT_S} s")
         memory_before = broker_memory(args)
-        first, last = (measure_count if args.count else measure_duration)(fleet, args)
+        probe = DepthProbe(args.url, names)
+        try:
+            timeline = Timeline(fleet, args.broker_pid, probe)
+            first, last = (measure_count if args.count else measure_duration)(fleet, args, timeline)
+            timeline.sample(closing=True)
+        finally:
+            probe.close()
         memory_after = broker_memory(args)
     except BaseException:
         fleet.stop()
@@ -381,6 +474,7 @@ def drive(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     results = fleet.stop()
     # warm-up and ramp-down included
     out["published_total"], out["consumed_total"] = fleet.total(PUBLISHED), fleet.total(CONSUMED)
+    out["timeline"] = timeline.results()
     out.update(latency_results(results))
     out.update(memory_results(memory_before, memory_after, args.count))
     return out

@@ -10,7 +10,9 @@ of both to the first Warren's and to RabbitMQ's, the load average after the runs
 a node of several workers the crossings of messages between workers per published message
 (a message crosses at most twice: to its queue and to its consumer): each worker logs its
 count when sent SIGUSR1 (`warren.runtime.workers.worker`), before and
-after every run. Records go to bench/results/<timestamp>-scaling.jsonl.
+after every run, and the run second by second (the slowest and fastest second of the
+measured window and the queues' greatest depth, from the load generator's `timeline`).
+Records go to bench/results/<timestamp>-scaling.jsonl.
 
 Each run also reports the load generator's CPU per message. With ``--loadgen-trees A,B``
 every run happens once with the load generator of each source tree (a checkout, or a
@@ -182,7 +184,25 @@ def line(record: dict[str, Any]) -> str:
     share = crossings(record)
     if share is not None:
         parts.append(f"crossings {share:.3f} per message")
+    within = within_run(record)
+    if within:
+        parts.append(within)
     return f"{head} " + ", ".join(parts)
+
+
+def within_run(record: dict[str, Any]) -> str:
+    """The measured window second by second (the load generator's `timeline`): the slowest
+    and fastest second and the deepest the queues were; "" without one."""
+    timeline = record.get("timeline")
+    if not timeline:
+        return ""
+    key = "consumed_per_s" if record.get("consumed") else "published_per_s"
+    window = [i for i, s in enumerate(timeline["s"]) if s > 0]
+    if not window:
+        return ""
+    rates = [timeline[key][i] for i in window]
+    depth = max(timeline["depth"][i] for i in window)
+    return f"per second {min(rates):,}-{max(rates):,}, depth up to {depth:,}"
 
 
 def rate(record: dict[str, Any]) -> float | None:

@@ -367,6 +367,13 @@ class Connection(asyncio.Protocol):
         args += bits(False, durable, False, False, False) + table(arguments)
         await self.rpc(QUEUE_DECLARE, args, QUEUE_DECLARE_OK)
 
+    async def queue_depth(self, name: str) -> int:
+        """The queue's ready messages, from a passive queue.declare's message-count."""
+        args = struct.pack("!H", 0) + shortstr(name) + bits(True, False, False, False, False)
+        reply = await self.rpc(QUEUE_DECLARE, args + table({}), QUEUE_DECLARE_OK)
+        count: int = struct.unpack_from("!I", reply, 1 + reply[0])[0]
+        return count
+
     async def delete_queue(self, name: str) -> None:
         args = struct.pack("!H", 0) + shortstr(name) + bits(False, False, False)
         await self.rpc(QUEUE_DELETE, args, QUEUE_DELETE_OK)

@@ -41,3 +41,21 @@ def test_confirms_and_manual_acks_keep_flowing(broker: Any, prefetch: str) -> No
     assert record["confirmed"] > 100 and record["nacked"] == 0
     assert record["consumed"] > 100
     assert record["consumed_total"] <= record["published_total"]
+
+
+def test_the_timeline_shows_each_second_with_the_queues_depth(broker: Any) -> None:
+    # 2,000 a second into a queue nobody consumes: its depth grows second by second
+    record = run(broker, "--consumers", "0", "--rate", "2000")
+    timeline = record["timeline"]
+    # seconds from the measured window's start (the run's 0.5 s of warm-up before it)
+    assert len(timeline["s"]) >= 2 and timeline["s"] == sorted(timeline["s"])
+    assert timeline["s"][0] > -0.5 and timeline["s"][-1] >= 1.4
+    assert all(len(values) == len(timeline["s"]) for values in timeline.values())
+    assert timeline["consumed_per_s"] == [0] * len(timeline["s"])
+    assert timeline["depth"] == sorted(timeline["depth"]) and timeline["depth"][-1] > 1000
+    # nothing in flight to a consumer: every message published is in the queue (or on its
+    # way, or published since the counters were read: a quarter of a second at most)
+    assert all(
+        abs(backlog - depth) <= 500
+        for backlog, depth in zip(timeline["backlog"], timeline["depth"], strict=True)
+    )

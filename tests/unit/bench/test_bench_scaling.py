@@ -121,3 +121,16 @@ def test_the_table_shows_a_latency_workloads_p99() -> None:
     ]
     table = scaling.table(records, args, ["warren-1", "warren-2", "rabbitmq"])
     assert "| W5 latency p99 | 0.500 ms | 0.400 ms | 0.800 ms | 0.80x | 0.50x |" in table
+
+
+def test_a_run_line_shows_its_slowest_and_fastest_second_and_deepest_queue() -> None:
+    timeline = {
+        "s": [-1.0, 1.0, 2.0, 3.0],
+        "consumed_per_s": [5_000, 90_000, 102_000, 79_000],
+        "depth": [40_000, 0, 12, 3],
+    }
+    done = record("warren-1", "W1", 1.0, rep=1, consumed=100_000, consumed_per_s=90_000.0)
+    assert "per second 79,000-102,000, depth up to 12" in scaling.line(
+        dict(done, timeline=timeline)
+    )
+    assert "per second" not in scaling.line(done)
