@@ -47,8 +47,8 @@ Theory of operation:
 5. The ledger knows where each live message's record lies (segment, offset), so `read`
    brings a message back from the log with one positioned read: the broker keeps only a
    small index of a long queue in memory and reads bodies as they are delivered. A run is
-   read and decoded whole; the last one read is kept, so reading a queue in order reads
-   each run once.
+   read and decoded whole; for each queue, the messages not read yet of the last one read
+   are kept, so reading queues in order (each message once) reads each run once.
 
 The journal assumes it is the only user of its log. When Raft groups share the log, the
 per-segment live counts of every user must be added up before a segment is retired.
@@ -128,7 +128,8 @@ class QueueJournal:
         # segment id -> sequence number -> record: the live records of each segment
         self._by_segment: dict[int, dict[int, _Record]] = {}
         self._run: _Record | None = None  # the record of the latest span started
-        self._read: tuple[_Record, dict[int, Enqueued]] | None = None  # the last one read
+        # per queue, the record `read` read last and its messages not read yet
+        self._read: dict[str, tuple[_Record, dict[int, Enqueued]]] = {}
         # segments whose live records were copied: retire once this sequence is durable
         self._compacted: dict[int, int] = {}
         self._compacting: int | None = None  # planned, copies not yet appended
@@ -239,14 +240,14 @@ class QueueJournal:
         """A live message as its record holds it, body included, read back from the log
         (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged)."""
         record = self._queues[queue_key][msg_id]
-        last = self._read
-        if last is not None and last[0] is record:
-            messages = last[1]
-        else:
+        cached = self._read.get(queue_key)
+        if cached is None or cached[0] is not record or msg_id not in cached[1]:
             payload = self.log.read_record(record.segment_id, record.offset, record.sequence)
             messages = {message.msg_id: message for message in decode_messages(payload)}
-            self._read = (record, messages)
-        message = messages.get(msg_id)
+            cached = self._read[queue_key] = (record, messages)
+        message = cached[1].pop(msg_id, None)
+        if not cached[1]:
+            del self._read[queue_key]
         if message is None:
             raise RecordFormatError(f"log record {record.sequence} does not hold message {msg_id}")
         return message
@@ -371,6 +372,7 @@ class QueueJournal:
 
     def delete_queue(self, queue_key: str) -> int | None:
         """Log that the queue is gone with all its messages."""
+        self._read.pop(queue_key, None)
         queue = self._queues.pop(queue_key, None)
         if not queue:
             return None

@@ -344,3 +344,18 @@ def test_a_run_of_publishes_is_one_record_settled_message_by_message(tmp_path: P
         message("q", msg_id) for msg_id in (1, 3, 5)
     ]
     log.close()
+
+
+def test_runs_of_two_queues_read_back_in_any_order_and_more_than_once(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    journal = QueueJournal(log)
+    for key in ("a", "b"):
+        for msg_id in (1, 2, 3):
+            journal.enqueue(message(key, msg_id, b"%s%d" % (key.encode(), msg_id)))
+    log.flush_and_sync()
+    for msg_id in (1, 2, 2, 3, 1):
+        for key in ("a", "b"):
+            assert journal.read(key, msg_id) == message(
+                key, msg_id, b"%s%d" % (key.encode(), msg_id)
+            )
+    log.close()
