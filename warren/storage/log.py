@@ -502,6 +502,8 @@ class Log:
         # and where its header starts in the tail
         self.span_sequence = 0
         self._span_start = 0
+        # the span's bytes may grow to this length of the tail (its own bound, the segment's)
+        self._span_end = 0
         self._pending: list[_Chunk] = []
         # The bytes of the last pending chunk while it belongs to the active segment and the
         # log takes appends: `append` adds to it with no other check while a record fits.
@@ -614,9 +616,14 @@ class Log:
             active = self._segments[-1]
             offset = active.size_bytes
         sequence = self.next_sequence
-        self._span_start = len(data)
+        start = self._span_start = len(data)
         data += _SPAN_PLACEHOLDER  # written by `_close_span`
         data += payload
+        self._span_end = (
+            start
+            + SPAN_HEADER_BYTES
+            + min(SPAN_PAYLOAD_MAX_BYTES, self._segment_max_bytes - offset - SPAN_HEADER_BYTES)
+        )
         active.size_bytes = offset + SPAN_HEADER_BYTES + length
         active.last_sequence = sequence
         self.last_record_offset = offset
@@ -629,16 +636,11 @@ class Log:
         number, or 0 if there is no open span or it has no room for `payload`."""
         data = self._tail
         length = len(payload)
-        active = self._segments[-1]
-        if (
-            not self.span_sequence
-            or data is None
-            or len(data) + length - self._span_start > SPAN_HEADER_BYTES + SPAN_PAYLOAD_MAX_BYTES
-            or active.size_bytes + length > self._segment_max_bytes
-        ):
+        if not self.span_sequence or data is None or len(data) + length > self._span_end:
             return 0
         data += payload
         sequence = self.next_sequence
+        active = self._segments[-1]
         active.size_bytes += length
         active.last_sequence = sequence
         self.next_sequence = sequence + 1
