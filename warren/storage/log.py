@@ -648,16 +648,16 @@ class Log:
 
     def _close_span(self) -> None:
         """Write the open span's header and CRC; it takes no more items."""
-        data = self._tail
-        assert data is not None  # the tail is the span's until it is closed
-        start = self._span_start
-        length = len(data) - start - SPAN_HEADER_BYTES
-        count = self.next_sequence - self.span_sequence
-        _SPAN_HEADER.pack_into(data, start, 0, length | _SPAN, self.span_sequence, count)
-        view = memoryview(data)
-        crc = zlib.crc32(view[start + 4 :])
-        view.release()  # the tail grows again: no view may hold it
-        _CRC.pack_into(data, start, crc)
+        data = self._tail  # the span's until it is closed, unless the log failed meanwhile
+        if data is not None:
+            start = self._span_start
+            length = len(data) - start - SPAN_HEADER_BYTES
+            count = self.next_sequence - self.span_sequence
+            _SPAN_HEADER.pack_into(data, start, 0, length | _SPAN, self.span_sequence, count)
+            view = memoryview(data)
+            crc = zlib.crc32(view[start + 4 :])
+            view.release()  # the tail grows again: no view may hold it
+            _CRC.pack_into(data, start, crc)
         self.span_sequence = 0
 
     def _open_tail(self, length: int, header_bytes: int) -> bytearray:

@@ -658,3 +658,27 @@ def test_a_format_1_segment_is_read_and_a_span_goes_to_a_new_segment(tmp_path: P
     log, report = Log.open(tmp_path)
     assert [d.kind for d in report.damage] == [DamageKind.BAD_LENGTH]
     log.close()
+
+
+def test_a_span_open_when_a_sync_fails_refuses_more_like_any_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append(b"a")
+    batch = log.seal()
+    assert batch is not None
+    log.append_span(b"run")
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log_module, "_datasync", failing_sync)
+    with pytest.raises(LogFailed):
+        log.sync_batch(batch)
+    monkeypatch.undo()
+    assert log.extend_span(b"more") == 0
+    with pytest.raises(LogFailed):
+        log.append_span(b"next")
+    with pytest.raises(LogFailed):
+        log.append(b"plain")
+    log.close()
