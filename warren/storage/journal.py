@@ -3,11 +3,19 @@
 Theory of operation:
 1. `QueueJournal` is the only writer of classic queue records (`messages.py`) to the node's
    `Log`. Each method appends one record and updates an in-memory ledger of the live
-   persistent messages: queue key → msg_id → (sequence number, segment, delivered).
-   Messages the journal never saw (transient ones) are ignored by every method, so the
-   runtime may pass msg_ids without filtering them.
+   persistent messages: queue key → msg_id → the record that holds it (`_Record`: its
+   sequence number, segment and offset, how many of its messages live, which of them were
+   delivered). Messages the journal never saw (transient ones) are ignored by every
+   method, so the runtime may pass msg_ids without filtering them.
+   Persistent messages go into `EnqueuedRun` records, one log span each: a message to the
+   queue the open span is for, with nothing appended since, joins that span (`extend_span`:
+   its sequence number is the next one, the span's header and CRC are written once, at
+   the next append or seal) and shares its ledger record; otherwise it starts a new span.
+   So the Spark writer's hundreds of publishes to one queue a read become one record, and
+   a run is settled message by message inside it: it is live while one of them is.
 2. Liveness, which decides when a segment can go:
-   - an `Enqueued` record is live while its message is (not settled, purged or deleted);
+   - an `Enqueued` record is live while its message is (not settled, purged or deleted), an
+     `EnqueuedRun` while one of its messages is;
    - every other record is dead the moment it is written. This is safe because the log
      deletes segments only as a prefix: a `Settled`, `Purged` or `QueueDeleted` is deleted
      only with or after the records it cancels. A `Delivered` for a live message is never
@@ -22,8 +30,9 @@ Theory of operation:
    whose messages sit in two segments, one deleted, the record itself lost).
 3. `maintain` (call it between syncs, never while a batch is in flight) retires sealed
    segments with no live record, and compacts the oldest segment when less than
-   `compaction_live_ratio_max` of its records are live: it reads that segment, appends
-   copies of the live `Enqueued` records (and `Delivered` marks for those delivered) and
+   `compaction_live_ratio_max` of its sequence numbers hold a live message: it reads that
+   segment, appends copies of the live messages, in runs (and `Delivered` marks for those
+   delivered), and
    retires the segment once the copies are durable, at a later `maintain`. It never syncs;
    the copies ride on the caller's next group commit. Compaction only ever takes the
    oldest segment, because only a prefix of the log can be deleted. For a caller that must
@@ -35,9 +44,11 @@ Theory of operation:
    store before the crash let the log say so), re-appends delivered marks, and syncs. With
    ``contents=False`` it returns the messages without route, properties and body, so that
    a backlog need not fit in memory to be recovered.
-5. The ledger knows where each live message's `Enqueued` record lies (segment, offset), so
-   `read` brings a message back from the log with one positioned read: the broker keeps
-   only a small index of a long queue in memory and reads bodies as they are delivered.
+5. The ledger knows where each live message's record lies (segment, offset), so `read`
+   brings a message back from the log with one positioned read: the broker keeps only a
+   small index of a long queue in memory and reads bodies as they are delivered. A run is
+   read and decoded whole; for each queue, the messages not read yet of the last one read
+   are kept, so reading queues in order (each message once) reads each run once.
 
 The journal assumes it is the only user of its log. When Raft groups share the log, the
 per-segment live counts of every user must be added up before a segment is retired.
@@ -58,11 +69,12 @@ from warren.storage.messages import (
     QueueDeleted,
     RecordFormatError,
     RecoveredMessage,
-    decode,
+    decode_messages,
     encode,
     encode_delivered,
-    encode_enqueued,
     encode_route,
+    encode_run_entry,
+    encode_run_start,
     encode_settled,
     recover,
 )
@@ -72,24 +84,18 @@ __all__ = ["CompactionPlan", "Maintenance", "QueueJournal"]
 COMPACTION_LIVE_RATIO_MAX_DEFAULT: Final = 0.5
 
 
-class _Entry:
-    __slots__ = ("delivered", "msg_id", "offset", "queue_key", "segment_id", "sequence")
+class _Record:
+    """A record holding live messages of one queue: an `Enqueued` or an `EnqueuedRun`."""
 
-    def __init__(
-        self,
-        queue_key: str,
-        msg_id: int,
-        sequence: int,
-        segment_id: int,
-        offset: int,
-        delivered: bool,
-    ) -> None:
+    __slots__ = ("delivered", "live", "offset", "queue_key", "segment_id", "sequence")
+
+    def __init__(self, queue_key: str, sequence: int, segment_id: int, offset: int) -> None:
         self.queue_key = queue_key
-        self.msg_id = msg_id
-        self.sequence = sequence
+        self.sequence = sequence  # one of its sequence numbers (a span's first, when written)
         self.segment_id = segment_id
-        self.offset = offset  # of its `Enqueued` record in the segment, for `read`
-        self.delivered = delivered
+        self.offset = offset  # in the segment, for `read`
+        self.live = 0  # its messages not settled, purged or deleted
+        self.delivered: set[int] | None = None  # the msg_ids of those marked delivered
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +124,12 @@ class QueueJournal:
     ) -> None:
         self.log = log
         self.compaction_live_ratio_max = compaction_live_ratio_max
-        self._queues: dict[str, dict[int, _Entry]] = {}
-        # segment id -> sequence number -> entry: the live records of each segment
-        self._by_segment: dict[int, dict[int, _Entry]] = {}
+        self._queues: dict[str, dict[int, _Record]] = {}
+        # segment id -> sequence number -> record: the live records of each segment
+        self._by_segment: dict[int, dict[int, _Record]] = {}
+        self._run: _Record | None = None  # the record of the latest span started
+        # per queue, the record `read` read last and its messages not read yet
+        self._read: dict[str, tuple[_Record, dict[int, Enqueued]]] = {}
         # segments whose live records were copied: retire once this sequence is durable
         self._compacted: dict[int, int] = {}
         self._compacting: int | None = None  # planned, copies not yet appended
@@ -149,7 +158,8 @@ class QueueJournal:
         Syncs before it returns.
         """
         journal = cls(log, compaction_live_ratio_max)
-        # the offset of every record, by sequence number: 8 bytes a record, for this call only
+        # the offset of every record, by sequence number: 8 bytes a sequence number, for
+        # this call only
         offsets = array.array("Q")
         first_sequence = log.durable_sequence + 1
 
@@ -158,12 +168,18 @@ class QueueJournal:
             for sequence, _segment_id, offset, payload in log.located_records():
                 if not offsets:
                     first_sequence = sequence
-                # a gap left by damage: keep the index arithmetic true
-                offsets.extend([0] * (sequence - first_sequence - len(offsets)))
+                # the rest of the span before (or a gap left by damage, where no message is)
+                offsets.extend(
+                    [offsets[-1] if offsets else 0] * (sequence - first_sequence - len(offsets))
+                )
                 offsets.append(offset)
                 yield sequence, payload
 
         recovered = recover(located(), on_undecodable, contents=contents)
+        if offsets:  # the rest of the last span
+            offsets.extend(
+                [offsets[-1]] * (log.durable_sequence - first_sequence + 1 - len(offsets))
+            )
         kept: dict[str, list[RecoveredMessage]] = {}
         for queue_key, messages in recovered.items():
             if not keep(queue_key):
@@ -183,18 +199,20 @@ class QueueJournal:
     ) -> None:
         queue = self._queues.setdefault(queue_key, {})
         delivered: list[int] = []
+        records: dict[tuple[int, int], _Record] = {}  # by segment and offset: a run's messages
         for message in messages:
-            entry = _Entry(
-                queue_key,
-                message.msg_id,
-                message.sequence,
-                self.log.segment_of(message.sequence),
-                offsets[message.sequence - first_sequence],
-                message.redelivered,
-            )
-            queue[message.msg_id] = entry
-            self._by_segment.setdefault(entry.segment_id, {})[entry.sequence] = entry
+            segment_id = self.log.segment_of(message.sequence)
+            offset = offsets[message.sequence - first_sequence]
+            record = records.get((segment_id, offset))
+            if record is None:
+                record = records[segment_id, offset] = _Record(
+                    queue_key, message.sequence, segment_id, offset
+                )
+                self._by_segment.setdefault(segment_id, {})[record.sequence] = record
+            record.live += 1
+            queue[message.msg_id] = record
             if message.redelivered:
+                _mark(record, message.msg_id)
                 delivered.append(message.msg_id)
         if delivered:
             self.log.append(encode(Delivered(queue_key, tuple(delivered))))
@@ -211,17 +229,28 @@ class QueueJournal:
         return sum(len(queue) for queue in self._queues.values())
 
     def live_by_segment(self) -> dict[int, int]:
-        return {s: len(entries) for s, entries in sorted(self._by_segment.items()) if entries}
+        """Live messages per segment."""
+        return {
+            segment_id: sum(record.live for record in records.values())
+            for segment_id, records in sorted(self._by_segment.items())
+            if records
+        }
 
     def read(self, queue_key: str, msg_id: int) -> Enqueued:
         """A live message as its record holds it, body included, read back from the log
         (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged)."""
-        entry = self._queues[queue_key][msg_id]
-        payload = self.log.read_record(entry.segment_id, entry.offset, entry.sequence)
-        record = decode(payload)
-        if type(record) is not Enqueued or record.msg_id != msg_id:
-            raise RecordFormatError(f"log record {entry.sequence} is not message {msg_id}")
-        return record
+        record = self._queues[queue_key][msg_id]
+        cached = self._read.get(queue_key)
+        if cached is None or cached[0] is not record or msg_id not in cached[1]:
+            payload = self.log.read_record(record.segment_id, record.offset, record.sequence)
+            messages = {message.msg_id: message for message in decode_messages(payload)}
+            cached = self._read[queue_key] = (record, messages)
+        message = cached[1].pop(msg_id, None)
+        if not cached[1]:
+            del self._read[queue_key]
+        if message is None:
+            raise RecordFormatError(f"log record {record.sequence} does not hold message {msg_id}")
+        return message
 
     # --- records ---------------------------------------------------------------------------
 
@@ -250,30 +279,34 @@ class QueueJournal:
         body: bytes,
     ) -> int:
         """`enqueue` from the fields the broker holds (`route` as in ``Message.route``)."""
-        payload = encode_enqueued(
-            queue_key, msg_id, enqueued_at_ms, expires_at_ms, priority, route, properties_raw, body
+        entry = encode_run_entry(
+            msg_id, enqueued_at_ms, expires_at_ms, priority, route, properties_raw, body
         )
         queue = self._queues.get(queue_key)
         if queue is None:
             queue = self._queues[queue_key] = {}
         elif msg_id in queue:
             raise ValueError(f"msg_id {msg_id} of {queue_key!r} is already live")
-        sequence = self.log.append(payload)
-        self._track(queue, queue_key, msg_id, sequence, delivered=False)
-        return sequence
-
-    def _track(
-        self, queue: dict[int, _Entry], queue_key: str, msg_id: int, sequence: int, delivered: bool
-    ) -> None:
-        """Record the message whose `Enqueued` was the log's last append."""
         log = self.log
-        segment_id = log.active_segment_id
-        entry = _Entry(queue_key, msg_id, sequence, segment_id, log.last_record_offset, delivered)
-        queue[msg_id] = entry
-        segment = self._by_segment.get(segment_id)
+        run = self._run
+        if run is not None and run.sequence == log.span_sequence and run.queue_key == queue_key:
+            sequence = log.extend_span(entry)
+            if sequence:
+                # the span is open, so it was never settled whole: still in the ledger
+                run.live += 1
+                queue[msg_id] = run
+                return sequence
+        sequence = log.append_span(encode_run_start(queue_key) + entry)
+        run = self._run = _Record(
+            queue_key, sequence, log.active_segment_id, log.last_record_offset
+        )
+        run.live = 1
+        queue[msg_id] = run
+        segment = self._by_segment.get(run.segment_id)
         if segment is None:
-            segment = self._by_segment[segment_id] = {}
-        segment[sequence] = entry
+            segment = self._by_segment[run.segment_id] = {}
+        segment[sequence] = run
+        return sequence
 
     def deliver(self, queue_key: str, msg_ids: Iterable[int]) -> int | None:
         """Log the first delivery of these messages; None if there was nothing to log."""
@@ -282,9 +315,9 @@ class QueueJournal:
             return None
         first_time = []
         for msg_id in msg_ids:
-            entry = queue.get(msg_id)
-            if entry is not None and not entry.delivered:
-                entry.delivered = True
+            record = queue.get(msg_id)
+            if record is not None and (record.delivered is None or msg_id not in record.delivered):
+                _mark(record, msg_id)
                 first_time.append(msg_id)
         if not first_time:
             return None
@@ -295,33 +328,34 @@ class QueueJournal:
         queue = self._queues.get(queue_key)
         if not queue:
             return None
+        gone_ids = []
         gone = []
         for msg_id in msg_ids:
-            entry = queue.pop(msg_id, None)
-            if entry is not None:
-                gone.append(entry)
+            record = queue.pop(msg_id, None)
+            if record is not None:
+                gone_ids.append(msg_id)
+                gone.append(record)
         if not gone:
             return None
-        sequence = self.log.append(encode_settled(queue_key, [entry.msg_id for entry in gone]))
+        sequence = self.log.append(encode_settled(queue_key, gone_ids))
         self._kill(gone, sequence)
         return sequence
 
-    def _untrack(self, entry: _Entry) -> None:
-        segment = self._by_segment[entry.segment_id]
-        del segment[entry.sequence]
+    def _untrack(self, record: _Record) -> None:
+        segment = self._by_segment[record.segment_id]
+        del segment[record.sequence]
         if not segment:
-            del self._by_segment[entry.segment_id]
+            del self._by_segment[record.segment_id]
 
-    def _kill(self, entries: Iterable[_Entry], sequence: int) -> None:
-        """`entries` died by record `sequence`; their segments wait for it to be durable."""
-        by_segment = self._by_segment
+    def _kill(self, records: Iterable[_Record], sequence: int) -> None:
+        """A message of each of `records` (one per message, a record as many times as it
+        lost messages) died by record `sequence`; their segments wait for it to be durable."""
         killed_by = self._killed_by
-        for entry in entries:
-            segment = by_segment[entry.segment_id]
-            del segment[entry.sequence]
-            if not segment:
-                del by_segment[entry.segment_id]
-            killed_by[entry.segment_id] = sequence
+        for record in records:
+            record.live -= 1
+            if not record.live:
+                self._untrack(record)
+            killed_by[record.segment_id] = sequence
 
     def purge(self, queue_key: str, kept_msg_ids: Collection[int] = ()) -> int | None:
         """Log queue.purge: all messages are gone except `kept_msg_ids` (the unacked ones)."""
@@ -338,6 +372,7 @@ class QueueJournal:
 
     def delete_queue(self, queue_key: str) -> int | None:
         """Log that the queue is gone with all its messages."""
+        self._read.pop(queue_key, None)
         queue = self._queues.pop(queue_key, None)
         if not queue:
             return None
@@ -388,7 +423,8 @@ class QueueJournal:
         return Maintenance(tuple(retired), tuple(deleted), compacting, copied)
 
     def compaction_plan(self) -> CompactionPlan | None:
-        """The oldest sealed segment, if less than the ratio of its records is live.
+        """The oldest sealed segment, if less than the ratio of its sequence numbers holds
+        a live message.
 
         Until `apply_compaction` or `cancel_compaction`, that segment is not retired, so
         `Log.read(plan.segment_id, plan.sequences)` may run on another thread meanwhile.
@@ -407,13 +443,16 @@ class QueueJournal:
         live = self._by_segment.get(oldest.segment_id)
         if not live or oldest.last_sequence > log.durable_sequence:
             return None  # nothing live: `maintain` retires it once its kills are durable
-        if len(live) >= self.compaction_live_ratio_max * oldest.records:
+        if sum(record.live for record in live.values()) >= (
+            self.compaction_live_ratio_max * oldest.records
+        ):
             return None
         self._compacting = oldest.segment_id
         return CompactionPlan(oldest.segment_id, tuple(sorted(live)))
 
     def apply_compaction(self, plan: CompactionPlan, payloads: Mapping[int, bytes]) -> int:
-        """Append copies of the planned records that are still live; return how many.
+        """Append copies of the planned records' messages that are still live, in runs;
+        return how many messages moved.
 
         The old segment is retired by a later `maintain` once the copies are durable.
         """
@@ -422,20 +461,35 @@ class QueueJournal:
         self._compacting = None
         log = self.log
         live = self._by_segment.get(plan.segment_id, {})
-        moved = [live[sequence] for sequence in plan.sequences if sequence in live]
+        records = [live[sequence] for sequence in plan.sequences if sequence in live]
         delivered: dict[str, list[int]] = {}
-        for entry in moved:
-            self._untrack(entry)
-            sequence = log.append(payloads[entry.sequence])
-            queue = self._queues[entry.queue_key]
-            self._track(queue, entry.queue_key, entry.msg_id, sequence, entry.delivered)
-            if entry.delivered:
-                delivered.setdefault(entry.queue_key, []).append(entry.msg_id)
+        moved = 0
+        for record in records:
+            self._untrack(record)
+            queue = self._queues[record.queue_key]
+            for message in decode_messages(payloads[record.sequence]):
+                msg_id = message.msg_id
+                if queue.get(msg_id) is not record:
+                    continue  # settled since
+                del queue[msg_id]
+                self.enqueue(message)
+                moved += 1
+                if record.delivered is not None and msg_id in record.delivered:
+                    _mark(queue[msg_id], msg_id)
+                    delivered.setdefault(record.queue_key, []).append(msg_id)
         for queue_key, msg_ids in delivered.items():
             log.append(encode_delivered(queue_key, msg_ids))  # invariant D
         self._compacted[plan.segment_id] = log.next_sequence - 1
-        return len(moved)
+        return moved
 
     def cancel_compaction(self) -> None:
         """Give up the planned compaction (reading the segment failed)."""
         self._compacting = None
+
+
+def _mark(record: _Record, msg_id: int) -> None:
+    """Message `msg_id` of `record` is marked delivered."""
+    if record.delivered is None:
+        record.delivered = {msg_id}
+    else:
+        record.delivered.add(msg_id)

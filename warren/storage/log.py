@@ -7,12 +7,20 @@ Theory of operation:
    followed by records. A record is a 16-byte header (CRC32, payload length, sequence number)
    and the payload. The CRC (zlib's CRC-32) covers the length, the sequence number and the
    payload. Integers are little-endian.
-2. Sequence numbers start at 1 and grow by exactly one per record, across segments; the log
-   never reorders or renumbers. A record's sequence number is its identity for the caller.
+   A *span* (segment format 2) is a record that takes a run of sequence numbers, one per
+   item the caller packed into its payload: the length field's top bit is set and a
+   20-byte header adds the count after the first sequence number (the CRC covers it too).
+   Segments this code creates are format 2; format 1 segments (no spans) are still read.
+2. Sequence numbers start at 1 and grow by exactly one per record (by its count for a span),
+   across segments; the log never reorders or renumbers. A record's sequence number is its
+   identity for the caller; any sequence number of a span finds that span.
 3. `append` only encodes into memory and returns the sequence number. `flush_and_sync` writes
    everything appended since the last sync with one ``pwrite`` and one ``fdatasync`` per
    segment touched (normally one) and returns the highest sequence number now durable. This
-   is group commit: the caller appends a batch, syncs once, and only then confirms. For a
+   is group commit: the caller appends a batch, syncs once, and only then confirms.
+   `append_span` starts a span and `extend_span` adds one item to it (the next sequence
+   number) for as long as it is the last record and unsealed: its header and its one CRC
+   are written when anything else is appended, or at the seal. For a
    caller that syncs on another thread, `seal` hands over the pending bytes as a `Batch` and
    `sync_batch` writes it: appends may go on while one batch is in flight (at most one).
 4. The active segment (the last one) takes appends until the next record would take it past
@@ -80,6 +88,8 @@ __all__ = [
     "RECORD_PAYLOAD_MAX_BYTES",
     "SEGMENT_HEADER_BYTES",
     "SEGMENT_MAX_BYTES_DEFAULT",
+    "SPAN_HEADER_BYTES",
+    "SPAN_PAYLOAD_MAX_BYTES",
     "Batch",
     "Damage",
     "DamageKind",
@@ -92,7 +102,9 @@ __all__ = [
 ]
 
 SEGMENT_MAGIC: Final = b"WARRENLG"
-SEGMENT_FORMAT_VERSION: Final = 1
+# 2: may hold spans; format 1 segments (written before spans existed) are still read
+SEGMENT_FORMAT_VERSION: Final = 2
+_SEGMENT_FORMAT_VERSIONS: Final = (1, 2)
 # magic, format version, segment id, first sequence number, reserved, CRC of the first 28 bytes
 _SEGMENT_HEADER: Final = struct.Struct("<8sIIQII")
 SEGMENT_HEADER_BYTES: Final = _SEGMENT_HEADER.size  # 32
@@ -100,6 +112,16 @@ SEGMENT_HEADER_BYTES: Final = _SEGMENT_HEADER.size  # 32
 _RECORD_HEADER: Final = struct.Struct("<IIQ")
 _RECORD_TAIL: Final = struct.Struct("<IQ")
 RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 16
+# A span: CRC, payload length with `_SPAN` set, first sequence number, count; the CRC covers
+# bytes 4..20 and the payload
+_SPAN: Final = 0x8000_0000
+_SPAN_HEADER: Final = struct.Struct("<IIQI")
+SPAN_HEADER_BYTES: Final = _SPAN_HEADER.size  # 20
+_SPAN_PLACEHOLDER: Final = bytes(SPAN_HEADER_BYTES)
+_CRC: Final = struct.Struct("<I")
+# A span takes no more items once its payload is this long (a caller reads a span whole to
+# get one item back, so spans stay short enough for that to be cheap)
+SPAN_PAYLOAD_MAX_BYTES: Final = 256 * 1024
 # RabbitMQ caps a message at 512 MiB; a length beyond this is garbage, not a record.
 RECORD_PAYLOAD_MAX_BYTES: Final = 512 * 1024 * 1024
 SEGMENT_MAX_BYTES_DEFAULT: Final = 64 * 1024 * 1024
@@ -213,6 +235,7 @@ class _Segment:
     last_sequence: int
     size_bytes: int  # valid bytes on disk plus pending appends
     retired: bool = False
+    version: int = SEGMENT_FORMAT_VERSION  # 1: a segment from before spans, which takes none
 
     def info(self) -> SegmentInfo:
         return SegmentInfo(
@@ -266,8 +289,48 @@ def encode_record(sequence: int, payload: bytes) -> bytes:
     return _RECORD_HEADER.pack(crc, len(payload), sequence) + payload
 
 
-def _decode_segment_header(data: bytes, segment_id: int) -> int | DamageKind:
-    """The segment's first sequence number, or why its header is not acceptable."""
+def encode_span(sequence: int, count: int, payload: bytes) -> bytes:
+    """A span's bytes, as `append_span` and `extend_span` leave them (for tests and tools)."""
+    head = _SPAN_HEADER.pack(0, len(payload) | _SPAN, sequence, count)
+    crc = zlib.crc32(payload, zlib.crc32(head[4:]))
+    return _CRC.pack(crc) + head[4:] + payload
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    """A record's header as read: a plain record has `count` 1 and 16 header bytes."""
+
+    crc: int
+    length: int
+    sequence: int
+    count: int
+    size: int  # header bytes
+
+
+def _header(data: bytes | bytearray, position: int, spans: bool) -> _Header | DamageKind:
+    """The header of the record at `position`, or why there is none: too short for one
+    (`PARTIAL_RECORD`), or a length out of bounds (a span's where `spans` is false)."""
+    end = len(data)
+    if end - position < RECORD_HEADER_BYTES:
+        return DamageKind.PARTIAL_RECORD
+    crc, length, sequence = _RECORD_HEADER.unpack_from(data, position)
+    if not length & _SPAN:
+        if length > RECORD_PAYLOAD_MAX_BYTES:
+            return DamageKind.BAD_LENGTH
+        return _Header(crc, length, sequence, 1, RECORD_HEADER_BYTES)
+    if not spans:
+        return DamageKind.BAD_LENGTH
+    if end - position < SPAN_HEADER_BYTES:
+        return DamageKind.PARTIAL_RECORD
+    count = _CRC.unpack_from(data, position + RECORD_HEADER_BYTES)[0]
+    length &= ~_SPAN
+    if length > RECORD_PAYLOAD_MAX_BYTES or count < 1:
+        return DamageKind.BAD_LENGTH
+    return _Header(crc, length, sequence, count, SPAN_HEADER_BYTES)
+
+
+def _decode_segment_header(data: bytes, segment_id: int) -> tuple[int, int] | DamageKind:
+    """The segment's first sequence number and format, or why its header is not acceptable."""
     if len(data) < SEGMENT_HEADER_BYTES:
         return DamageKind.MISSING_HEADER
     magic, version, header_segment_id, first_sequence, _reserved, crc = _SEGMENT_HEADER.unpack_from(
@@ -275,11 +338,11 @@ def _decode_segment_header(data: bytes, segment_id: int) -> int | DamageKind:
     )
     if zlib.crc32(data[: SEGMENT_HEADER_BYTES - 4]) != crc:
         return DamageKind.BAD_HEADER if magic == SEGMENT_MAGIC else DamageKind.MISSING_HEADER
-    if magic != SEGMENT_MAGIC or version != SEGMENT_FORMAT_VERSION:
+    if magic != SEGMENT_MAGIC or version not in _SEGMENT_FORMAT_VERSIONS:
         return DamageKind.BAD_HEADER
     if header_segment_id != segment_id or first_sequence < 1:
         return DamageKind.BAD_HEADER
-    return int(first_sequence)
+    return int(first_sequence), int(version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,72 +352,68 @@ class _Scan:
     damage: DamageKind | None
 
 
-def _scan_records(data: bytes, first_sequence: int) -> _Scan:
-    """Check the records after the segment header; stop at the first bad one."""
+def _scan_records(data: bytes, first_sequence: int, spans: bool) -> _Scan:
+    """Check the records after the segment header; stop at the first bad one. Spans are
+    bad where `spans` is false (a format 1 segment)."""
     view = memoryview(data)
     end = len(data)
     position = SEGMENT_HEADER_BYTES
     sequence_expected = first_sequence
-    unpack = _RECORD_HEADER.unpack_from
     crc32 = zlib.crc32
     # Every iteration consumes at least one record header, so this bounds the loop.
     for _ in range(end // RECORD_HEADER_BYTES + 1):
         if position == end:
             return _Scan(position, sequence_expected - 1, None)
-        if end - position < RECORD_HEADER_BYTES:
-            return _Scan(position, sequence_expected - 1, DamageKind.PARTIAL_RECORD)
-        crc, length, sequence = unpack(data, position)
-        if length > RECORD_PAYLOAD_MAX_BYTES:
-            return _Scan(position, sequence_expected - 1, DamageKind.BAD_LENGTH)
-        payload_end = position + RECORD_HEADER_BYTES + length
+        header = _header(data, position, spans)
+        if isinstance(header, DamageKind):
+            return _Scan(position, sequence_expected - 1, header)
+        payload_start = position + header.size
+        payload_end = payload_start + header.length
         if payload_end > end:
             return _Scan(position, sequence_expected - 1, DamageKind.PARTIAL_RECORD)
-        actual = crc32(
-            view[position + RECORD_HEADER_BYTES : payload_end],
-            crc32(view[position + 4 : position + RECORD_HEADER_BYTES]),
-        )
-        if actual != crc:
+        actual = crc32(view[payload_start:payload_end], crc32(view[position + 4 : payload_start]))
+        if actual != header.crc:
             return _Scan(position, sequence_expected - 1, DamageKind.BAD_CHECKSUM)
-        if sequence != sequence_expected:
+        if header.sequence != sequence_expected:
             return _Scan(position, sequence_expected - 1, DamageKind.BAD_SEQUENCE)
         position = payload_end
-        sequence_expected += 1
+        sequence_expected += header.count
     raise AssertionError("unreachable: the record scan is bounded by the data length")
 
 
 def _iter_records(
     data: bytes, segment_id: int, first_sequence: int, last_sequence: int
-) -> Iterator[tuple[int, int, memoryview]]:
-    """Records first..last of a segment recovery already checked, as (sequence, offset,
-    payload); a mismatch is `LogCorrupt`."""
+) -> Iterator[tuple[int, int, int, memoryview]]:
+    """Records first..last of a segment recovery already checked, as (sequence, count,
+    offset, payload); a mismatch is `LogCorrupt`."""
     view = memoryview(data)
     position = SEGMENT_HEADER_BYTES
     sequence_expected = first_sequence
-    unpack = _RECORD_HEADER.unpack_from
     crc32 = zlib.crc32
     end = len(data)
     for _ in range(end // RECORD_HEADER_BYTES + 1):
         if sequence_expected > last_sequence:
             return
-        if end - position < RECORD_HEADER_BYTES:
+        header = _header(data, position, True)
+        if isinstance(header, DamageKind):
             raise LogCorrupt(
                 f"{segment_file_name(segment_id)}: record {sequence_expected} is missing"
             )
-        crc, length, sequence = unpack(data, position)
-        payload_end = position + RECORD_HEADER_BYTES + length
-        payload = view[position + RECORD_HEADER_BYTES : payload_end]
+        payload_start = position + header.size
+        payload_end = payload_start + header.length
+        payload = view[payload_start:payload_end]
         if (
             payload_end > end
-            or sequence != sequence_expected
-            or crc32(payload, crc32(view[position + 4 : position + RECORD_HEADER_BYTES])) != crc
+            or header.sequence != sequence_expected
+            or crc32(payload, crc32(view[position + 4 : payload_start])) != header.crc
         ):
             raise LogCorrupt(
                 f"{segment_file_name(segment_id)} at offset {position}: record {sequence_expected}"
                 " no longer reads back intact"
             )
-        yield sequence, position, payload
+        yield sequence_expected, header.count, position, payload
         position = payload_end
-        sequence_expected += 1
+        sequence_expected += header.count
     if sequence_expected <= last_sequence:
         raise LogCorrupt(f"{segment_file_name(segment_id)}: record {sequence_expected} is missing")
 
@@ -365,24 +424,26 @@ def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> byt
         start = offset - chunk.offset
         if chunk.segment_id == segment_id and 0 <= start < len(chunk.data):
             data = chunk.data
-            if start + RECORD_HEADER_BYTES > len(data):
+            header = _header(data, start, True)
+            if isinstance(header, DamageKind):
                 break
-            length = _RECORD_HEADER.unpack_from(data, start)[1]
-            return bytes(data[start : start + RECORD_HEADER_BYTES + length])
+            return bytes(data[start : start + header.size + header.length])
     raise LogCorrupt(f"{segment_file_name(segment_id)}: no pending record at {offset}")
 
 
 def _checked_payload(record: bytes, segment_id: int, offset: int, sequence: int) -> bytes:
-    if len(record) >= RECORD_HEADER_BYTES:
-        crc, length, found = _RECORD_HEADER.unpack_from(record, 0)
+    """The payload of the record whose bytes are `record`, if it holds `sequence` and its
+    CRC is right."""
+    header = _header(record, 0, True)
+    if not isinstance(header, DamageKind):
         view = memoryview(record)
+        size = header.size
         if (
-            found == sequence
-            and len(record) == RECORD_HEADER_BYTES + length
-            and zlib.crc32(view[RECORD_HEADER_BYTES:], zlib.crc32(view[4:RECORD_HEADER_BYTES]))
-            == crc
+            header.sequence <= sequence < header.sequence + header.count
+            and len(record) == size + header.length
+            and zlib.crc32(view[size:], zlib.crc32(view[4:size])) == header.crc
         ):
-            return record[RECORD_HEADER_BYTES:]
+            return record[size:]
     raise LogCorrupt(
         f"{segment_file_name(segment_id)} at offset {offset}: record {sequence} does not read back"
     )
@@ -437,6 +498,12 @@ class Log:
         self.active_segment_id = active.segment_id
         # the byte offset, in the active segment, of the record `append` returned last
         self.last_record_offset = 0
+        # the first sequence number of the span `extend_span` adds to (0: none is open),
+        # and where its header starts in the tail
+        self.span_sequence = 0
+        self._span_start = 0
+        # the span's bytes may grow to this length of the tail (its own bound, the segment's)
+        self._span_end = 0
         self._pending: list[_Chunk] = []
         # The bytes of the last pending chunk while it belongs to the active segment and the
         # log takes appends: `append` adds to it with no other check while a record fits.
@@ -511,12 +578,14 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview) -> int:
         """Buffer one record; return its sequence number. Durable only after a sync."""
+        if self.span_sequence:
+            self._close_span()
         length = len(payload)
         active = self._segments[-1]
         offset = active.size_bytes
         data = self._tail
         if data is None or offset + RECORD_HEADER_BYTES + length > self._tail_limit:
-            data = self._open_tail(length)
+            data = self._open_tail(length, RECORD_HEADER_BYTES)
             active = self._segments[-1]
             offset = active.size_bytes
         sequence = self.next_sequence
@@ -529,10 +598,73 @@ class Log:
         self.next_sequence = sequence + 1
         return sequence
 
-    def _open_tail(self, length: int) -> bytearray:
-        """The pending bytes the next record of `length` bytes goes to, after every check
-        `append` leaves out while it has a tail with room: the log still takes appends, the
-        record's size, and the segment's (a new one once the active one is full)."""
+    def append_span(self, payload: bytes | bytearray | memoryview) -> int:
+        """Buffer a span holding one item, `payload`; return its sequence number. The span
+        takes more items (`extend_span`) until anything else is appended or it is sealed."""
+        if self.span_sequence:
+            self._close_span()
+        length = len(payload)
+        active = self._segments[-1]
+        offset = active.size_bytes
+        data = self._tail
+        if (
+            data is None
+            or active.version != SEGMENT_FORMAT_VERSION
+            or offset + SPAN_HEADER_BYTES + length > self._tail_limit
+        ):
+            data = self._open_tail(length, SPAN_HEADER_BYTES)
+            active = self._segments[-1]
+            offset = active.size_bytes
+        sequence = self.next_sequence
+        start = self._span_start = len(data)
+        data += _SPAN_PLACEHOLDER  # written by `_close_span`
+        data += payload
+        self._span_end = (
+            start
+            + SPAN_HEADER_BYTES
+            + min(SPAN_PAYLOAD_MAX_BYTES, self._segment_max_bytes - offset - SPAN_HEADER_BYTES)
+        )
+        active.size_bytes = offset + SPAN_HEADER_BYTES + length
+        active.last_sequence = sequence
+        self.last_record_offset = offset
+        self.next_sequence = sequence + 1
+        self.span_sequence = sequence
+        return sequence
+
+    def extend_span(self, payload: bytes | bytearray | memoryview) -> int:
+        """Add one item to the open span (the last record, unsealed); return its sequence
+        number, or 0 if there is no open span or it has no room for `payload`."""
+        data = self._tail
+        length = len(payload)
+        if not self.span_sequence or data is None or len(data) + length > self._span_end:
+            return 0
+        data += payload
+        sequence = self.next_sequence
+        active = self._segments[-1]
+        active.size_bytes += length
+        active.last_sequence = sequence
+        self.next_sequence = sequence + 1
+        return sequence
+
+    def _close_span(self) -> None:
+        """Write the open span's header and CRC; it takes no more items."""
+        data = self._tail  # the span's until it is closed, unless the log failed meanwhile
+        if data is not None:
+            start = self._span_start
+            length = len(data) - start - SPAN_HEADER_BYTES
+            count = self.next_sequence - self.span_sequence
+            _SPAN_HEADER.pack_into(data, start, 0, length | _SPAN, self.span_sequence, count)
+            view = memoryview(data)
+            crc = zlib.crc32(view[start + 4 :])
+            view.release()  # the tail grows again: no view may hold it
+            _CRC.pack_into(data, start, crc)
+        self.span_sequence = 0
+
+    def _open_tail(self, length: int, header_bytes: int) -> bytearray:
+        """The pending bytes the next record of `length` bytes (after a header of
+        `header_bytes`) goes to, after every check `append` leaves out while it has a tail
+        with room: the log still takes appends, the record's size, and the segment's (a
+        new one once the active one is full, or for a span in a format 1 segment)."""
         if self._failed is not None or self._closed:
             self._refuse()
         if length > RECORD_PAYLOAD_MAX_BYTES:
@@ -540,9 +672,9 @@ class Log:
         active = self._segments[-1]
         pending = self._pending
         if (
-            active.size_bytes + RECORD_HEADER_BYTES + length > self._segment_max_bytes
+            active.size_bytes + header_bytes + length > self._segment_max_bytes
             and active.last_sequence >= active.first_sequence
-        ):
+        ) or (header_bytes == SPAN_HEADER_BYTES and active.version != SEGMENT_FORMAT_VERSION):
             self._roll()
             chunk = pending[-1]
         elif pending and pending[-1].segment_id == active.segment_id:
@@ -576,6 +708,8 @@ class Log:
             raise LogError("a batch is already in flight; sync it before sealing another")
         if not self._pending:
             return None
+        if self.span_sequence:
+            self._close_span()
         batch = Batch(tuple(self._pending), self.unsealed_from, self.next_sequence - 1)
         self._pending = []
         self._tail = None
@@ -651,7 +785,7 @@ class Log:
             if last < segment.first_sequence:
                 continue
             data = _read_file(self._directory / segment_file_name(segment.segment_id))
-            for sequence, offset, payload in _iter_records(
+            for sequence, _count, offset, payload in _iter_records(
                 data, segment.segment_id, segment.first_sequence, last
             ):
                 yield sequence, segment.segment_id, offset, bytes(payload)
@@ -666,24 +800,31 @@ class Log:
         `LogCorrupt` if they do not match.
         """
         flight = self._flight
+        if self.span_sequence:
+            self._close_span()  # it may be the one asked for: its header says how long it is
         if sequence <= self.durable_sequence:
             fd = self._read_fds.get(segment_id)
             if fd is None:
                 self._segment(segment_id)  # KeyError for a segment the log does not have
                 path = self._directory / segment_file_name(segment_id)
                 fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
-            head = os.pread(fd, RECORD_HEADER_BYTES, offset)
-            if len(head) < RECORD_HEADER_BYTES:
+            head = os.pread(fd, SPAN_HEADER_BYTES, offset)
+            header = _header(head, 0, True)
+            if isinstance(header, DamageKind):
                 raise LogCorrupt(f"{segment_file_name(segment_id)}: no record at {offset}")
-            length = _RECORD_HEADER.unpack(head)[1]
-            record = head + os.pread(fd, length, offset + RECORD_HEADER_BYTES)
+            size = header.size + header.length
+            if size <= len(head):
+                record = head[:size]
+            else:
+                record = head + os.pread(fd, size - len(head), offset + len(head))
         else:
             chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
             record = _record_in_chunks(chunks, segment_id, offset)
         return _checked_payload(record, segment_id, offset, sequence)
 
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
-        """The payloads of the given records of a sealed, durable segment."""
+        """The payloads of the given records of a sealed, durable segment (a span's under
+        each of its sequence numbers asked for)."""
         segment = self._segment(segment_id)
         if segment is self._segments[-1] or segment.last_sequence > self.durable_sequence:
             raise ValueError(f"segment {segment_id} is still being written")
@@ -695,11 +836,18 @@ class Log:
         if not wanted:
             return found
         data = _read_file(self._directory / segment_file_name(segment_id))
-        for sequence, _offset, payload in _iter_records(
+        for sequence, count, _offset, payload in _iter_records(
             data, segment_id, segment.first_sequence, segment.last_sequence
         ):
-            if sequence in wanted:
-                found[sequence] = bytes(payload)
+            if count == 1:
+                if sequence in wanted:
+                    found[sequence] = bytes(payload)
+                continue
+            hits = [s for s in wanted if sequence <= s < sequence + count]
+            if hits:
+                copy = bytes(payload)
+                for hit in hits:
+                    found[hit] = copy
         return found
 
     def _segment(self, segment_id: int) -> _Segment:
@@ -760,7 +908,9 @@ class Log:
 
         Returns old sequence number → new sequence number. The copies come after every
         record written so far; the caller must make sure that moving a record later does not
-        change its meaning (see `warren.storage.journal`). Blocks for one sync.
+        change its meaning (see `warren.storage.journal`). Blocks for one sync. A span is
+        copied as a plain record, so this is for callers that append none (the journal
+        compacts itself: `QueueJournal.apply_compaction`).
         """
         if self._in_flight:
             raise LogError("cannot compact while a batch is in flight")
@@ -826,24 +976,28 @@ def _recover(path: Path, directory_fd: int) -> tuple[list[_Segment], RecoveryRep
         file_path = path / segment_file_name(segment_id)
         data = _read_file(file_path)
         header = _decode_segment_header(data, segment_id)
-        if isinstance(header, int) and next_sequence and header < next_sequence:
+        if not isinstance(header, DamageKind) and next_sequence and header[0] < next_sequence:
             header = DamageKind.OVERLAP
         if isinstance(header, DamageKind):
             damage.append(Damage(segment_id, header, 0, len(data)))
             expected = max(next_sequence, 1)
             segments.append(_Segment(segment_id, expected, expected - 1, len(data)))
             continue
-        first_sequence = header
+        first_sequence, version = header
         if next_sequence and first_sequence > next_sequence:
             lost = (next_sequence, first_sequence - 1)
             damage.append(Damage(segment_id, DamageKind.SEQUENCE_GAP, 0, 0, sequences_lost=lost))
-        scan = _scan_records(data, first_sequence)
+        scan = _scan_records(data, first_sequence, version >= 2)
         if scan.damage is not None:
             dropped = len(data) - scan.valid_bytes
             damage.append(Damage(segment_id, scan.damage, scan.valid_bytes, dropped, is_last))
             if is_last:
                 _truncate(file_path, scan.valid_bytes)
-        segments.append(_Segment(segment_id, first_sequence, scan.last_sequence, scan.valid_bytes))
+        segments.append(
+            _Segment(
+                segment_id, first_sequence, scan.last_sequence, scan.valid_bytes, False, version
+            )
+        )
         count = scan.last_sequence - first_sequence + 1
         if count and not first_record_sequence:
             first_record_sequence = first_sequence

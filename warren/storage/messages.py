@@ -1,19 +1,25 @@
 """The records a durable classic queue writes to the log, and the fold that recovers queues.
 
 Theory of operation:
-1. A durable classic queue writes five kinds of record (see `journal.py` for when):
+1. A durable classic queue writes six kinds of record (see `journal.py` for when):
    `Enqueued` (a persistent message arrived, with everything needed to rebuild it),
+   `EnqueuedRun` (several that arrived one after the other for one queue, in one record:
+   written as a log span, each message taking one of its sequence numbers, in order),
    `Delivered` (messages went to a consumer or basic.get for the first time, so that after a
    restart they come back with ``redelivered`` set), `Settled` (messages are gone: acked,
    dropped, expired or dead-lettered), `Purged` (queue.purge: everything enqueued so far is
    gone except the listed unacked messages, which RabbitMQ keeps), `QueueDeleted`.
 2. Encoding is `struct`, little-endian, no pickle or JSON: byte 0 is the family (``C`` for
    classic queue records, so that other subsystems can share the node's log), byte 1 the
-   record format version, byte 2 the kind. Strings are UTF-8 with ``surrogateescape`` (as
+   record format version, byte 2 the kind: version 1 has the first five kinds, version 2
+   (`RUN_RECORD_VERSION`) adds `EnqueuedRun`, which only it may carry; a reader from
+   before refuses it by its version. Strings are UTF-8 with ``surrogateescape`` (as
    the AMQP codec decodes shortstrs), so any byte string survives. An `Enqueued` keeps the
    exchange and routing key as the two shortstrs that end basic.deliver, so the broker can
-   hand over ``Message.route`` as it is (`encode_enqueued`). `decode` accepts any bytes: it
-   returns a record or raises `RecordFormatError`, nothing else.
+   hand over ``Message.route`` as it is (`encode_enqueued`). An `EnqueuedRun` is the queue
+   key once, then per message the fields of an `Enqueued` with the body's length, the
+   route, the properties and the body (`encode_run_start`, `encode_run_entry`). `decode`
+   accepts any bytes: it returns a record or raises `RecordFormatError`, nothing else.
 3. `recover` folds (sequence number, payload) pairs in log order into the live messages of
    every queue, in msg_id order. Its meaning, per queue key, for any sequence of records:
    - `QueueDeleted` forgets everything of that key before it (a key may be reused).
@@ -23,6 +29,7 @@ Theory of operation:
      survived a crash in the middle of compaction, is the same message again).
    - It is redelivered if a `Delivered` names it after its last kill — before or after the
      `Enqueued`, because compaction may move an `Enqueued` past its `Delivered`.
+   An `EnqueuedRun` at sequence number S is its messages' `Enqueued` records at S, S+1 …
    Records of other families are skipped; an undecodable classic queue record is an error
    (`on_undecodable` may choose to skip it instead).
 """
@@ -40,6 +47,7 @@ __all__ = [
     "RECORD_VERSION",
     "Delivered",
     "Enqueued",
+    "EnqueuedRun",
     "Purged",
     "QueueDeleted",
     "QueueRecord",
@@ -47,9 +55,12 @@ __all__ = [
     "RecoveredMessage",
     "Settled",
     "decode",
+    "decode_messages",
     "encode",
     "encode_delivered",
     "encode_enqueued",
+    "encode_run_entry",
+    "encode_run_start",
     "encode_settled",
     "is_queue_record",
     "recover",
@@ -57,18 +68,23 @@ __all__ = [
 
 FAMILY: Final = 0x43  # "C": classic queue records
 RECORD_VERSION: Final = 1
+RUN_RECORD_VERSION: Final = 2  # the version that added `EnqueuedRun`
 
 _KIND_ENQUEUED: Final = 1
 _KIND_SETTLED: Final = 2
 _KIND_DELIVERED: Final = 3
 _KIND_PURGED: Final = 4
 _KIND_QUEUE_DELETED: Final = 5
+_KIND_ENQUEUED_RUN: Final = 6
 
 _PREFIX: Final = struct.Struct("<BBBH")  # family, version, kind, queue key length
 # msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, properties length; then the
 # route (exchange and routing key as two AMQP shortstrs, as basic.deliver ends), the
 # properties, and the body, which is the rest of the record
 _ENQUEUED: Final = struct.Struct("<QqqBBI")
+# an `EnqueuedRun`'s message: an `Enqueued`'s fields and the body's length, then the route,
+# the properties and the body
+_RUN_ENTRY: Final = struct.Struct("<QqqBBII")
 _COUNT: Final = struct.Struct("<I")
 _MSG_ID_MAX: Final = 2**64 - 1
 _MSG_IDS_MAX: Final = 2**32 - 1
@@ -90,6 +106,14 @@ class Enqueued:
     routing_key: str
     properties_raw: bytes
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedRun:
+    """Messages of one queue that arrived one after the other, in one record."""
+
+    queue_key: str
+    messages: tuple[Enqueued, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +145,7 @@ class QueueDeleted:
     queue_key: str
 
 
-QueueRecord = Enqueued | Settled | Delivered | Purged | QueueDeleted
+QueueRecord = Enqueued | EnqueuedRun | Settled | Delivered | Purged | QueueDeleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +164,11 @@ class RecoveredMessage:
 
 
 @functools.lru_cache(maxsize=4096)
-def _key(kind: int, queue_key: str) -> bytes:
+def _key(kind: int, queue_key: str, version: int = RECORD_VERSION) -> bytes:
     raw = queue_key.encode("utf-8", _TEXT)
     if len(raw) > 0xFFFF:
         raise ValueError(f"queue key of {len(raw)} bytes is longer than 65535")
-    return _PREFIX.pack(FAMILY, RECORD_VERSION, kind, len(raw)) + raw
+    return _PREFIX.pack(FAMILY, version, kind, len(raw)) + raw
 
 
 def _ids(msg_ids: Sequence[int]) -> bytes:
@@ -178,6 +202,19 @@ def encode(record: QueueRecord) -> bytes:
     """The record's bytes. Raises ValueError for values out of the format's range."""
     if type(record) is Enqueued:
         return _encode_enqueued(record)
+    if type(record) is EnqueuedRun:
+        return encode_run_start(record.queue_key) + b"".join(
+            encode_run_entry(
+                message.msg_id,
+                message.enqueued_at_ms,
+                message.expires_at_ms,
+                message.priority,
+                encode_route(message.exchange, message.routing_key),
+                message.properties_raw,
+                message.body,
+            )
+            for message in record.messages
+        )
     if type(record) is Settled:
         return encode_settled(record.queue_key, record.msg_ids)
     if type(record) is Delivered:
@@ -228,13 +265,7 @@ def encode_enqueued(
 
     `route` is the exchange and routing key as two AMQP shortstrs (``Message.route``).
     """
-    try:  # two shortstrs and nothing else
-        exchange_length = route[0]
-        two_shortstrs = len(route) == 2 + exchange_length + route[1 + exchange_length]
-    except IndexError:
-        two_shortstrs = False
-    if not two_shortstrs:
-        raise ValueError("route is not two shortstrs")
+    _check_route(route)
     try:
         fixed = _ENQUEUED.pack(
             msg_id,
@@ -247,6 +278,49 @@ def encode_enqueued(
     except struct.error as error:
         raise ValueError(f"enqueued record out of range: {error}") from None
     return b"".join((_enqueued_key(queue_key), fixed, route, properties_raw, body))
+
+
+def _check_route(route: bytes) -> None:
+    try:  # two shortstrs and nothing else
+        exchange_length = route[0]
+        two_shortstrs = len(route) == 2 + exchange_length + route[1 + exchange_length]
+    except IndexError:
+        two_shortstrs = False
+    if not two_shortstrs:
+        raise ValueError("route is not two shortstrs")
+
+
+@functools.lru_cache(maxsize=4096)
+def encode_run_start(queue_key: str) -> bytes:
+    """An `EnqueuedRun` record's start for one queue, which its messages follow."""
+    return _key(_KIND_ENQUEUED_RUN, queue_key, RUN_RECORD_VERSION)
+
+
+def encode_run_entry(
+    msg_id: int,
+    enqueued_at_ms: int,
+    expires_at_ms: int | None,
+    priority: int,
+    route: bytes,
+    properties_raw: bytes,
+    body: bytes,
+) -> bytes:
+    """One message of an `EnqueuedRun`, from the fields the broker holds (as
+    `encode_enqueued`)."""
+    _check_route(route)
+    try:
+        fixed = _RUN_ENTRY.pack(
+            msg_id,
+            enqueued_at_ms,
+            0 if expires_at_ms is None else expires_at_ms,
+            expires_at_ms is not None,
+            priority,
+            len(properties_raw),
+            len(body),
+        )
+    except struct.error as error:
+        raise ValueError(f"enqueued record out of range: {error}") from None
+    return b"".join((fixed, route, properties_raw, body))
 
 
 # --- decoding ------------------------------------------------------------------------------
@@ -262,34 +336,61 @@ def decode(payload: bytes) -> QueueRecord:
     return _decode(payload, True)[0]
 
 
+def decode_messages(payload: bytes) -> tuple[Enqueued, ...]:
+    """The messages of an `Enqueued` or `EnqueuedRun` record; `RecordFormatError` if it is
+    another record or not a valid one."""
+    record = decode(payload)
+    if type(record) is Enqueued:
+        return (record,)
+    if type(record) is EnqueuedRun:
+        return record.messages
+    raise RecordFormatError(f"a {type(record).__name__} record holds no message")
+
+
 def _decode(payload: bytes, contents: bool) -> tuple[QueueRecord, int]:
     """The record and, for an `Enqueued`, its body size. Without `contents` an `Enqueued`
     comes back without route, properties and body (what recovery can leave in the log)."""
+    return _decode_fields(payload, *_decode_prefix(payload), contents)
+
+
+def _decode_fields(
+    payload: bytes, kind: int, offset: int, queue_key: str, contents: bool
+) -> tuple[QueueRecord, int]:
+    """`_decode` after the prefix."""
+    if kind == _KIND_ENQUEUED:
+        return _decode_enqueued(payload, offset, queue_key, contents)
+    if kind == _KIND_ENQUEUED_RUN:
+        messages = _decode_run(payload, offset, queue_key, contents)
+        return EnqueuedRun(queue_key, tuple(message for message, _size in messages)), 0
+    if kind == _KIND_QUEUE_DELETED:
+        if offset != len(payload):
+            raise RecordFormatError("trailing bytes after a queue-deleted record")
+        return QueueDeleted(queue_key), 0
+    msg_ids = _decode_ids(payload, offset)
+    if kind == _KIND_SETTLED:
+        return Settled(queue_key, msg_ids), 0
+    if kind == _KIND_DELIVERED:
+        return Delivered(queue_key, msg_ids), 0
+    return Purged(queue_key, msg_ids), 0
+
+
+def _decode_prefix(payload: bytes) -> tuple[int, int, str]:
+    """A record's kind (one its version has), where its fields start, its queue key."""
     if len(payload) < _PREFIX.size:
         raise RecordFormatError(f"record of {len(payload)} bytes is too short")
     family, version, kind, key_length = _PREFIX.unpack_from(payload, 0)
     if family != FAMILY:
         raise RecordFormatError(f"record family {family} is not a classic queue record")
-    if version != RECORD_VERSION:
+    if version not in (RECORD_VERSION, RUN_RECORD_VERSION):
         raise RecordFormatError(f"record version {version} is not supported")
+    if (kind == _KIND_ENQUEUED_RUN) != (version == RUN_RECORD_VERSION):
+        raise RecordFormatError(f"record kind {kind} is not one of version {version}")
+    if not _KIND_ENQUEUED <= kind <= _KIND_ENQUEUED_RUN:
+        raise RecordFormatError(f"unknown record kind {kind}")
     offset = _PREFIX.size + key_length
     if offset > len(payload):
         raise RecordFormatError("queue key runs past the end of the record")
-    queue_key = bytes(payload[_PREFIX.size : offset]).decode("utf-8", _TEXT)
-    if kind == _KIND_ENQUEUED:
-        return _decode_enqueued(payload, offset, queue_key, contents)
-    if kind == _KIND_QUEUE_DELETED:
-        if offset != len(payload):
-            raise RecordFormatError("trailing bytes after a queue-deleted record")
-        return QueueDeleted(queue_key), 0
-    if kind in (_KIND_SETTLED, _KIND_DELIVERED, _KIND_PURGED):
-        msg_ids = _decode_ids(payload, offset)
-        if kind == _KIND_SETTLED:
-            return Settled(queue_key, msg_ids), 0
-        if kind == _KIND_DELIVERED:
-            return Delivered(queue_key, msg_ids), 0
-        return Purged(queue_key, msg_ids), 0
-    raise RecordFormatError(f"unknown record kind {kind}")
+    return kind, offset, bytes(payload[_PREFIX.size : offset]).decode("utf-8", _TEXT)
 
 
 def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
@@ -305,38 +406,88 @@ def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
 def _decode_enqueued(
     payload: bytes, offset: int, queue_key: str, contents: bool
 ) -> tuple[Enqueued, int]:
-    end = len(payload)
-    if offset + _ENQUEUED.size + 2 > end:
+    if offset + _ENQUEUED.size + 2 > len(payload):
         raise RecordFormatError("enqueued record is too short")
     msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, properties_length = (
         _ENQUEUED.unpack_from(payload, offset)
     )
+    fields = (msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority)
+    start = offset + _ENQUEUED.size
+    # the body is the rest of the record
+    message, size, _end = _message(
+        payload, queue_key, fields, start, properties_length, -1, contents
+    )
+    return message, size
+
+
+def _decode_run(
+    payload: bytes, offset: int, queue_key: str, contents: bool
+) -> list[tuple[Enqueued, int]]:
+    """An `EnqueuedRun`'s messages, each with its body size."""
+    end = len(payload)
+    messages: list[tuple[Enqueued, int]] = []
+    # Every message takes more than its fixed fields, so this bounds the loop.
+    for _ in range(end // _RUN_ENTRY.size + 1):
+        if offset == end:
+            break
+        if offset + _RUN_ENTRY.size + 2 > end:
+            raise RecordFormatError("enqueued run record is too short")
+        msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, properties_length, size = (
+            _RUN_ENTRY.unpack_from(payload, offset)
+        )
+        fields = (msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority)
+        start = offset + _RUN_ENTRY.size
+        message, size, offset = _message(
+            payload, queue_key, fields, start, properties_length, size, contents
+        )
+        messages.append((message, size))
+    if not messages:
+        raise RecordFormatError("enqueued run record holds no message")
+    return messages
+
+
+def _message(
+    payload: bytes,
+    queue_key: str,
+    fields: tuple[int, int, int, int, int],
+    start: int,
+    properties_length: int,
+    size: int,
+    contents: bool,
+) -> tuple[Enqueued, int, int]:
+    """A message from its fixed `fields` (msg_id, enqueued_at_ms, expires_at_ms,
+    has_expiry, priority) and what follows them from `start`: route, properties, and a
+    body of `size` bytes (-1: the rest of the payload). Returns it, its body size and
+    where it ends."""
+    msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority = fields
     if has_expiry > 1 or (not has_expiry and expires_at_ms != 0):
         raise RecordFormatError("enqueued record has an invalid expiry flag")
-    exchange_start = offset + _ENQUEUED.size + 1
-    exchange_end = exchange_start + payload[exchange_start - 1]
+    end = len(payload)
+    exchange_start = start + 1
+    exchange_end = exchange_start + payload[start]
     if exchange_end >= end:
         raise RecordFormatError("enqueued record fields run past its end")
     routing_key_end = exchange_end + 1 + payload[exchange_end]
     properties_end = routing_key_end + properties_length
-    if properties_end > end:
+    body_end = end if size < 0 else properties_end + size
+    if properties_end > end or body_end > end:
         raise RecordFormatError("enqueued record fields run past its end")
-    size = end - properties_end
+    expiry = expires_at_ms if has_expiry else None
     if not contents:
-        fields = (msg_id, enqueued_at_ms, expires_at_ms if has_expiry else None, priority)
-        return Enqueued(queue_key, *fields, "", "", b"", b""), size
-    record = Enqueued(
+        message = Enqueued(queue_key, msg_id, enqueued_at_ms, expiry, priority, "", "", b"", b"")
+        return message, body_end - properties_end, body_end
+    message = Enqueued(
         queue_key=queue_key,
         msg_id=msg_id,
         enqueued_at_ms=enqueued_at_ms,
-        expires_at_ms=expires_at_ms if has_expiry else None,
+        expires_at_ms=expiry,
         priority=priority,
         exchange=bytes(payload[exchange_start:exchange_end]).decode("utf-8", _TEXT),
         routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
         properties_raw=bytes(payload[routing_key_end:properties_end]),
-        body=bytes(payload[properties_end:]),
+        body=bytes(payload[properties_end:body_end]),
     )
-    return record, size
+    return message, body_end - properties_end, body_end
 
 
 # --- recovery ------------------------------------------------------------------------------
@@ -381,13 +532,20 @@ def recover(
         if not is_queue_record(payload):
             continue
         try:
-            record, size = _decode(payload, contents)
+            kind, offset, queue_key = _decode_prefix(payload)
+            found: Sequence[tuple[QueueRecord, int]]
+            if kind == _KIND_ENQUEUED_RUN:
+                found = _decode_run(payload, offset, queue_key, contents)
+            else:
+                found = [_decode_fields(payload, kind, offset, queue_key, contents)]
         except RecordFormatError as error:
             if on_undecodable is None:
                 raise RecordFormatError(f"log record {sequence}: {error}") from None
             on_undecodable(sequence, error)
             continue
-        _fold(queues, sequence, record, size)
+        # a run's messages are the records at its sequence number and the ones after it
+        for index, (record, size) in enumerate(found):
+            _fold(queues, sequence + index, record, size)
     result: dict[str, list[RecoveredMessage]] = {}
     for queue_key in sorted(queues):
         messages = queues[queue_key].messages
@@ -431,7 +589,7 @@ def _fold(queues: dict[str, _Queue], sequence: int, record: QueueRecord, size: i
         for msg_id in record.msg_ids:
             messages.pop(msg_id, None)
             queue.delivered_early.discard(msg_id)
-    else:
+    elif isinstance(record, Purged):
         kept = set(record.kept_msg_ids)
         for msg_id in [i for i in messages if i not in kept]:
             del messages[msg_id]

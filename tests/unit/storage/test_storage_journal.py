@@ -73,6 +73,12 @@ class JournalMachine(RuleBasedStateMachine):
         self.journal.enqueue(record)
         self.model.setdefault(key, {})[msg_id] = (record, False)
 
+    @rule(key=st.sampled_from(["a", "b", "c"]), bodies=st.lists(st.binary(max_size=60), max_size=8))
+    def enqueue_run(self, key: str, bodies: list[bytes]) -> None:
+        """Messages one after the other to one queue: one record, settled one by one."""
+        for body in bodies:
+            self.enqueue(key, body)
+
     @rule(key=st.sampled_from(["a", "b", "c"]), data=st.data())
     def deliver(self, key: str, data: st.DataObject) -> None:
         ids = data.draw(st.lists(st.sampled_from([*self.live_ids(key), 99]), max_size=4))
@@ -316,4 +322,40 @@ def test_long_random_traffic_with_crashes_recovers_exactly_and_stays_small(
                 next_id[queue_key] = max(next_id[queue_key], max(messages) + 1)
     assert compactions > 20
     assert len(log.segments()) < 20  # live data is a few dozen messages: so is the log
+    log.close()
+
+
+def test_a_run_of_publishes_is_one_record_settled_message_by_message(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    journal = QueueJournal(log)
+    sequences = [journal.enqueue(message("q", msg_id)) for msg_id in range(1, 6)]
+    assert sequences == [1, 2, 3, 4, 5]
+    journal.settle("q", [2, 4])
+    log.flush_and_sync()
+    records = [decode(payload) for _, payload in log.records()]
+    assert [type(r).__name__ for r in records] == ["EnqueuedRun", "Settled"]
+    assert journal.live_by_segment() == {1: 3}
+    assert journal.read("q", 5) == message("q", 5)
+    log.close()
+    log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
+    journal, recovered = QueueJournal.recover(log)
+    assert [(m.msg_id, m.sequence) for m in recovered["q"]] == [(1, 1), (3, 3), (5, 5)]
+    assert [journal.read("q", msg_id) for msg_id in (1, 3, 5)] == [
+        message("q", msg_id) for msg_id in (1, 3, 5)
+    ]
+    log.close()
+
+
+def test_runs_of_two_queues_read_back_in_any_order_and_more_than_once(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    journal = QueueJournal(log)
+    for key in ("a", "b"):
+        for msg_id in (1, 2, 3):
+            journal.enqueue(message(key, msg_id, b"%s%d" % (key.encode(), msg_id)))
+    log.flush_and_sync()
+    for msg_id in (1, 2, 2, 3, 1):
+        for key in ("a", "b"):
+            assert journal.read(key, msg_id) == message(
+                key, msg_id, b"%s%d" % (key.encode(), msg_id)
+            )
     log.close()

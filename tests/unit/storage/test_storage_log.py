@@ -17,6 +17,7 @@ from warren.storage import log as log_module
 from warren.storage.log import (
     RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
+    SPAN_HEADER_BYTES,
     DamageKind,
     Log,
     LogCorrupt,
@@ -24,6 +25,7 @@ from warren.storage.log import (
     LogFailed,
     encode_record,
     encode_segment_header,
+    encode_span,
     segment_file_name,
 )
 
@@ -562,4 +564,121 @@ def test_compaction_refuses_what_it_cannot_do(tmp_path: Path) -> None:
         log.compact(1, [15])
     with pytest.raises(ValueError, match="still being written"):
         log.compact(3, [25])
+    log.close()
+
+
+# --- spans -------------------------------------------------------------------------------------
+
+
+def test_a_span_takes_a_sequence_number_per_item_and_one_header_and_crc(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    assert log.append(b"before") == 1
+    assert log.append_span(b"a") == 2
+    assert log.extend_span(b"bb") == 3
+    assert log.extend_span(b"ccc") == 4
+    assert log.span_sequence == 2 and log.next_sequence == 5
+    assert log.flush_and_sync() == 4
+    assert log.span_sequence == 0 and log.extend_span(b"d") == 0  # sealed: closed
+    log.close()
+    data = segment_path(tmp_path, 1).read_bytes()
+    start = SEGMENT_HEADER_BYTES + len(encode_record(1, b"before"))
+    assert data[start:] == encode_span(2, 3, b"abbccc")
+    assert len(data) - start == SPAN_HEADER_BYTES + 6
+    assert read_all(tmp_path) == [(1, b"before"), (2, b"abbccc")]
+
+
+def test_a_span_closes_when_anything_else_is_appended(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append_span(b"x")
+    log.append(b"other")
+    assert log.extend_span(b"y") == 0
+    assert log.append_span(b"y") == 3
+    log.close()
+    assert read_all(tmp_path) == [(1, b"x"), (2, b"other"), (3, b"y")]
+
+
+def test_every_sequence_number_of_a_span_reads_it_back(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append_span(b"one")
+    log.extend_span(b"two")
+    offset = log.last_record_offset
+    assert log.read_record(1, offset, 2) == b"onetwo"  # pending: closes the span
+    assert log.extend_span(b"three") == 0
+    log.flush_and_sync()
+    assert log.read_record(1, offset, 1) == log.read_record(1, offset, 2) == b"onetwo"
+    with pytest.raises(LogCorrupt):
+        log.read_record(1, offset, 3)
+    log.close()
+
+
+def test_a_span_fills_a_segment_and_the_next_one_starts_a_new_segment(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path, 200)
+    log.append_span(b"s" * 50)
+    sequence = 2
+    while log.extend_span(b"t" * 50):
+        sequence += 1
+    assert log.active_segment_id == 1
+    assert log.append_span(b"u" * 50) == sequence
+    assert log.active_segment_id == 2
+    log.close()
+    assert [s for s, _ in read_all(tmp_path, 200)] == [1, sequence]
+
+
+def test_a_torn_span_is_cut_off_with_all_its_sequence_numbers(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append(b"kept")
+    log.append_span(b"a")
+    log.extend_span(b"b")
+    log.close()
+    path = segment_path(tmp_path, 1)
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    log, report = Log.open(tmp_path)
+    assert [d.kind for d in report.damage] == [DamageKind.PARTIAL_RECORD]
+    assert log.next_sequence == 2 and list(log.records()) == [(1, b"kept")]
+    log.close()
+
+
+def test_a_format_1_segment_is_read_and_a_span_goes_to_a_new_segment(tmp_path: Path) -> None:
+    """A log written before spans existed: its records read back; spans start a segment of
+    format 2, and a span in a format 1 segment is damage, not a record."""
+    header = bytearray(encode_segment_header(1, 1))
+    struct.pack_into("<I", header, 8, 1)  # the format version
+    struct.pack_into("<I", header, SEGMENT_HEADER_BYTES - 4, zlib.crc32(header[:-4]))
+    segment_path(tmp_path, 1).write_bytes(bytes(header) + encode_record(1, b"old"))
+    log, report = Log.open(tmp_path)
+    assert report.clean and list(log.records()) == [(1, b"old")]
+    assert log.append(b"plain") == 2 and log.active_segment_id == 1
+    assert log.append_span(b"run") == 3 and log.active_segment_id == 2
+    log.close()
+    assert read_all(tmp_path) == [(1, b"old"), (2, b"plain"), (3, b"run")]
+    shutil.rmtree(tmp_path)
+    tmp_path.mkdir()
+    segment_path(tmp_path, 1).write_bytes(bytes(header) + encode_span(1, 2, b"ab"))
+    log, report = Log.open(tmp_path)
+    assert [d.kind for d in report.damage] == [DamageKind.BAD_LENGTH]
+    log.close()
+
+
+def test_a_span_open_when_a_sync_fails_refuses_more_like_any_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append(b"a")
+    batch = log.seal()
+    assert batch is not None
+    log.append_span(b"run")
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log_module, "_datasync", failing_sync)
+    with pytest.raises(LogFailed):
+        log.sync_batch(batch)
+    monkeypatch.undo()
+    assert log.extend_span(b"more") == 0
+    with pytest.raises(LogFailed):
+        log.append_span(b"next")
+    with pytest.raises(LogFailed):
+        log.append(b"plain")
     log.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,8 +12,10 @@ from hypothesis import strategies as st
 from warren.storage.messages import (
     FAMILY,
     RECORD_VERSION,
+    RUN_RECORD_VERSION,
     Delivered,
     Enqueued,
+    EnqueuedRun,
     Purged,
     QueueDeleted,
     QueueRecord,
@@ -20,8 +23,12 @@ from warren.storage.messages import (
     RecoveredMessage,
     Settled,
     decode,
+    decode_messages,
     encode,
     encode_enqueued,
+    encode_route,
+    encode_run_entry,
+    encode_run_start,
     recover,
 )
 
@@ -271,3 +278,54 @@ def test_records_of_other_families_are_skipped_and_bad_ones_reported() -> None:
         [(1, good), (2, foreign), (3, bad)], on_undecodable=lambda s, _error: seen.append(s)
     )
     assert seen == [3] and [m.msg_id for m in recovered["q"]] == [1]
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+@given(st.text(max_size=40), st.lists(enqueued_records, min_size=1, max_size=5))
+def test_a_run_survives_encode_and_decode(queue_key: str, messages: list[Enqueued]) -> None:
+    run = EnqueuedRun(queue_key, tuple(replace(m, queue_key=queue_key) for m in messages))
+    payload = encode(run)
+    assert payload[:3] == bytes([FAMILY, RUN_RECORD_VERSION, payload[2]])
+    assert decode(payload) == run
+    assert decode_messages(payload) == run.messages
+    assert payload == encode_run_start(queue_key) + b"".join(
+        encode_run_entry(
+            m.msg_id,
+            m.enqueued_at_ms,
+            m.expires_at_ms,
+            m.priority,
+            encode_route(m.exchange, m.routing_key),
+            m.properties_raw,
+            m.body,
+        )
+        for m in run.messages
+    )
+
+
+def test_a_run_is_only_of_its_version_and_holds_a_message() -> None:
+    run = encode(EnqueuedRun("q", (Enqueued("q", 1, 0, None, 0, "", "", b"", b"body"),)))
+    with pytest.raises(RecordFormatError, match="kind 6 is not one of version 1"):
+        decode(run[:1] + bytes([RECORD_VERSION]) + run[2:])
+    settled = encode(Settled("q", (1,)))
+    with pytest.raises(RecordFormatError, match="kind 2 is not one of version 2"):
+        decode(settled[:1] + bytes([RUN_RECORD_VERSION]) + settled[2:])
+    with pytest.raises(RecordFormatError, match="holds no message"):
+        decode(encode_run_start("q"))
+    with pytest.raises(RecordFormatError, match="run past"):
+        decode(run[:-1])
+    with pytest.raises(RecordFormatError, match="holds no message"):
+        decode_messages(settled)
+
+
+def test_a_run_recovers_as_its_messages_at_consecutive_sequence_numbers() -> None:
+    messages = tuple(Enqueued("q", i, 0, None, 0, "ex", "rk", b"", b"m%d" % i) for i in (4, 5, 6))
+    recovered = recover(
+        [(10, encode(EnqueuedRun("q", messages))), (13, encode(Settled("q", (5,))))],
+        contents=False,
+    )
+    assert [(m.msg_id, m.sequence, m.body_size_bytes) for m in recovered["q"]] == [
+        (4, 10, 2),
+        (6, 12, 2),
+    ]
