@@ -95,8 +95,6 @@ class Home(Protocol):
 class ClassicHost(HostFields):
     """Drives one classic queue's machine on this node."""
 
-    __slots__ = ("_consumers", "_limited", "_starting", "effects", "home", "machine")
-
     def __init__(self, broker: Node, record: QueueRecord, home: Home | None = None) -> None:
         super().__init__(broker, record)
         self.home = home

@@ -277,18 +277,9 @@ class QueueHost(Protocol):
 
 class HostFields:
     """What every host keeps besides the machine it drives (its kind's own class adds
-    that): the record, the management API's counters, policies and flags."""
-
-    __slots__ = (
-        "broker",
-        "ever_consumed",
-        "journal_key",
-        "operator_policy",
-        "policy",
-        "record",
-        "scratch_paged",
-        "stats",
-    )
+    that): the record, the management API's counters, policies and flags. No
+    ``__slots__``: the release build compiles `ClassicHost`, and a compiled class cannot
+    have a Python base that has them."""
 
     def __init__(self, broker: Node, record: QueueRecord) -> None:
         self.broker = broker
