@@ -35,7 +35,8 @@ Theory of operation:
    these stay Python: `connection.py` (`workers/handover.py`'s `TakenOver` subclasses the
    connection) and `queues/host.py` (the quorum and remote hosts subclass `HostFields`; its
    generic outcome dataclasses are not classes mypyc builds either). `queues/classic.py`
-   is compiled, with `queues/paging.py` (the test a durable publish makes for paging): the
+   is compiled, with `queues/paging.py` (the test a durable publish makes for paging) and
+   `queues/clock.py` (the time of each publish's `Meta`, a Python frame otherwise): the
    cluster's home of a classic queue is a part its host holds (`ClusterHome`), not a
    subclass, and `HostFields`, the host's Python base, has no ``__slots__`` (a compiled
    class's Python base cannot).
@@ -64,6 +65,7 @@ COMPILED = [
     "warren/runtime/confirms.py",  # publisher confirms; a persistent publish's held until its sync
     "warren/runtime/durability.py",  # a persistent publish's record, and the group commit
     "warren/runtime/queues/classic.py",  # a classic queue's host: each publish and its meta
+    "warren/runtime/queues/clock.py",  # the time each publish's meta carries
     "warren/runtime/queues/effects.py",  # a queue's effects: each delivery
     "warren/runtime/queues/paging.py",  # whether an arrival leaves memory: each durable publish
     "warren/storage/journal.py",  # the durable queues' ledger of live records

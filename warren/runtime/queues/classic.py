@@ -60,6 +60,7 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import Refused as MachineRefused
+from warren.runtime.queues.clock import now_ms
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
@@ -74,7 +75,6 @@ from warren.runtime.queues.host import (
     Publisher,
     Refused,
     Subscriber,
-    now_ms,
 )
 from warren.runtime.queues.paging import admit, release, resident
 

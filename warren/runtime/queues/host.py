@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
@@ -52,10 +51,6 @@ if TYPE_CHECKING:
     from warren.storage.pages import PageStore
 
 T = TypeVar("T")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # --- outcomes --------------------------------------------------------------------------------
