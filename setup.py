@@ -33,9 +33,13 @@ Theory of operation:
    held three quarters of the bytecodes W1 still ran per message. A compiled class can have
    no subclass in Python (it raises "interpreted classes cannot inherit from compiled"), so
    these stay Python: `connection.py` (`workers/handover.py`'s `TakenOver` subclasses the
-   connection), `queues/classic.py` (the cluster's `HomeHost` subclasses it) and
-   `queues/host.py` (the quorum and remote hosts subclass `HostFields`; its generic outcome
-   dataclasses are not classes mypyc builds either).
+   connection) and `queues/host.py` (the quorum and remote hosts subclass `HostFields`; its
+   generic outcome dataclasses are not classes mypyc builds either). `queues/classic.py`
+   is compiled, with `queues/paging.py` (the test a durable publish makes for paging) and
+   `queues/clock.py` (the time of each publish's `Meta`, a Python frame otherwise): the
+   cluster's home of a classic queue is a part its host holds (`ClusterHome`), not a
+   subclass, and `HostFields`, the host's Python base, has no ``__slots__`` (a compiled
+   class's Python base cannot).
 4. gcc's optimisation and debug levels are mypyc's defaults (``-O3 -g1``) unless
    ``MYPYC_OPT_LEVEL`` / ``MYPYC_DEBUG_LEVEL`` say otherwise, as for the ``mypyc`` command.
 """
@@ -60,7 +64,10 @@ COMPILED = [
     "warren/runtime/channel.py",  # a publish's routing and a delivery's frames
     "warren/runtime/confirms.py",  # publisher confirms; a persistent publish's held until its sync
     "warren/runtime/durability.py",  # a persistent publish's record, and the group commit
+    "warren/runtime/queues/classic.py",  # a classic queue's host: each publish and its meta
+    "warren/runtime/queues/clock.py",  # the time each publish's meta carries
     "warren/runtime/queues/effects.py",  # a queue's effects: each delivery
+    "warren/runtime/queues/paging.py",  # whether an arrival leaves memory: each durable publish
     "warren/storage/journal.py",  # the durable queues' ledger of live records
     "warren/storage/log.py",  # the log's append: a record's CRC and header
     "warren/storage/messages.py",  # an `Enqueued` record's encoding

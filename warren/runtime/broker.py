@@ -33,7 +33,8 @@ from warren.model.policy import Policy, effective_settings
 from warren.model.settings import QueueSettings
 from warren.runtime.access import Access
 from warren.runtime.queues.classic import ClassicHosts
-from warren.runtime.queues.host import HostFactory, QueueHost, now_ms
+from warren.runtime.queues.clock import now_ms
+from warren.runtime.queues.host import HostFactory, QueueHost
 from warren.runtime.queues.paging import release
 from warren.runtime.stats import MessageStats
 

@@ -17,8 +17,8 @@ Theory of operation:
    makes it, the home the queue, the others a proxy, and the channel declares again
    against it; `QueueDelete`, proposed by the home, answered with the count the queue
    had; the management API's queue PUT and DELETE alike), what a classic queue's home
-   deletes by itself (auto-delete, x-expires: a `QueueDelete` too, through the home's
-   host, `warren.runtime.cluster.node.HomeHost`), the management API's changes to
+   deletes by itself (auto-delete, x-expires: a `QueueDelete` too, through the
+   queue's `warren.runtime.cluster.node.ClusterHome`), the management API's changes to
    exchanges, bindings, policies, vhosts, users, (topic) permissions and the cluster
    name, and imported definitions (`/api/definitions` POST, ``warrenctl
    import_definitions``: the same operations, one after the other), are proposed

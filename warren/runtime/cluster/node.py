@@ -149,7 +149,7 @@ class ClusterHosts:
     def make(self, record: QueueRecord) -> QueueHost:
         if record.queue_type is QueueType.QUORUM:
             return self.cluster.quorum_host(record)
-        return HomeHost(self.cluster, record)
+        return ClassicHost(self.cluster.broker, record, ClusterHome(self.cluster))
 
     def replicated_declare(self, record: QueueRecord) -> asyncio.Future[None] | None:
         cluster = self.cluster
@@ -158,47 +158,48 @@ class ClusterHosts:
         return cluster.propose_declare(record)
 
 
-class HomeHost(ClassicHost):
-    """A classic queue whose home is this node, in a cluster. Its delete goes through the
-    metadata log whoever asks (metadata doc, 2): a client, or the queue itself when it
-    auto-deletes or expires, so every node deletes it, and what goes with it (its
-    bindings, auto-deleted exchanges), in log order. While the delete is on its way the
-    queue's timer does nothing (an expired queue would ask again at once); a delete the
-    log did not take (no leader in time) leaves the queue as it was, and it checks again
-    a little later whether it is still to go by itself."""
+class ClusterHome:
+    """The home of a classic queue of this node, in a cluster (the `Home` its `ClassicHost`
+    asks). The queue's delete goes through the metadata log whoever asks (metadata doc,
+    2): a client, or the queue itself when it auto-deletes or expires, so every node
+    deletes it, and what goes with it (its bindings, auto-deleted exchanges), in log
+    order. While the delete is on its way the queue's timer does nothing (an expired
+    queue would ask again at once); a delete the log did not take (no leader in time)
+    leaves the queue as it was, and it checks again a little later whether it is still to
+    go by itself."""
 
     __slots__ = ("_deleting", "cluster")
 
-    def __init__(self, cluster: ClusterNode, record: QueueRecord) -> None:
+    def __init__(self, cluster: ClusterNode) -> None:
         self.cluster = cluster
         self._deleting: asyncio.Future[object] | None = None
-        super().__init__(cluster.broker, record)
 
-    def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
+    def forward_delete(
+        self, host: ClassicHost, if_unused: bool, if_empty: bool
+    ) -> asyncio.Future[int] | None:
         """The log's delete, on its way (None: the log's delete is being applied here, or
         the queue is exclusive)."""
         if self._deleting is not None and not self.cluster.applying:
             return cast("asyncio.Future[int]", self._deleting)  # asked again meanwhile
-        pending = self.cluster.logged_delete(self)
+        pending = self.cluster.logged_delete(host)
         if pending is not None:
             self._deleting = pending
-            pending.add_done_callback(self._logged)
+            pending.add_done_callback(lambda done: self._logged(host, done))
         return cast("asyncio.Future[int] | None", pending)
 
-    def _logged(self, done: asyncio.Future[object]) -> None:
+    def deleting(self) -> bool:
+        return self._deleting is not None
+
+    def _logged(self, host: ClassicHost, done: asyncio.Future[object]) -> None:
         self._deleting = None
         error = None if done.cancelled() else done.exception()
         if error is not None:
-            log.warning("queue %r in vhost %r not deleted: %s", self.name, self.record.vhost, error)
-            asyncio.get_running_loop().call_later(RECHECK_S, self._recheck)
+            log.warning("queue %r in vhost %r not deleted: %s", host.name, host.record.vhost, error)
+            asyncio.get_running_loop().call_later(RECHECK_S, self._recheck, host)
 
-    def _recheck(self) -> None:
-        self.cluster.broker.auto_delete(self)  # gone with its last consumer, if it had one
-        self._on_timer()  # x-expires ran out, if it has one
-
-    def _on_timer(self) -> None:
-        if self._deleting is None:
-            super()._on_timer()
+    def _recheck(self, host: ClassicHost) -> None:
+        self.cluster.broker.auto_delete(host)  # gone with its last consumer, if it had one
+        host.on_timer()  # x-expires ran out, if it has one
 
 
 class ClusterNode:

@@ -125,6 +125,7 @@ from warren.runtime.cluster.calls import (
 from warren.runtime.cluster.peers import PeerUnavailable, RemoteError
 from warren.runtime.cluster.raft_host import EntryMeta, RaftHost
 from warren.runtime.cluster.remote import RemoteQueues, copy_entry
+from warren.runtime.queues.clock import now_ms
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
@@ -139,7 +140,6 @@ from warren.runtime.queues.host import (
     Published,
     Publisher,
     Subscriber,
-    now_ms,
 )
 
 if TYPE_CHECKING:

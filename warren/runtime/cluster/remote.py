@@ -112,6 +112,7 @@ from warren.runtime.cluster.calls import (
     call_value,
 )
 from warren.runtime.queues.classic import ClassicHost
+from warren.runtime.queues.clock import now_ms
 from warren.runtime.queues.host import (
     ACCEPTED,
     Answer,
@@ -125,7 +126,6 @@ from warren.runtime.queues.host import (
     QueueHost,
     Refused,
     Subscriber,
-    now_ms,
 )
 from warren.storage.definitions import BindingDefinition
 

@@ -19,13 +19,19 @@ Theory of operation:
    messages that leave otherwise are released.
 5. Every answer is at once: `Accepted`, or `Refused` (a consumer the machine refuses, a
    publish the queue rejects).
+6. In a cluster the queue's delete goes through the metadata log, and its timer waits
+   while that delete is on its way: the host asks its `Home` (the cluster's
+   `warren.runtime.cluster.node.ClusterHome`; none on a node alone). The home is a part
+   the host holds, not a subclass, so that the host compiles (setup.py: a compiled class
+   can have no subclass in Python); it is asked on a delete and when the timer fires,
+   never per message.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from warren.amqp.content import Message
 from warren.model import QueueRecord
@@ -54,6 +60,7 @@ from warren.queue import (
     Touch,
 )
 from warren.queue import Refused as MachineRefused
+from warren.runtime.queues.clock import now_ms
 from warren.runtime.queues.effects import Interpreter
 from warren.runtime.queues.host import (
     ACCEPTED,
@@ -68,23 +75,34 @@ from warren.runtime.queues.host import (
     Publisher,
     Refused,
     Subscriber,
-    now_ms,
 )
 from warren.runtime.queues.paging import admit, release, resident
+
+
+class Home(Protocol):
+    """Where a classic queue's delete goes when this node does not make it at once
+    (module doc, 6)."""
+
+    def forward_delete(
+        self, host: ClassicHost, if_unused: bool, if_empty: bool
+    ) -> asyncio.Future[int] | None:
+        """`QueueHost.forward_delete` for `host`."""
+
+    def deleting(self) -> bool:
+        """A delete is on its way: the queue's timer does nothing meanwhile."""
 
 
 class ClassicHost(HostFields):
     """Drives one classic queue's machine on this node."""
 
-    __slots__ = ("_consumers", "_limited", "_starting", "effects", "machine")
-
-    def __init__(self, broker: Node, record: QueueRecord) -> None:
+    def __init__(self, broker: Node, record: QueueRecord, home: Home | None = None) -> None:
         super().__init__(broker, record)
+        self.home = home
         self.machine = QueueMachine(record.name, record.vhost, last_used_ms=now_ms())
         self._consumers: dict[Hashable, ConsumerRef] = {}
         self._limited: set[Subscriber] = set()
         self._starting: dict[Hashable, list[Effect]] = {}  # subscribed, before consume-ok
-        self.effects = Interpreter(self, self._on_timer, journaled=True)
+        self.effects = Interpreter(self, self.on_timer, journaled=True)
         self.refresh_policies()
 
     @property
@@ -145,7 +163,8 @@ class ClassicHost(HostFields):
         self.execute(Touch())
 
     def forward_delete(self, if_unused: bool, if_empty: bool) -> asyncio.Future[int] | None:
-        return None
+        home = self.home
+        return None if home is None else home.forward_delete(self, if_unused, if_empty)
 
     def execute(self, command: Command) -> object:
         """Run `command` (any but an `Enqueue`: `publish`) through the machine's `apply`
@@ -195,7 +214,11 @@ class ClassicHost(HostFields):
         resident(self, entry)
         return entry
 
-    def _on_timer(self) -> None:
+    def on_timer(self) -> None:
+        """The queue's timer fired (or its home asks again): a `Tick`, unless the queue is
+        no longer this node's or its delete is on its way."""
+        if self.home is not None and self.home.deleting():
+            return
         if self.broker.queue(self.record.vhost, self.record.name) is self:
             self.execute(Tick())
 

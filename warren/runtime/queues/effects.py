@@ -29,8 +29,9 @@ from typing import Protocol
 
 from warren.amqp.content import Message
 from warren.queue import DeadLetter, Deliver, Dropped, Effect, Entry, QueueExpired, SetTimer
+from warren.runtime.queues.clock import now_ms
 from warren.runtime.queues.deadletter import DeadLetterWorker, dead_letter
-from warren.runtime.queues.host import ConsumerRef, QueueHost, now_ms
+from warren.runtime.queues.host import ConsumerRef, QueueHost
 from warren.runtime.queues.paging import release
 from warren.storage.pages import PageRef
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
@@ -52,10 +51,6 @@ if TYPE_CHECKING:
     from warren.storage.pages import PageStore
 
 T = TypeVar("T")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # --- outcomes --------------------------------------------------------------------------------
@@ -277,18 +272,9 @@ class QueueHost(Protocol):
 
 class HostFields:
     """What every host keeps besides the machine it drives (its kind's own class adds
-    that): the record, the management API's counters, policies and flags."""
-
-    __slots__ = (
-        "broker",
-        "ever_consumed",
-        "journal_key",
-        "operator_policy",
-        "policy",
-        "record",
-        "scratch_paged",
-        "stats",
-    )
+    that): the record, the management API's counters, policies and flags. No
+    ``__slots__``: the release build compiles `ClassicHost`, and a compiled class cannot
+    have a Python base that has them."""
 
     def __init__(self, broker: Node, record: QueueRecord) -> None:
         self.broker = broker
