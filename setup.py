@@ -30,12 +30,14 @@ Theory of operation:
    Of the runtime, the modules a classic queue's message runs through are compiled too
    where mypyc can (issue 19, docs/performance.md, "the runtime's per-message path"): once
    the cores were, the channel, confirms, the queue's effects and the connection's protocol
-   held three quarters of the bytecodes W1 still ran per message. A compiled class can have
-   no subclass in Python (it raises "interpreted classes cannot inherit from compiled"), so
-   these stay Python: `connection.py` (`workers/handover.py`'s `TakenOver` subclasses the
-   connection), `queues/classic.py` (the cluster's `HomeHost` subclasses it) and
-   `queues/host.py` (the quorum and remote hosts subclass `HostFields`; its generic outcome
-   dataclasses are not classes mypyc builds either).
+   held three quarters of the bytecodes W1 still ran per message. The connection's shell
+   (`connection.py`, an `asyncio.Protocol`: mypyc builds it as a native class on that
+   Python base) is compiled since a handed-over connection is one given the state to
+   replay (`workers/handover.py`'s `taken_over`) rather than a subclass. A compiled class
+   can have no subclass in Python (it raises "interpreted classes cannot inherit from
+   compiled"), so these stay Python: `queues/classic.py` (the cluster's `HomeHost`
+   subclasses it) and `queues/host.py` (the quorum and remote hosts subclass `HostFields`;
+   its generic outcome dataclasses are not classes mypyc builds either).
 4. gcc's optimisation and debug levels are mypyc's defaults (``-O3 -g1``) unless
    ``MYPYC_OPT_LEVEL`` / ``MYPYC_DEBUG_LEVEL`` say otherwise, as for the ``mypyc`` command.
 """
@@ -59,6 +61,7 @@ COMPILED = [
     "warren/queue/machine.py",  # the queue: enqueue, deliver, settle
     "warren/runtime/channel.py",  # a publish's routing and a delivery's frames
     "warren/runtime/confirms.py",  # publisher confirms; a persistent publish's held until its sync
+    "warren/runtime/connection.py",  # the connection's shell: each read's events, each write
     "warren/runtime/durability.py",  # a persistent publish's record, and the group commit
     "warren/runtime/queues/effects.py",  # a queue's effects: each delivery
     "warren/storage/journal.py",  # the durable queues' ledger of live records
