@@ -36,7 +36,7 @@ from warren.amqp.connection import (
     ServerConnection,
     State,
 )
-from warren.amqp.content import method_frame
+from warren.amqp.content import confirm_frame, method_frame
 from warren.amqp.frames import HEARTBEAT_FRAME, NEED_DATA, PROTOCOL_HEADER
 from warren.amqp.table import TableError, decode_table
 from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError
@@ -295,7 +295,7 @@ class AmqpConnection(asyncio.Protocol):
         if self._confirming:
             for channel in self._confirming.values():
                 for confirm in channel.pending_confirms():
-                    self._out.append(method_frame(channel.number, confirm))
+                    self._out.append(confirm_frame(channel.number, confirm))
             self._confirming.clear()
         if self._out and self.transport is not None and not self.transport.is_closing():
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
