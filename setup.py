@@ -32,14 +32,17 @@ Theory of operation:
    the cores were, the channel, confirms, the queue's effects and the connection's protocol
    held three quarters of the bytecodes W1 still ran per message. A compiled class can have
    no subclass in Python (it raises "interpreted classes cannot inherit from compiled"), so
-   these stay Python: `connection.py` (`workers/handover.py`'s `TakenOver` subclasses the
-   connection) and `queues/host.py` (the quorum and remote hosts subclass `HostFields`; its
-   generic outcome dataclasses are not classes mypyc builds either). `queues/classic.py`
+   the runtime's classes that had one were made parts instead. The connection's shell
+   (`connection.py`, an `asyncio.Protocol`: mypyc builds it as a native class on that
+   Python base) is compiled since a handed-over connection is one given the state to
+   replay (`workers/handover.py`'s `taken_over`) rather than a subclass. `queues/classic.py`
    is compiled, with `queues/paging.py` (the test a durable publish makes for paging) and
    `queues/clock.py` (the time of each publish's `Meta`, a Python frame otherwise): the
    cluster's home of a classic queue is a part its host holds (`ClusterHome`), not a
    subclass, and `HostFields`, the host's Python base, has no ``__slots__`` (a compiled
-   class's Python base cannot).
+   class's Python base cannot). `queues/host.py` stays Python (the quorum and remote hosts
+   subclass `HostFields`; its generic outcome dataclasses are not classes mypyc builds
+   either).
 4. gcc's optimisation and debug levels are mypyc's defaults (``-O3 -g1``) unless
    ``MYPYC_OPT_LEVEL`` / ``MYPYC_DEBUG_LEVEL`` say otherwise, as for the ``mypyc`` command.
 """
@@ -63,6 +66,7 @@ COMPILED = [
     "warren/queue/machine.py",  # the queue: enqueue, deliver, settle
     "warren/runtime/channel.py",  # a publish's routing and a delivery's frames
     "warren/runtime/confirms.py",  # publisher confirms; a persistent publish's held until its sync
+    "warren/runtime/connection.py",  # the connection's shell: each read's events, each write
     "warren/runtime/durability.py",  # a persistent publish's record, and the group commit
     "warren/runtime/queues/classic.py",  # a classic queue's host: each publish and its meta
     "warren/runtime/queues/clock.py",  # the time each publish's meta carries

@@ -9,7 +9,9 @@ Theory of operation (spec section 4.2.6, "Content Framing"):
    unless the broker changed a property (CC/BCC, x-death). `decode_properties` reads them
    into `BasicProperties`; `encode_properties` writes them back.
 3. Builders here return ready-to-write bytes. `deliver_frames` is the hot one: a
-   message carries its exchange and routing key pre-encoded (`Message.route`).
+   message carries its exchange and routing key pre-encoded (`Message.route`);
+   `confirm_frame` packs a publisher confirm in one go, which the method table's generic
+   `encode_method` does field by field, interpreted (its classes are not ones mypyc builds).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from warren.amqp.frames import (
     FRAME_METHOD,
     build_frame,
 )
-from warren.amqp.methods import Method, encode_method
+from warren.amqp.methods import BasicAck, BasicNack, Method, encode_method
 from warren.amqp.table import FieldTable, TableError, encode_table, read_table
 from warren.errors import syntax_error
 
@@ -239,6 +241,23 @@ def delivery_mode(raw: bytes) -> int | None:
 
 def method_frame(channel: int, method: Method) -> bytes:
     return build_frame(FRAME_METHOD, channel, encode_method(method))
+
+
+# a method frame's start, basic.ack's (or basic.nack's) ids, tag and flags, the frame's end
+_CONFIRM = struct.Struct(">BHIHHQBB")
+_CONFIRM_SIZE: Final = _CONFIRM.size - 8  # the payload: the frame's start and end are 8
+
+
+def confirm_frame(channel: int, confirm: Method) -> bytes:
+    """A publisher confirm: a basic.ack, or a basic.nack (flags multiple, then requeue)."""
+    if type(confirm) is BasicAck:
+        method, flags = 80, int(confirm.multiple)
+    else:
+        assert type(confirm) is BasicNack
+        method, flags = 120, int(confirm.multiple) | int(confirm.requeue) << 1
+    return _CONFIRM.pack(
+        FRAME_METHOD, channel, _CONFIRM_SIZE, 60, method, confirm.delivery_tag, flags, FRAME_END
+    )
 
 
 def content_frames(

@@ -36,7 +36,7 @@ from warren.amqp.connection import (
     ServerConnection,
     State,
 )
-from warren.amqp.content import method_frame
+from warren.amqp.content import confirm_frame, method_frame
 from warren.amqp.frames import HEARTBEAT_FRAME, NEED_DATA, PROTOCOL_HEADER
 from warren.amqp.table import TableError, decode_table
 from warren.errors import AmqpError, HardError, ReplyCode, SilentHardError
@@ -76,11 +76,12 @@ CAPABILITIES = {
 
 
 class AmqpConnection(asyncio.Protocol):
-    """One client connection."""
+    """One client connection; `taken` (another worker's, handed over) replays the state
+    that worker negotiated once the socket is here (`warren.runtime.workers.handover`)."""
 
-    handed = False  # handed over by another worker, which admitted it (connection_max)
-
-    def __init__(self, broker: Broker) -> None:
+    def __init__(
+        self, broker: Broker, taken: Callable[[AmqpConnection], None] | None = None
+    ) -> None:
         config = broker.config
         self.broker = broker
         self.protocol = ServerConnection(config.frame_max, config.channel_max)
@@ -123,6 +124,8 @@ class AmqpConnection(asyncio.Protocol):
         # event first, True when it handed the connection (and the event) to another
         # worker (`warren.runtime.workers.handover`).
         self.placing: Callable[[object], bool] | None = None
+        self.handed = taken is not None  # the other worker admitted it (connection_max)
+        self._taken = taken
 
     @property
     def frame_max(self) -> int:
@@ -149,6 +152,9 @@ class AmqpConnection(asyncio.Protocol):
             return
         timeout_s = config.handshake_timeout / 1000
         self._timer = self.loop.call_later(timeout_s, self._handshake_timeout)
+        if self._taken is not None:
+            taken, self._taken = self._taken, None  # its unread bytes are read once
+            taken(self)
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
@@ -289,7 +295,7 @@ class AmqpConnection(asyncio.Protocol):
         if self._confirming:
             for channel in self._confirming.values():
                 for confirm in channel.pending_confirms():
-                    self._out.append(method_frame(channel.number, confirm))
+                    self._out.append(confirm_frame(channel.number, confirm))
             self._confirming.clear()
         if self._out and self.transport is not None and not self.transport.is_closing():
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]

@@ -15,12 +15,14 @@ from warren.amqp.content import (
     EMPTY_PROPERTIES,
     BasicProperties,
     Message,
+    confirm_frame,
     content_frames,
     decode_properties,
     deliver_frames,
     delivery_mode,
     encode_properties,
     get_ok_frames,
+    method_frame,
     parse_content_header,
     property_flags,
     shortstr,
@@ -206,6 +208,26 @@ def test_deliver_frames_match_the_method_table(
     assert decode_method(frames[0][2]) == expected
     assert parse_content_header(frames[1][2]) == (60, len(body), raw)
     assert b"".join(payload for _, _, payload in frames[2:]) == body
+
+
+@given(
+    channel=st.integers(0, 65535),
+    delivery_tag=st.integers(0, 2**64 - 1),
+    multiple=st.booleans(),
+    requeue=st.booleans(),
+)
+def test_confirm_frames_match_the_method_table(
+    channel: int, delivery_tag: int, multiple: bool, requeue: bool
+) -> None:
+    for confirm in (
+        m.BasicAck(delivery_tag, multiple),
+        m.BasicNack(delivery_tag, multiple, requeue),
+    ):
+        data = confirm_frame(channel, confirm)
+        assert data == method_frame(channel, confirm)
+        assert split_frames(data, FRAME_MIN_SIZE) == [
+            (FRAME_METHOD, channel, encode_method(confirm))
+        ]
 
 
 @settings(max_examples=100, deadline=None)

@@ -23,9 +23,9 @@ from warren.runtime.workers.handover import (
     VERSION,
     ChannelState,
     ConnectionState,
-    TakenOver,
     decode,
     encode,
+    taken_over,
 )
 
 
@@ -97,7 +97,7 @@ def test_a_backlog_taken_over_is_not_read_past_while_it_waits(tmp_path: Path) ->
 
     async def scenario() -> None:
         broker = Broker(Config(data_dir=tmp_path))
-        taken = TakenOver(broker, state)
+        taken = taken_over(broker, state)
         receive = taken.data_received
 
         def data_received(data: bytes) -> None:

@@ -13,7 +13,7 @@ Theory of operation:
    MessagePack (the client properties inside as an AMQP field table, so every field type
    survives); `decode` refuses another version. The message travels in a memfd beside
    the socket (`warren.runtime.workers.worker`).
-3. The receiving worker's `TakenOver` connection replays what the client negotiated
+3. The receiving worker's connection (`taken_over`) replays what the client negotiated
    through the connection's own handlers (tune-ok, connection.open, channel.open,
    basic.qos, confirm.select, tx.select) with their replies discarded, so the same checks
    apply (a vhost deleted meanwhile closes the connection as connection.open would), then
@@ -25,6 +25,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -39,8 +40,6 @@ from warren.runtime.connection import AmqpConnection
 from warren.runtime.transactions import Transaction
 
 if TYPE_CHECKING:
-    import asyncio
-
     from warren.runtime.broker import Broker
 
 MAGIC = b"WHND"
@@ -164,46 +163,41 @@ def decode(data: bytes) -> ConnectionState:
     return _decoder.decode(data[len(MAGIC) + 1 :])  # msgspec.DecodeError is a ValueError
 
 
-class TakenOver(AmqpConnection):
+def taken_over(broker: Broker, state: ConnectionState) -> AmqpConnection:
     """A connection another worker negotiated and handed over (module doc, 3)."""
+    return AmqpConnection(broker, functools.partial(_resume, state))
 
-    def __init__(self, broker: Broker, state: ConnectionState) -> None:
-        super().__init__(broker)
-        self.taken = state
 
-    handed = True  # counted by the node when accepted, never refused here
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        state = self.taken
-        self.user = state.user
-        self.client_properties = decode_table(state.client_properties)
-        self.auth_mechanism = state.auth_mechanism
-        self.cancel_notify = state.cancel_notify
-        self._blocked_capability = state.blocked_capability
-        self._failure_close = state.failure_close
-        self.connected_at_ms = state.connected_at_ms
-        try:
-            self._tune_ok(m.ConnectionTuneOk(state.channel_max, state.frame_max, state.heartbeat))
-            self._open(m.ConnectionOpen(state.vhost, "", False))
-        except HardError as error:
-            self._out.clear()
-            self.protocol.resume([])
-            self.close_with(error)
-            return
-        self.protocol.resume([channel.number for channel in state.channels])
-        for taken in state.channels:
-            self._on_channel_method(taken.number, m.ChannelOpen(""))
-            channel = self.channels[taken.number]
-            channel.handle(m.BasicQos(0, taken.prefetch_count, False))
-            channel.handle(m.BasicQos(0, taken.global_prefetch, True))
-            if taken.confirm:
-                channel.handle(m.ConfirmSelect(True))
-            if taken.transactional:
-                channel.transaction = Transaction()
-            channel.last_queue = taken.last_queue
-        self._out.clear()  # the replies the client had from the worker that negotiated
-        # Read first, handled in the next turn: the loop starts reading the socket only
-        # once this returns, and would undo a pause for a long backlog made here.
-        self.protocol.receive_data(state.unread)
-        self.loop.call_soon(self._handle_events)
+def _resume(state: ConnectionState, connection: AmqpConnection) -> None:
+    """Once the socket is here: replay what the client negotiated (module doc, 3)."""
+    connection.user = state.user
+    connection.client_properties = decode_table(state.client_properties)
+    connection.auth_mechanism = state.auth_mechanism
+    connection.cancel_notify = state.cancel_notify
+    connection._blocked_capability = state.blocked_capability
+    connection._failure_close = state.failure_close
+    connection.connected_at_ms = state.connected_at_ms
+    try:
+        connection._tune_ok(m.ConnectionTuneOk(state.channel_max, state.frame_max, state.heartbeat))
+        connection._open(m.ConnectionOpen(state.vhost, "", False))
+    except HardError as error:
+        connection._out.clear()
+        connection.protocol.resume([])
+        connection.close_with(error)
+        return
+    connection.protocol.resume([channel.number for channel in state.channels])
+    for taken in state.channels:
+        connection._on_channel_method(taken.number, m.ChannelOpen(""))
+        channel = connection.channels[taken.number]
+        channel.handle(m.BasicQos(0, taken.prefetch_count, False))
+        channel.handle(m.BasicQos(0, taken.global_prefetch, True))
+        if taken.confirm:
+            channel.handle(m.ConfirmSelect(True))
+        if taken.transactional:
+            channel.transaction = Transaction()
+        channel.last_queue = taken.last_queue
+    connection._out.clear()  # the replies the client had from the worker that negotiated
+    # Read first, handled in the next turn: the loop starts reading the socket only
+    # once this returns, and would undo a pause for a long backlog made here.
+    connection.protocol.receive_data(state.unread)
+    connection.loop.call_soon(connection._handle_events)

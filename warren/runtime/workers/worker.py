@@ -52,7 +52,7 @@ from warren.runtime.cluster.quorum import QuorumHost
 from warren.runtime.cluster.remote import RemoteHost
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.queues.host import QueueHost
-from warren.runtime.workers.handover import TakenOver, capture, decode, encode, quiet
+from warren.runtime.workers.handover import capture, decode, encode, quiet, taken_over
 from warren.runtime.workers.layout import worker_names
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class Worker:
             sock = socket.socket(fileno=client)
             sock.setblocking(False)
             self.taken += 1
-            connection = self._following(TakenOver(self.broker, taken), taken.moves)
+            connection = self._following(taken_over(self.broker, taken), taken.moves)
             self._take(connection, sock)
 
     def _take(self, connection: AmqpConnection, sock: socket.socket) -> None:
