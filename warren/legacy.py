@@ -13,13 +13,29 @@ Theory of operation:
 3. A class a release pickled and that has since moved or been renamed is mapped to its
    new home in `_MOVED` (old module and name to new), so renaming code does not strand
    data written before.
+4. Those releases were pure Python; the release build compiles some of the classes they
+   pickled with mypyc (setup.py's `COMPILED`), and a mypyc native class differs in two
+   ways that pickle's defaults do not survive. Its `__new__` runs its `__init__`, so
+   pickle's ``cls.__new__(cls)`` (NEWOBJ) fails for a class whose `__init__` takes
+   arguments (a quorum queue's `_Sender`s, `_Consumer`s); and the `__setstate__` mypyc gives a
+   class that writes none takes only its own dict of attributes, and silently sets nothing
+   from the state a pure class pickled (the (dict, slots) pair of a slotted object, the
+   field list of a frozen slotted dataclass). So the unpickler is pickle's Python one with
+   those two opcodes handled for native classes: NEWOBJ makes the object as compiled code's
+   ``object.__new__(cls)`` does (mypyc's setup function: attributes unset, `__init__` not
+   run), and BUILD applies the state as the pure class would have, unless the class writes
+   its own `__setstate__`. The object exists from NEWOBJ on, so the memo holds it as pickle
+   does; a pure class (the whole pure install) goes through pickle's own opcodes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import io
 import pickle
-from typing import Final
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
 
 # standard-library names the pickles of earlier releases refer to
 _STANDARD: Final = frozenset(
@@ -44,16 +60,93 @@ _STANDARD: Final = frozenset(
 _MOVED: Final[dict[tuple[str, str], tuple[str, str]]] = {}
 
 
+# mypyc's setup function of a native class: the first of its C methods, called with the
+# class (as mypyc's runtime finds it for `object.__new__(cls)`, CPy_SetupObject)
+_MYPYC_SETUP: Final = "__internal_mypyc_setup"
+_PY_TP_METHODS: Final = 64  # Include/typeslots.h
+_type_slot = ctypes.pythonapi.PyType_GetSlot
+_type_slot.argtypes = (ctypes.py_object, ctypes.c_int)
+_type_slot.restype = ctypes.c_void_p
+_Setup = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)
+
+
+class _MethodDef(ctypes.Structure):  # PyMethodDef
+    _fields_ = (
+        ("name", ctypes.c_char_p),
+        ("function", ctypes.c_void_p),
+        ("flags", ctypes.c_int),
+        ("doc", ctypes.c_char_p),
+    )
+
+
 class LegacyDataError(ValueError):
     """Bytes that are neither the current format nor a pickle an earlier release wrote."""
 
 
-class _Unpickler(pickle.Unpickler):
+def _is_native(cls: type) -> bool:
+    """Whether `cls` is a mypyc native class (point 4)."""
+    return _MYPYC_SETUP in vars(cls)
+
+
+def _bare(cls: type) -> object:
+    """An object of native class `cls` with no attribute set and its `__init__` not run."""
+    method = _MethodDef.from_address(_type_slot(cls, _PY_TP_METHODS))
+    if method.name != _MYPYC_SETUP.encode():
+        raise LegacyDataError(f"cannot make a {cls.__qualname__} without its __init__")
+    return _Setup(method.function)(cls)
+
+
+def _writes_own_setstate(cls: type) -> bool:
+    """Whether a native class's `__setstate__` is its source's: mypyc's default has no
+    signature."""
+    return getattr(vars(cls).get("__setstate__"), "__text_signature__", None) is not None
+
+
+def _set_state(instance: object, state: object) -> None:
+    """`state` as a pure class without `__setstate__` of its own takes it (point 4)."""
+    if isinstance(state, list):  # a frozen slotted dataclass's own __getstate__: its fields
+        names = [field.name for field in dataclasses.fields(instance)]  # type: ignore[arg-type]
+        attributes: dict[str, object] = dict(zip(names, state, strict=False))
+    elif isinstance(state, tuple):  # a slotted object: (its __dict__ or None, its slots)
+        attributes = {}
+        for part in state:
+            attributes.update(part or {})
+    elif isinstance(state, dict):  # an object's __dict__
+        attributes = state
+    else:
+        raise LegacyDataError(f"unreadable state of a {type(instance).__qualname__}")
+    for name, value in attributes.items():
+        object.__setattr__(instance, name, value)
+
+
+class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be replaced
+    stack: list[Any]
+    dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
+
     def find_class(self, module: str, name: str) -> object:
         module, name = _MOVED.get((module, name), (module, name))
         if (module, name) in _STANDARD or module == "warren" or module.startswith("warren."):
             return super().find_class(module, name)
         raise LegacyDataError(f"legacy data refers to {module}.{name}, which Warren never wrote")
+
+    def load_newobj(self) -> None:
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        if isinstance(cls, type) and _is_native(cls) and not args:
+            self.stack.append(_bare(cls))
+        else:
+            self.stack.append(cls.__new__(cls, *args))
+
+    def load_build(self) -> None:
+        cls = type(self.stack[-2])  # under the state
+        if _is_native(cls) and not _writes_own_setstate(cls):
+            state = self.stack.pop()
+            _set_state(self.stack[-1], state)
+        else:
+            super().load_build()  # type: ignore[misc]
+
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+    dispatch[pickle.BUILD[0]] = load_build
 
 
 def loads(data: bytes | memoryview) -> object:
