@@ -102,26 +102,33 @@ def _writes_own_setstate(cls: type) -> bool:
     return getattr(vars(cls).get("__setstate__"), "__text_signature__", None) is not None
 
 
-def _set_state(instance: object, state: object) -> None:
+def _attributes(instance: object, state: object) -> dict[str, object]:
     """`state` as a pure class without `__setstate__` of its own takes it (point 4)."""
     if isinstance(state, list):  # a frozen slotted dataclass's own __getstate__: its fields
         names = [field.name for field in dataclasses.fields(instance)]  # type: ignore[arg-type]
-        attributes: dict[str, object] = dict(zip(names, state, strict=False))
-    elif isinstance(state, tuple):  # a slotted object: (its __dict__ or None, its slots)
-        attributes = {}
+        return dict(zip(names, state, strict=False))
+    if isinstance(state, tuple):  # a slotted object: (its __dict__ or None, its slots)
+        attributes: dict[str, object] = {}
         for part in state:
             attributes.update(part or {})
-    elif isinstance(state, dict):  # an object's __dict__
-        attributes = state
-    else:
-        raise LegacyDataError(f"unreadable state of a {type(instance).__qualname__}")
-    for name, value in attributes.items():
-        object.__setattr__(instance, name, value)
+        return attributes
+    if isinstance(state, dict):  # an object's __dict__
+        return state
+    raise LegacyDataError(f"unreadable state of a {type(instance).__qualname__}")
+
+
+def _native_attributes(cls: type) -> frozenset[str]:
+    return frozenset(getattr(cls, "__mypyc_attrs__", ())) - {"__dict__"}
 
 
 class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be replaced
     stack: list[Any]
     dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        super().__init__(io.BytesIO(data))
+        # native objects made by NEWOBJ, by id, and whether `__init__` did not run
+        self.native: dict[int, tuple[object, bool]] = {}
 
     def find_class(self, module: str, name: str) -> object:
         module, name = _MOVED.get((module, name), (module, name))
@@ -132,27 +139,51 @@ class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be repla
     def load_newobj(self) -> None:
         args = self.stack.pop()
         cls = self.stack.pop()
-        if isinstance(cls, type) and _is_native(cls) and not args:
-            self.stack.append(_bare(cls))
-        else:
-            self.stack.append(cls.__new__(cls, *args))
+        native = isinstance(cls, type) and _is_native(cls)
+        try:
+            instance = cls.__new__(cls, *args)
+            bare = False
+        except TypeError:  # a native class's __init__ wants arguments
+            if args or not native:
+                raise
+            instance, bare = _bare(cls), True
+        if native:
+            self.native[id(instance)] = (instance, bare)
+        self.stack.append(instance)
 
     def load_build(self) -> None:
-        cls = type(self.stack[-2])  # under the state
-        if _is_native(cls) and not _writes_own_setstate(cls):
-            state = self.stack.pop()
-            _set_state(self.stack[-1], state)
-        else:
+        instance = self.stack[-2]  # under the state
+        cls = type(instance)
+        if not _is_native(cls) or _writes_own_setstate(cls):
             super().load_build()  # type: ignore[misc]
+            return
+        attributes = _attributes(instance, self.stack.pop())
+        # compiled methods (a property's setter) take the attributes `__init__` sets as set
+        unknown = set(attributes) - _native_attributes(cls)
+        if self.native.get(id(instance), (None, False))[1] and unknown:
+            raise LegacyDataError(f"a {cls.__qualname__} pickled with {sorted(unknown)}")
+        for name, value in attributes.items():
+            object.__setattr__(instance, name, value)
 
     dispatch[pickle.NEWOBJ[0]] = load_newobj
     dispatch[pickle.BUILD[0]] = load_build
+
+    def load_checked(self) -> object:
+        """The record, each native object in it with every attribute: compiled methods
+        read them without checking."""
+        loaded = self.load()
+        for instance, _ in self.native.values():
+            cls = type(instance)
+            unset = sorted(name for name in _native_attributes(cls) if not hasattr(instance, name))
+            if unset:
+                raise LegacyDataError(f"a {cls.__qualname__} pickled without {unset}")
+        return loaded
 
 
 def loads(data: bytes | memoryview) -> object:
     """One record an earlier release pickled, as today's objects."""
     try:
-        return _Unpickler(io.BytesIO(data)).load()
+        return _Unpickler(data).load_checked()
     except LegacyDataError:
         raise
     except Exception as error:  # a truncated or foreign record: say which, lose nothing else
