@@ -14,18 +14,22 @@ Theory of operation:
    new home in `_MOVED` (old module and name to new), so renaming code does not strand
    data written before.
 4. Those releases were pure Python; the release build compiles some of the classes they
-   pickled with mypyc (setup.py's `COMPILED`), and a mypyc native class differs in two
+   pickled with mypyc (setup.py's `COMPILED`), and a mypyc native class differs in three
    ways that pickle's defaults do not survive. Its `__new__` runs its `__init__`, so
-   pickle's ``cls.__new__(cls)`` (NEWOBJ) fails for a class whose `__init__` takes
-   arguments (a quorum queue's `_Sender`s, `_Consumer`s); and the `__setstate__` mypyc gives a
-   class that writes none takes only its own dict of attributes, and silently sets nothing
-   from the state a pure class pickled (the (dict, slots) pair of a slotted object, the
-   field list of a frozen slotted dataclass). So the unpickler is pickle's Python one with
-   those two opcodes handled for native classes: NEWOBJ makes the object as compiled code's
-   ``object.__new__(cls)`` does (mypyc's setup function: attributes unset, `__init__` not
-   run), and BUILD applies the state as the pure class would have, unless the class writes
-   its own `__setstate__`. The object exists from NEWOBJ on, so the memo holds it as pickle
-   does; a pure class (the whole pure install) goes through pickle's own opcodes.
+   pickle's ``cls.__new__(cls)`` (NEWOBJ) fails where `__init__` wants arguments (a quorum
+   queue's `_Sender`s, `_Consumer`s). The `__setstate__` mypyc gives a class that writes
+   none takes only a dict, and silently sets nothing from what a pure class pickled (the
+   (dict, slots) pair of a slotted object, the field list of a frozen slotted dataclass).
+   And its compiled methods read and replace the attributes `__init__` sets without
+   checking them (a NULL one crashes the process). So the unpickler is pickle's Python
+   one with NEWOBJ and BUILD handled for native classes: NEWOBJ runs `__new__` as pickle
+   does, and only where `__init__` wants arguments makes the object as compiled code's
+   ``object.__new__(cls)`` does (mypyc's setup function: no attribute set); BUILD applies
+   the state as the pure class would have, unless the class writes its own `__setstate__`,
+   and such a bare object takes only its own attributes (no property's setter). The object
+   exists from NEWOBJ on, so the memo holds it as pickle does; a record whose native
+   objects lack an attribute at the end is refused. A pure class (the whole pure install)
+   goes through pickle's own opcodes.
 """
 
 from __future__ import annotations
@@ -127,8 +131,8 @@ class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be repla
 
     def __init__(self, data: bytes | memoryview) -> None:
         super().__init__(io.BytesIO(data))
-        # native objects made by NEWOBJ, by id, and whether `__init__` did not run
-        self.native: dict[int, tuple[object, bool]] = {}
+        self.native: list[object] = []  # native objects made by NEWOBJ
+        self.bare: set[int] = set()  # the ids of those made without `__init__`
 
     def find_class(self, module: str, name: str) -> object:
         module, name = _MOVED.get((module, name), (module, name))
@@ -142,13 +146,13 @@ class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be repla
         native = isinstance(cls, type) and _is_native(cls)
         try:
             instance = cls.__new__(cls, *args)
-            bare = False
         except TypeError:  # a native class's __init__ wants arguments
             if args or not native:
                 raise
-            instance, bare = _bare(cls), True
+            instance = _bare(cls)
+            self.bare.add(id(instance))
         if native:
-            self.native[id(instance)] = (instance, bare)
+            self.native.append(instance)
         self.stack.append(instance)
 
     def load_build(self) -> None:
@@ -158,9 +162,8 @@ class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be repla
             super().load_build()  # type: ignore[misc]
             return
         attributes = _attributes(instance, self.stack.pop())
-        # compiled methods (a property's setter) take the attributes `__init__` sets as set
-        unknown = set(attributes) - _native_attributes(cls)
-        if self.native.get(id(instance), (None, False))[1] and unknown:
+        unknown = set(attributes) - _native_attributes(cls)  # a property's, say
+        if unknown and id(instance) in self.bare:
             raise LegacyDataError(f"a {cls.__qualname__} pickled with {sorted(unknown)}")
         for name, value in attributes.items():
             object.__setattr__(instance, name, value)
@@ -172,7 +175,7 @@ class _Unpickler(pickle._Unpickler):  # the Python one: its opcodes can be repla
         """The record, each native object in it with every attribute: compiled methods
         read them without checking."""
         loaded = self.load()
-        for instance, _ in self.native.values():
+        for instance in self.native:
             cls = type(instance)
             unset = sorted(name for name in _native_attributes(cls) if not hasattr(instance, name))
             if unset:
