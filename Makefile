@@ -50,7 +50,7 @@ JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 # modules and the persistent publish path: the log, its records and journal, durability),
 # which `make mypyc` runs on the compiled modules.
 COMPILED_TESTS := tests/unit/amqp tests/unit/model tests/unit/queue tests/unit/raft \
-	tests/unit/cluster tests/unit/runtime tests/unit/storage
+	tests/unit/cluster tests/unit/runtime tests/unit/storage tests/unit/legacy
 # The release build (docs/performance.md, "The release build"): `make wheel` builds, in
 # .venv-build (never the checkout's environment, which stays pure), a platform wheel with the
 # cores setup.py lists compiled by mypyc and the pure py3-none-any wheel that pip falls back

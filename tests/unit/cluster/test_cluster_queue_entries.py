@@ -170,7 +170,7 @@ def test_a_position_is_the_index_and_the_slot() -> None:
     assert held < 2**63  # fits the snapshot's int64 columns
 
 
-@pytest.mark.interpreted  # compiled, the commands cannot be unpickled
+@pytest.mark.interpreted  # pickles here: compiled classes write another form than 0.3
 def test_what_earlier_releases_pickled_is_read_through_legacy() -> None:
     numbered = Sequenced(KEY, 3, Cancel(KEY, requeue=True))
     assert queue_entries.decode(pickle.dumps(numbered, pickle.HIGHEST_PROTOCOL)) == [numbered]

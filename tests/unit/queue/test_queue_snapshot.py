@@ -102,7 +102,6 @@ def test_the_layout_is_the_documented_one() -> None:
     assert record[:2] == ["q", "/"] and len(record) == 26
 
 
-@pytest.mark.interpreted  # compiled, the machine cannot be unpickled
 @pytest.mark.parametrize("version", [1, 2])
 def test_what_earlier_releases_pickled_is_read_whole(version: int) -> None:
     """`data/snapshot-v1.pickle` is `rich_machine(whole_messages=True)` pickled (machine
