@@ -36,8 +36,10 @@ Theory of operation:
    ``contents=False`` it returns the messages without route, properties and body, so that
    a backlog need not fit in memory to be recovered.
 5. The ledger knows where each live message's `Enqueued` record lies (segment, offset), so
-   `read` brings a message back from the log with one positioned read: the broker keeps
-   only a small index of a long queue in memory and reads bodies as they are delivered.
+   `read` brings a message back from the log (`Log.read_record`, which reads a block at
+   once and serves the records after it from there): the broker keeps only a small index
+   of a long queue in memory and reads bodies as they are delivered. It decodes only what
+   a delivery needs (`messages.decode_contents`).
 
 The journal assumes it is the only user of its log. When Raft groups share the log, the
 per-segment live counts of every user must be added up before a segment is retired.
@@ -52,13 +54,14 @@ from typing import Final
 
 from warren.storage.log import Log
 from warren.storage.messages import (
+    Contents,
     Delivered,
     Enqueued,
     Purged,
     QueueDeleted,
     RecordFormatError,
     RecoveredMessage,
-    decode,
+    decode_contents,
     encode,
     encode_delivered,
     encode_enqueued,
@@ -213,15 +216,16 @@ class QueueJournal:
     def live_by_segment(self) -> dict[int, int]:
         return {s: len(entries) for s, entries in sorted(self._by_segment.items()) if entries}
 
-    def read(self, queue_key: str, msg_id: int) -> Enqueued:
-        """A live message as its record holds it, body included, read back from the log
-        (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged)."""
+    def read(self, queue_key: str, msg_id: int) -> Contents:
+        """A live message's route, properties and body, read back from its record in the
+        log (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged,
+        `RecordFormatError` if it is not that message's)."""
         entry = self._queues[queue_key][msg_id]
         payload = self.log.read_record(entry.segment_id, entry.offset, entry.sequence)
-        record = decode(payload)
-        if type(record) is not Enqueued or record.msg_id != msg_id:
-            raise RecordFormatError(f"log record {entry.sequence} is not message {msg_id}")
-        return record
+        try:
+            return decode_contents(payload, queue_key, msg_id)
+        except RecordFormatError as error:
+            raise RecordFormatError(f"log record {entry.sequence}: {error}") from None
 
     # --- records ---------------------------------------------------------------------------
 

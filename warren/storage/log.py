@@ -46,7 +46,15 @@ Theory of operation:
    `read_record(segment_id, offset, sequence)` fetches one record by the position
    `last_record_offset` gave right after its `append` (message bodies paged out of memory
    are read back this way), whether it is durable yet or not; `read` takes many records of
-   one sealed segment (compaction).
+   one sealed segment (compaction). A durable record is read with the bytes after it, and
+   the block is kept for the reads that follow: a long queue's messages are read back in
+   the order they were appended, so one ``pread`` serves a run of them (records of other
+   queues, or already settled, in between are read and never asked for). Blocks grow
+   while their caller reads on (`READ_AHEAD_BYTES_MIN` to `_MAX`), at most
+   `READ_AHEAD_BLOCKS_MAX` are kept, and a block serves only records that were durable
+   before it was read, so a record never comes from bytes a sync was still writing. Every
+   record read is checked (CRC, length, sequence) as it is handed out, from a block or not:
+   a damaged one is `LogCorrupt`, and its neighbours in the block read back as they are.
 8. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
    pages and not report it again): the log marks itself failed and refuses all further
    appends and syncs with `LogFailed` (an append racing a failure on the sync thread may
@@ -104,6 +112,13 @@ RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 16
 RECORD_PAYLOAD_MAX_BYTES: Final = 512 * 1024 * 1024
 SEGMENT_MAX_BYTES_DEFAULT: Final = 64 * 1024 * 1024
 SEGMENT_MAX_BYTES_MIN: Final = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES
+# `read_record` reads a durable record with the bytes after it (rule 7): this many at first,
+# twice as many each time its caller reads on past the block, up to the max, and keeps that
+# many blocks (several long queues read back side by side). A record larger than the max is
+# read alone and not kept.
+READ_AHEAD_BYTES_MIN: Final = 4096
+READ_AHEAD_BYTES_MAX: Final = 128 * 1024
+READ_AHEAD_BLOCKS_MAX: Final = 8
 # A short write on a regular file is rare; more than this many in a row is a broken disk.
 _WRITE_ATTEMPTS_MAX: Final = 1024
 
@@ -247,6 +262,34 @@ class Batch:
         return sum(len(c.data) for c in self.chunks)
 
 
+class _ReadAhead:
+    """Bytes of a segment file from `offset` on, read at once by `read_record`; the records
+    up to `durable_sequence` in them were whole in the file when they were read."""
+
+    __slots__ = ("data", "durable_sequence", "offset", "segment_id")
+
+    def __init__(self, segment_id: int, offset: int, data: bytes, durable_sequence: int) -> None:
+        self.segment_id = segment_id
+        self.offset = offset
+        self.data = data
+        self.durable_sequence = durable_sequence
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.data)
+
+    def record_at(self, offset: int) -> memoryview | None:
+        """The record's bytes at `offset` of the segment (unchecked), if whole in the block."""
+        start = offset - self.offset
+        data = self.data
+        if start < 0 or start + RECORD_HEADER_BYTES > len(data):
+            return None
+        end = start + RECORD_HEADER_BYTES + _RECORD_HEADER.unpack_from(data, start)[1]
+        if end > len(data):
+            return None
+        return memoryview(data)[start:end]
+
+
 def segment_file_name(segment_id: int) -> str:
     return f"{segment_id:08d}.wal"
 
@@ -359,7 +402,7 @@ def _iter_records(
         raise LogCorrupt(f"{segment_file_name(segment_id)}: record {sequence_expected} is missing")
 
 
-def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> bytes:
+def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> memoryview:
     """The bytes of the record at `offset` of a segment, from chunks not yet written."""
     for chunk in chunks:
         start = offset - chunk.offset
@@ -368,21 +411,20 @@ def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> byt
             if start + RECORD_HEADER_BYTES > len(data):
                 break
             length = _RECORD_HEADER.unpack_from(data, start)[1]
-            return bytes(data[start : start + RECORD_HEADER_BYTES + length])
+            return memoryview(bytes(data[start : start + RECORD_HEADER_BYTES + length]))
     raise LogCorrupt(f"{segment_file_name(segment_id)}: no pending record at {offset}")
 
 
-def _checked_payload(record: bytes, segment_id: int, offset: int, sequence: int) -> bytes:
+def _checked_payload(record: memoryview, segment_id: int, offset: int, sequence: int) -> bytes:
     if len(record) >= RECORD_HEADER_BYTES:
         crc, length, found = _RECORD_HEADER.unpack_from(record, 0)
-        view = memoryview(record)
         if (
             found == sequence
             and len(record) == RECORD_HEADER_BYTES + length
-            and zlib.crc32(view[RECORD_HEADER_BYTES:], zlib.crc32(view[4:RECORD_HEADER_BYTES]))
+            and zlib.crc32(record[RECORD_HEADER_BYTES:], zlib.crc32(record[4:RECORD_HEADER_BYTES]))
             == crc
         ):
-            return record[RECORD_HEADER_BYTES:]
+            return bytes(record[RECORD_HEADER_BYTES:])
     raise LogCorrupt(
         f"{segment_file_name(segment_id)} at offset {offset}: record {sequence} does not read back"
     )
@@ -448,6 +490,7 @@ class Log:
         self._in_flight = False
         self._flight: Batch | None = None  # the batch `sync_batch` is writing, for `read_record`
         self._read_fds: dict[int, int] = {}  # segment id -> descriptor for `read_record`
+        self._read_ahead: list[_ReadAhead] = []  # oldest first, at most READ_AHEAD_BLOCKS_MAX
         self._failed: BaseException | None = None
         self._closed = False
         # Writer state: touched only by `sync_batch` (possibly on another thread).
@@ -659,28 +702,59 @@ class Log:
     def read_record(self, segment_id: int, offset: int, sequence: int) -> bytes:
         """The payload of one record, by where `append` (or `located_records`) put it.
 
-        A durable record is read from its file with one ``pread``; a newer one from the
-        bytes waiting to be written (pending, or in the batch `sync_batch` is writing on
-        another thread: that batch is taken before the durable sequence is looked at, so
-        the record is in one place or the other). The CRC and sequence are checked:
-        `LogCorrupt` if they do not match.
+        A durable record is read from its file, with the bytes after it (`_ReadAhead`): a
+        record read back is most often followed by the next ones its caller wants, appended
+        after it. A newer one is read from the bytes waiting to be written (pending, or in
+        the batch `sync_batch` is writing on another thread: that batch is taken before the
+        durable sequence is looked at, so the record is in one place or the other). The CRC
+        and sequence are checked: `LogCorrupt` if they do not match.
         """
         flight = self._flight
         if sequence <= self.durable_sequence:
-            fd = self._read_fds.get(segment_id)
-            if fd is None:
-                self._segment(segment_id)  # KeyError for a segment the log does not have
-                path = self._directory / segment_file_name(segment_id)
-                fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
-            head = os.pread(fd, RECORD_HEADER_BYTES, offset)
-            if len(head) < RECORD_HEADER_BYTES:
-                raise LogCorrupt(f"{segment_file_name(segment_id)}: no record at {offset}")
-            length = _RECORD_HEADER.unpack(head)[1]
-            record = head + os.pread(fd, length, offset + RECORD_HEADER_BYTES)
+            record = self._read_durable(segment_id, offset, sequence)
         else:
             chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
             record = _record_in_chunks(chunks, segment_id, offset)
         return _checked_payload(record, segment_id, offset, sequence)
+
+    def _read_durable(self, segment_id: int, offset: int, sequence: int) -> memoryview:
+        """The bytes of a durable record: from a block read before, or read now with the
+        bytes that follow it (one ``pread``)."""
+        blocks = self._read_ahead
+        for block in blocks:
+            if block.segment_id == segment_id and sequence <= block.durable_sequence:
+                record = block.record_at(offset)
+                if record is not None:
+                    return record
+        size_bytes = READ_AHEAD_BYTES_MIN
+        for block in blocks:
+            if block.segment_id == segment_id and block.offset <= offset <= block.end:
+                # the caller reads on past a block: read more at once next time
+                size_bytes = min(2 * len(block.data), READ_AHEAD_BYTES_MAX)
+                blocks.remove(block)
+                break
+        else:
+            if len(blocks) >= READ_AHEAD_BLOCKS_MAX:
+                del blocks[0]
+        fd = self._read_fds.get(segment_id)
+        if fd is None:
+            self._segment(segment_id)  # KeyError for a segment the log does not have
+            path = self._directory / segment_file_name(segment_id)
+            fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
+        # taken before reading: every record up to it is whole in the file by now
+        durable_sequence = self.durable_sequence
+        data = os.pread(fd, size_bytes, offset)
+        if len(data) >= RECORD_HEADER_BYTES:
+            wanted = RECORD_HEADER_BYTES + _RECORD_HEADER.unpack_from(data)[1]
+            if wanted > len(data):  # a record larger than the block: the rest of it
+                data += os.pread(fd, wanted - len(data), offset + len(data))
+        block = _ReadAhead(segment_id, offset, data, durable_sequence)
+        if len(data) <= READ_AHEAD_BYTES_MAX:  # a larger record is not kept
+            blocks.append(block)
+        record = block.record_at(offset)
+        if record is None:
+            raise LogCorrupt(f"{segment_file_name(segment_id)}: no record at {offset}")
+        return record
 
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
         """The payloads of the given records of a sealed, durable segment."""
@@ -752,6 +826,7 @@ class Log:
             fd = self._read_fds.pop(oldest.segment_id, None)
             if fd is not None:
                 os.close(fd)
+            self._read_ahead = [b for b in self._read_ahead if b.segment_id != oldest.segment_id]
             deleted.append(oldest.segment_id)
         return deleted
 
@@ -788,6 +863,7 @@ class Log:
             for fd in self._read_fds.values():
                 os.close(fd)
             self._read_fds.clear()
+            self._read_ahead.clear()
             os.close(self._directory_fd)
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

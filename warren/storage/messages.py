@@ -38,6 +38,7 @@ from typing import Final
 __all__ = [
     "FAMILY",
     "RECORD_VERSION",
+    "Contents",
     "Delivered",
     "Enqueued",
     "Purged",
@@ -47,6 +48,7 @@ __all__ = [
     "RecoveredMessage",
     "Settled",
     "decode",
+    "decode_contents",
     "encode",
     "encode_delivered",
     "encode_enqueued",
@@ -337,6 +339,60 @@ def _decode_enqueued(
         body=bytes(payload[properties_end:]),
     )
     return record, size
+
+
+# exchange, routing key, properties, body, route: a message read back from its record, in the
+# order `warren.amqp.content.Message` takes them
+Contents = tuple[str, str, bytes, bytes, bytes]
+
+
+def decode_contents(payload: bytes, queue_key: str, msg_id: int) -> Contents:
+    """The message in `payload`, which must be the `Enqueued` record of `msg_id` in
+    `queue_key` (`RecordFormatError` if it is not, or is not valid).
+
+    What reading a paged-out message back needs, and no more (`decode` makes the whole
+    record): the record's start is compared as bytes rather than decoded, and the route is
+    handed over as it is stored, its names decoded once per distinct route.
+    """
+    key = _enqueued_key(queue_key)
+    end = len(payload)
+    offset = len(key) + _ENQUEUED.size + 1
+    if offset + 1 > end or not payload.startswith(key):
+        raise RecordFormatError(f"log record is not an enqueued record of {queue_key!r}")
+    found, _enqueued_at_ms, expires_at_ms, has_expiry, _priority, properties_length = (
+        _ENQUEUED.unpack_from(payload, len(key))
+    )
+    if found != msg_id:
+        raise RecordFormatError(f"log record is message {found}, not {msg_id}")
+    if has_expiry > 1 or (not has_expiry and expires_at_ms != 0):
+        raise RecordFormatError("enqueued record has an invalid expiry flag")
+    route_start = offset - 1
+    exchange_end = offset + payload[route_start]
+    if exchange_end >= end:
+        raise RecordFormatError("enqueued record fields run past its end")
+    routing_key_end = exchange_end + 1 + payload[exchange_end]
+    properties_end = routing_key_end + properties_length
+    if properties_end > end:
+        raise RecordFormatError("enqueued record fields run past its end")
+    route = payload[route_start:routing_key_end]
+    exchange, routing_key = _route_names(route)
+    return (
+        exchange,
+        routing_key,
+        payload[routing_key_end:properties_end],
+        payload[properties_end:],
+        route,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _route_names(route: bytes) -> tuple[str, str]:
+    """The exchange and routing key of a route (two shortstrs, checked by the caller)."""
+    exchange_end = 1 + route[0]
+    return (
+        route[1:exchange_end].decode("utf-8", _TEXT),
+        route[exchange_end + 1 :].decode("utf-8", _TEXT),
+    )
 
 
 # --- recovery ------------------------------------------------------------------------------

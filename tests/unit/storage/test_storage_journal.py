@@ -21,7 +21,7 @@ from hypothesis.stateful import (
 
 from warren.storage.journal import QueueJournal
 from warren.storage.log import Log
-from warren.storage.messages import Delivered, Enqueued, QueueDeleted, decode
+from warren.storage.messages import Delivered, Enqueued, QueueDeleted, decode, encode_route
 
 SEGMENT_MAX_BYTES = 400  # a handful of records per segment, so everything rolls and retires
 
@@ -179,7 +179,14 @@ class JournalMachine(RuleBasedStateMachine):
             return
         for key, messages in self.model.items():
             for msg_id, (record, _delivered) in messages.items():
-                assert self.journal.read(key, msg_id) == record
+                exchange, routing_key, properties_raw, body, route = self.journal.read(key, msg_id)
+                assert (exchange, routing_key, properties_raw, body) == (
+                    record.exchange,
+                    record.routing_key,
+                    record.properties_raw,
+                    record.body,
+                )
+                assert route == encode_route(record.exchange, record.routing_key)
 
 
 JournalMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=100, deadline=None)

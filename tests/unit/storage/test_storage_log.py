@@ -209,6 +209,104 @@ def test_a_damaged_record_does_not_read_back(tmp_path: Path) -> None:
     log.close()
 
 
+def append_located(log: Log, count: int) -> dict[int, tuple[int, int]]:
+    """Append records `payload_for` the next `count` sequence numbers; where each went."""
+    positions = {}
+    for _ in range(count):
+        sequence = log.append(payload_for(log.next_sequence))
+        positions[sequence] = (log.active_segment_id, log.last_record_offset)
+    return positions
+
+
+def test_a_run_read_back_crosses_segment_ends_with_one_read_per_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, _ = Log.open(tmp_path, segment_max_bytes=4096)
+    positions = append_located(log, 600)  # records of 16-43 bytes: 5 segments
+    log.flush_and_sync()
+    assert len({segment_id for segment_id, _ in positions.values()}) > 3
+    preads: list[int] = []
+    real_pread = os.pread
+
+    def counted_pread(fd: int, size: int, offset: int) -> bytes:
+        preads.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(log_module.os, "pread", counted_pread)
+    for sequence, (segment_id, offset) in positions.items():
+        assert log.read_record(segment_id, offset, sequence) == payload_for(sequence)
+    # a segment holds 4 KiB: one block each (the first read takes the minimum block)
+    assert len(preads) == len({segment_id for segment_id, _ in positions.values()})
+    log.close()
+
+
+def test_a_run_with_settled_holes_reads_only_what_is_asked(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    positions = append_located(log, 2000)
+    log.flush_and_sync()
+    asked = [s for s in positions if s % 3 == 0 or s % 7 == 0]  # the rest settled
+    assert all(log.read_record(*positions[s], s) == payload_for(s) for s in asked)
+    # blocks grew while the reads went on, and memory stays bounded
+    blocks = log._read_ahead  # the bound is the point of this test
+    assert len(blocks) <= log_module.READ_AHEAD_BLOCKS_MAX
+    assert all(len(b.data) <= log_module.READ_AHEAD_BYTES_MAX for b in blocks)
+    log.close()
+
+
+def test_a_corrupt_record_in_a_run_is_refused_and_its_neighbours_read_back(
+    tmp_path: Path,
+) -> None:
+    log, _ = Log.open(tmp_path)
+    positions = append_located(log, 50)
+    log.flush_and_sync()
+    segment_id, offset = positions[20]
+    with open(tmp_path / segment_file_name(segment_id), "r+b") as segment:
+        segment.seek(offset + RECORD_HEADER_BYTES)
+        segment.write(b"S")
+    assert log.read_record(*positions[1], 1) == payload_for(1)  # reads the block with 20
+    for sequence in range(2, 51):
+        if sequence == 20:
+            with pytest.raises(LogCorrupt, match="record 20 does not read back"):
+                log.read_record(*positions[sequence], sequence)
+        else:
+            assert log.read_record(*positions[sequence], sequence) == payload_for(sequence)
+    log.close()
+
+
+def test_a_block_serves_only_records_durable_when_it_was_read(tmp_path: Path) -> None:
+    """A block read while a sync was writing may hold a torn record past the durable end;
+    that record is read again once durable, never taken from the block."""
+    log, _ = Log.open(tmp_path)
+    positions = append_located(log, 10)
+    log.flush_and_sync()
+    positions |= append_located(log, 10)
+    batch = log.seal()
+    assert batch is not None
+    chunk = batch.chunks[0]
+    torn = bytes(chunk.data[: len(chunk.data) // 2]) + b"\0" * (len(chunk.data) // 2)
+    os.pwrite(log._writer_fd(chunk), torn, chunk.offset)  # the sync, mid-write
+    assert log.read_record(*positions[10], 10) == payload_for(10)  # the block takes the tear
+    log.sync_batch(batch)
+    for sequence in range(11, 21):
+        assert log.read_record(*positions[sequence], sequence) == payload_for(sequence)
+    log.close()
+
+
+def test_a_record_larger_than_a_block_reads_back_whole_and_is_not_kept(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    large = b"L" * (log_module.READ_AHEAD_BYTES_MAX + 1000)
+    log.append(b"small")
+    first = log.last_record_offset
+    log.append(large)
+    offset = log.last_record_offset
+    log.flush_and_sync()
+    assert log.read_record(1, first, 1) == b"small"
+    assert log.read_record(1, offset, 2) == large
+    blocks = log._read_ahead  # what stays in memory is the point
+    assert all(len(b.data) <= log_module.READ_AHEAD_BYTES_MAX for b in blocks)
+    log.close()
+
+
 def test_a_batch_out_of_order_is_refused(tmp_path: Path) -> None:
     log, _ = Log.open(tmp_path)
     log.append(b"a")

@@ -20,8 +20,10 @@ from warren.storage.messages import (
     RecoveredMessage,
     Settled,
     decode,
+    decode_contents,
     encode,
     encode_enqueued,
+    encode_route,
     recover,
 )
 
@@ -81,6 +83,53 @@ def test_a_cut_record_never_decodes_silently_as_something_else(
     # Only an Enqueued can lose bytes and still parse: its body is the rest of the record.
     assert isinstance(record, Enqueued) and isinstance(decoded, Enqueued)
     assert decoded.body == record.body[: len(decoded.body)]
+
+
+@given(enqueued_records)
+def test_contents_read_back_are_the_enqueued_message(record: Enqueued) -> None:
+    contents = decode_contents(encode(record), record.queue_key, record.msg_id)
+    route = encode_route(record.exchange, record.routing_key)
+    assert contents == (
+        record.exchange,
+        record.routing_key,
+        record.properties_raw,
+        record.body,
+        route,
+    )
+
+
+@given(records, st.text(max_size=40), msg_ids, st.data())
+def test_contents_come_only_from_that_message_s_whole_record(
+    record: QueueRecord, queue_key: str, msg_id: int, data: st.DataObject
+) -> None:
+    """Another queue's or message's record, another kind, or a cut one: the format error."""
+    payload = encode(record)
+    payload = payload[: data.draw(st.integers(min_value=0, max_value=len(payload)))]
+    if isinstance(record, Enqueued) and data.draw(st.booleans()):
+        queue_key, msg_id = record.queue_key, record.msg_id
+    try:
+        contents = decode_contents(payload, queue_key, msg_id)
+    except RecordFormatError:
+        return
+    decoded = decode(payload)
+    assert isinstance(decoded, Enqueued)
+    assert (decoded.queue_key, decoded.msg_id) == (queue_key, msg_id)
+    assert contents[:4] == (
+        decoded.exchange,
+        decoded.routing_key,
+        decoded.properties_raw,
+        decoded.body,
+    )
+
+
+@given(st.binary(max_size=200), st.text(max_size=3), msg_ids)
+def test_decode_contents_returns_or_raises_the_format_error(
+    data: bytes, queue_key: str, msg_id: int
+) -> None:
+    try:
+        decode_contents(data, queue_key, msg_id)
+    except RecordFormatError:
+        return
 
 
 def test_an_enqueued_record_is_compact() -> None:
