@@ -278,16 +278,16 @@ class _ReadAhead:
     def end(self) -> int:
         return self.offset + len(self.data)
 
-    def record_at(self, offset: int) -> memoryview | None:
-        """The record's bytes at `offset` of the segment (unchecked), if whole in the block."""
+    def start_of(self, offset: int) -> int:
+        """Where the record at `offset` of the segment starts in `data` if it is whole there
+        (unchecked), else -1."""
         start = offset - self.offset
         data = self.data
         if start < 0 or start + RECORD_HEADER_BYTES > len(data):
-            return None
-        end = start + RECORD_HEADER_BYTES + _RECORD_HEADER.unpack_from(data, start)[1]
-        if end > len(data):
-            return None
-        return memoryview(data)[start:end]
+            return -1
+        if start + RECORD_HEADER_BYTES + _RECORD_HEADER.unpack_from(data, start)[1] > len(data):
+            return -1
+        return start
 
 
 def segment_file_name(segment_id: int) -> str:
@@ -402,7 +402,7 @@ def _iter_records(
         raise LogCorrupt(f"{segment_file_name(segment_id)}: record {sequence_expected} is missing")
 
 
-def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> memoryview:
+def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> bytes:
     """The bytes of the record at `offset` of a segment, from chunks not yet written."""
     for chunk in chunks:
         start = offset - chunk.offset
@@ -411,20 +411,23 @@ def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> mem
             if start + RECORD_HEADER_BYTES > len(data):
                 break
             length = _RECORD_HEADER.unpack_from(data, start)[1]
-            return memoryview(bytes(data[start : start + RECORD_HEADER_BYTES + length]))
+            return bytes(data[start : start + RECORD_HEADER_BYTES + length])
     raise LogCorrupt(f"{segment_file_name(segment_id)}: no pending record at {offset}")
 
 
-def _checked_payload(record: memoryview, segment_id: int, offset: int, sequence: int) -> bytes:
-    if len(record) >= RECORD_HEADER_BYTES:
-        crc, length, found = _RECORD_HEADER.unpack_from(record, 0)
+def _checked_payload(data: bytes, start: int, segment_id: int, offset: int, sequence: int) -> bytes:
+    """The payload of the record at `start` of `data` (at `offset` of its segment), if it is
+    there whole and intact as record `sequence`; else `LogCorrupt`."""
+    if start + RECORD_HEADER_BYTES <= len(data):
+        crc, length, found = _RECORD_HEADER.unpack_from(data, start)
+        payload_start = start + RECORD_HEADER_BYTES
+        payload = data[payload_start : payload_start + length]
         if (
             found == sequence
-            and len(record) == RECORD_HEADER_BYTES + length
-            and zlib.crc32(record[RECORD_HEADER_BYTES:], zlib.crc32(record[4:RECORD_HEADER_BYTES]))
-            == crc
+            and len(payload) == length
+            and zlib.crc32(payload, zlib.crc32(data[start + 4 : payload_start])) == crc
         ):
-            return bytes(record[RECORD_HEADER_BYTES:])
+            return payload
     raise LogCorrupt(
         f"{segment_file_name(segment_id)} at offset {offset}: record {sequence} does not read back"
     )
@@ -711,21 +714,20 @@ class Log:
         """
         flight = self._flight
         if sequence <= self.durable_sequence:
-            record = self._read_durable(segment_id, offset, sequence)
-        else:
-            chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
-            record = _record_in_chunks(chunks, segment_id, offset)
-        return _checked_payload(record, segment_id, offset, sequence)
+            return self._read_durable(segment_id, offset, sequence)
+        chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
+        record = _record_in_chunks(chunks, segment_id, offset)
+        return _checked_payload(record, 0, segment_id, offset, sequence)
 
-    def _read_durable(self, segment_id: int, offset: int, sequence: int) -> memoryview:
-        """The bytes of a durable record: from a block read before, or read now with the
-        bytes that follow it (one ``pread``)."""
+    def _read_durable(self, segment_id: int, offset: int, sequence: int) -> bytes:
+        """A durable record's payload: from a block read before, or read now with the bytes
+        that follow it (one ``pread``)."""
         blocks = self._read_ahead
         for block in blocks:
             if block.segment_id == segment_id and sequence <= block.durable_sequence:
-                record = block.record_at(offset)
-                if record is not None:
-                    return record
+                start = block.start_of(offset)
+                if start >= 0:
+                    return _checked_payload(block.data, start, segment_id, offset, sequence)
         size_bytes = READ_AHEAD_BYTES_MIN
         for block in blocks:
             if block.segment_id == segment_id and block.offset <= offset <= block.end:
@@ -745,16 +747,15 @@ class Log:
         durable_sequence = self.durable_sequence
         data = os.pread(fd, size_bytes, offset)
         if len(data) >= RECORD_HEADER_BYTES:
-            wanted = RECORD_HEADER_BYTES + _RECORD_HEADER.unpack_from(data)[1]
-            if wanted > len(data):  # a record larger than the block: the rest of it
+            length = _RECORD_HEADER.unpack_from(data)[1]
+            wanted = RECORD_HEADER_BYTES + length
+            # a record larger than the block: the rest of it (a length out of bounds is
+            # damage, refused below without reading that much)
+            if len(data) < wanted <= RECORD_HEADER_BYTES + RECORD_PAYLOAD_MAX_BYTES:
                 data += os.pread(fd, wanted - len(data), offset + len(data))
-        block = _ReadAhead(segment_id, offset, data, durable_sequence)
         if len(data) <= READ_AHEAD_BYTES_MAX:  # a larger record is not kept
-            blocks.append(block)
-        record = block.record_at(offset)
-        if record is None:
-            raise LogCorrupt(f"{segment_file_name(segment_id)}: no record at {offset}")
-        return record
+            blocks.append(_ReadAhead(segment_id, offset, data, durable_sequence))
+        return _checked_payload(data, 0, segment_id, offset, sequence)
 
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
         """The payloads of the given records of a sealed, durable segment."""
