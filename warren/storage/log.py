@@ -278,17 +278,6 @@ class _ReadAhead:
     def end(self) -> int:
         return self.offset + len(self.data)
 
-    def start_of(self, offset: int) -> int:
-        """Where the record at `offset` of the segment starts in `data` if it is whole there
-        (unchecked), else -1."""
-        start = offset - self.offset
-        data = self.data
-        if start < 0 or start + RECORD_HEADER_BYTES > len(data):
-            return -1
-        if start + RECORD_HEADER_BYTES + _RECORD_HEADER.unpack_from(data, start)[1] > len(data):
-            return -1
-        return start
-
 
 def segment_file_name(segment_id: int) -> str:
     return f"{segment_id:08d}.wal"
@@ -415,20 +404,34 @@ def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> byt
     raise LogCorrupt(f"{segment_file_name(segment_id)}: no pending record at {offset}")
 
 
-def _checked_payload(data: bytes, start: int, segment_id: int, offset: int, sequence: int) -> bytes:
-    """The payload of the record at `start` of `data` (at `offset` of its segment), if it is
-    there whole and intact as record `sequence`; else `LogCorrupt`."""
-    if start + RECORD_HEADER_BYTES <= len(data):
-        crc, length, found = _RECORD_HEADER.unpack_from(data, start)
-        payload_start = start + RECORD_HEADER_BYTES
-        payload = data[payload_start : payload_start + length]
-        if (
-            found == sequence
-            and len(payload) == length
-            and zlib.crc32(payload, zlib.crc32(data[start + 4 : payload_start])) == crc
-        ):
-            return payload
-    raise LogCorrupt(
+def _payload_at(
+    data: bytes, start: int, segment_id: int, offset: int, sequence: int
+) -> bytes | None:
+    """The payload of record `sequence` at `start` of `data` (at `offset` of its segment):
+    None if the record is not whole in `data`, `LogCorrupt` if it is and does not check out
+    (CRC, sequence)."""
+    if start < 0 or start + RECORD_HEADER_BYTES > len(data):
+        return None
+    crc, length, found = _RECORD_HEADER.unpack_from(data, start)
+    end = start + RECORD_HEADER_BYTES + length
+    if end > len(data):
+        return None
+    # the CRC covers the header after itself and the payload: one run of bytes
+    if found != sequence or zlib.crc32(memoryview(data)[start + 4 : end]) != crc:
+        raise _unreadable(segment_id, offset, sequence)
+    return data[start + RECORD_HEADER_BYTES : end]
+
+
+def _checked_payload(data: bytes, segment_id: int, offset: int, sequence: int) -> bytes:
+    """`_payload_at` the start of `data`, which must hold the whole record."""
+    payload = _payload_at(data, 0, segment_id, offset, sequence)
+    if payload is None:
+        raise _unreadable(segment_id, offset, sequence)
+    return payload
+
+
+def _unreadable(segment_id: int, offset: int, sequence: int) -> LogCorrupt:
+    return LogCorrupt(
         f"{segment_file_name(segment_id)} at offset {offset}: record {sequence} does not read back"
     )
 
@@ -717,7 +720,7 @@ class Log:
             return self._read_durable(segment_id, offset, sequence)
         chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
         record = _record_in_chunks(chunks, segment_id, offset)
-        return _checked_payload(record, 0, segment_id, offset, sequence)
+        return _checked_payload(record, segment_id, offset, sequence)
 
     def _read_durable(self, segment_id: int, offset: int, sequence: int) -> bytes:
         """A durable record's payload: from a block read before, or read now with the bytes
@@ -725,9 +728,10 @@ class Log:
         blocks = self._read_ahead
         for block in blocks:
             if block.segment_id == segment_id and sequence <= block.durable_sequence:
-                start = block.start_of(offset)
-                if start >= 0:
-                    return _checked_payload(block.data, start, segment_id, offset, sequence)
+                start = offset - block.offset
+                payload = _payload_at(block.data, start, segment_id, offset, sequence)
+                if payload is not None:
+                    return payload
         size_bytes = READ_AHEAD_BYTES_MIN
         for block in blocks:
             if block.segment_id == segment_id and block.offset <= offset <= block.end:
@@ -755,7 +759,7 @@ class Log:
                 data += os.pread(fd, wanted - len(data), offset + len(data))
         if len(data) <= READ_AHEAD_BYTES_MAX:  # a larger record is not kept
             blocks.append(_ReadAhead(segment_id, offset, data, durable_sequence))
-        return _checked_payload(data, 0, segment_id, offset, sequence)
+        return _checked_payload(data, segment_id, offset, sequence)
 
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
         """The payloads of the given records of a sealed, durable segment."""
