@@ -6,8 +6,9 @@ Theory of operation:
    may let it go and read it back (`QueueJournal.read`) when it hands the message out. A
    long queue's records lie one after the other in the log, so the log reads a run of them
    with one ``pread`` and serves the next ones from that block (`warren.storage.log`,
-   rule 7); each record is still checked as it is read back. The queue machine never looks inside `Entry.message`, so the runtime
-   may hold a `PageSlot` or a `PageRef` there instead of the `Message`.
+   rule 7); each record is still checked as it is read back. The queue machine never
+   looks inside `Entry.message`, so the runtime may hold a `PageSlot` or a `PageRef` there
+   instead of the `Message`.
 2. Which messages (`admit`):
    - a persistent message arriving in a durable queue that already holds
      `queue_resident_messages_max` ready messages or `queue_resident_bytes_max` ready
