@@ -304,9 +304,13 @@ def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
     return struct.unpack_from(f"<{count}Q", payload, offset)
 
 
-def _decode_enqueued(
-    payload: bytes, offset: int, queue_key: str, contents: bool
-) -> tuple[Enqueued, int]:
+def _enqueued_layout(
+    payload: bytes, offset: int
+) -> tuple[int, int, int | None, int, int, int, int]:
+    """An `Enqueued` record's fixed fields from `offset` (where its queue key ends), and
+    where its parts end: (msg_id, enqueued_at_ms, expires_at_ms, priority, exchange_end,
+    routing_key_end, properties_end); its route starts at ``offset + _ENQUEUED.size``, its
+    body at properties_end. `RecordFormatError` if they do not fit the record."""
     end = len(payload)
     if offset + _ENQUEUED.size + 2 > end:
         raise RecordFormatError("enqueued record is too short")
@@ -323,15 +327,26 @@ def _decode_enqueued(
     properties_end = routing_key_end + properties_length
     if properties_end > end:
         raise RecordFormatError("enqueued record fields run past its end")
-    size = end - properties_end
+    expiry = expires_at_ms if has_expiry else None
+    return msg_id, enqueued_at_ms, expiry, priority, exchange_end, routing_key_end, properties_end
+
+
+def _decode_enqueued(
+    payload: bytes, offset: int, queue_key: str, contents: bool
+) -> tuple[Enqueued, int]:
+    layout = _enqueued_layout(payload, offset)
+    msg_id, enqueued_at_ms, expires_at_ms, priority = layout[:4]
+    exchange_end, routing_key_end, properties_end = layout[4:]
+    exchange_start = offset + _ENQUEUED.size + 1
+    size = len(payload) - properties_end
     if not contents:
-        fields = (msg_id, enqueued_at_ms, expires_at_ms if has_expiry else None, priority)
+        fields = (msg_id, enqueued_at_ms, expires_at_ms, priority)
         return Enqueued(queue_key, *fields, "", "", b"", b""), size
     record = Enqueued(
         queue_key=queue_key,
         msg_id=msg_id,
         enqueued_at_ms=enqueued_at_ms,
-        expires_at_ms=expires_at_ms if has_expiry else None,
+        expires_at_ms=expires_at_ms,
         priority=priority,
         exchange=bytes(payload[exchange_start:exchange_end]).decode("utf-8", _TEXT),
         routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
@@ -355,25 +370,12 @@ def decode_contents(payload: bytes, queue_key: str, msg_id: int) -> Contents:
     handed over as it is stored, its names decoded once per distinct route.
     """
     key = _enqueued_key(queue_key)
-    end = len(payload)
-    offset = len(key) + _ENQUEUED.size + 1
-    if offset + 1 > end or not payload.startswith(key):
+    if not payload.startswith(key):
         raise RecordFormatError(f"log record is not an enqueued record of {queue_key!r}")
-    found, _enqueued_at_ms, expires_at_ms, has_expiry, _priority, properties_length = (
-        _ENQUEUED.unpack_from(payload, len(key))
-    )
+    found, _, _, _, _, routing_key_end, properties_end = _enqueued_layout(payload, len(key))
     if found != msg_id:
         raise RecordFormatError(f"log record is message {found}, not {msg_id}")
-    if has_expiry > 1 or (not has_expiry and expires_at_ms != 0):
-        raise RecordFormatError("enqueued record has an invalid expiry flag")
-    route_start = offset - 1
-    exchange_end = offset + payload[route_start]
-    if exchange_end >= end:
-        raise RecordFormatError("enqueued record fields run past its end")
-    routing_key_end = exchange_end + 1 + payload[exchange_end]
-    properties_end = routing_key_end + properties_length
-    if properties_end > end:
-        raise RecordFormatError("enqueued record fields run past its end")
+    route_start = len(key) + _ENQUEUED.size
     route = payload[route_start:routing_key_end]
     exchange, routing_key = _route_names(route)
     return (
