@@ -45,10 +45,12 @@ Theory of operation:
    ``contents=False`` it returns the messages without route, properties and body, so that
    a backlog need not fit in memory to be recovered.
 5. The ledger knows where each live message's record lies (segment, offset), so `read`
-   brings a message back from the log with one positioned read: the broker keeps only a
-   small index of a long queue in memory and reads bodies as they are delivered. A run is
-   read and decoded whole; for each queue, the messages not read yet of the last one read
-   are kept, so reading queues in order (each message once) reads each run once.
+   brings a message back from the log (`Log.read_record`, which reads a block at once and
+   serves the records after it from there): the broker keeps only a small index of a long
+   queue in memory and reads bodies as they are delivered. A run is read and decoded
+   whole; for each queue, the messages not read yet of the last one read are kept, so
+   reading queues in order (each message once) reads each run once. It decodes only what
+   a delivery needs (`messages.decode_contents`).
 
 The journal assumes it is the only user of its log. When Raft groups share the log, the
 per-segment live counts of every user must be added up before a segment is retired.
@@ -63,12 +65,14 @@ from typing import Final
 
 from warren.storage.log import Log
 from warren.storage.messages import (
+    Contents,
     Delivered,
     Enqueued,
     Purged,
     QueueDeleted,
     RecordFormatError,
     RecoveredMessage,
+    decode_contents,
     decode_messages,
     encode,
     encode_delivered,
@@ -129,7 +133,7 @@ class QueueJournal:
         self._by_segment: dict[int, dict[int, _Record]] = {}
         self._run: _Record | None = None  # the record of the latest span started
         # per queue, the record `read` read last and its messages not read yet
-        self._read: dict[str, tuple[_Record, dict[int, Enqueued]]] = {}
+        self._read: dict[str, tuple[_Record, dict[int, Contents]]] = {}
         # segments whose live records were copied: retire once this sequence is durable
         self._compacted: dict[int, int] = {}
         self._compacting: int | None = None  # planned, copies not yet appended
@@ -236,21 +240,31 @@ class QueueJournal:
             if records
         }
 
-    def read(self, queue_key: str, msg_id: int) -> Enqueued:
-        """A live message as its record holds it, body included, read back from the log
-        (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged)."""
+    def read(self, queue_key: str, msg_id: int) -> Contents:
+        """A live message's route, properties and body, read back from its record in the
+        log (`KeyError` if the message is not live; `LogCorrupt` if its record is damaged,
+        `RecordFormatError` if it does not hold that message)."""
         record = self._queues[queue_key][msg_id]
         cached = self._read.get(queue_key)
-        if cached is None or cached[0] is not record or msg_id not in cached[1]:
-            payload = self.log.read_record(record.segment_id, record.offset, record.sequence)
-            messages = {message.msg_id: message for message in decode_messages(payload)}
-            cached = self._read[queue_key] = (record, messages)
-        message = cached[1].pop(msg_id, None)
-        if not cached[1]:
-            del self._read[queue_key]
-        if message is None:
+        if cached is not None and cached[0] is record:
+            contents = cached[1].pop(msg_id, None)
+            if contents is not None:
+                if not cached[1]:
+                    del self._read[queue_key]
+                return contents
+        payload = self.log.read_record(record.segment_id, record.offset, record.sequence)
+        try:
+            messages = decode_contents(payload, queue_key)
+        except RecordFormatError as error:
+            raise RecordFormatError(f"log record {record.sequence}: {error}") from None
+        contents = messages.pop(msg_id, None)
+        if contents is None:
             raise RecordFormatError(f"log record {record.sequence} does not hold message {msg_id}")
-        return message
+        if messages:  # the rest of a run
+            self._read[queue_key] = (record, messages)
+        elif cached is not None:
+            del self._read[queue_key]
+        return contents
 
     # --- records ---------------------------------------------------------------------------
 

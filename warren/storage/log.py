@@ -54,7 +54,15 @@ Theory of operation:
    `read_record(segment_id, offset, sequence)` fetches one record by the position
    `last_record_offset` gave right after its `append` (message bodies paged out of memory
    are read back this way), whether it is durable yet or not; `read` takes many records of
-   one sealed segment (compaction).
+   one sealed segment (compaction). A durable record is read with the bytes after it, and
+   the block is kept for the reads that follow: a long queue's messages are read back in
+   the order they were appended, so one ``pread`` serves a run of them (records of other
+   queues, or already settled, in between are read and never asked for). Blocks grow
+   while their caller reads on (`READ_AHEAD_BYTES_MIN` to `_MAX`), at most
+   `READ_AHEAD_BLOCKS_MAX` are kept, and a block serves only records that were durable
+   before it was read, so a record never comes from bytes a sync was still writing. Every
+   record read is checked (CRC, length, sequence) as it is handed out, from a block or not:
+   a damaged one is `LogCorrupt`, and its neighbours in the block read back as they are.
 8. A failed write or sync leaves the file in an unknown state (an fsync error may drop dirty
    pages and not report it again): the log marks itself failed and refuses all further
    appends and syncs with `LogFailed` (an append racing a failure on the sync thread may
@@ -126,6 +134,13 @@ SPAN_PAYLOAD_MAX_BYTES: Final = 256 * 1024
 RECORD_PAYLOAD_MAX_BYTES: Final = 512 * 1024 * 1024
 SEGMENT_MAX_BYTES_DEFAULT: Final = 64 * 1024 * 1024
 SEGMENT_MAX_BYTES_MIN: Final = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES
+# `read_record` reads a durable record with the bytes after it (rule 7): this many at first,
+# twice as many each time its caller reads on past the block, up to the max, and keeps that
+# many blocks (several long queues read back side by side). A record larger than the max is
+# read alone and not kept.
+READ_AHEAD_BYTES_MIN: Final = 4096
+READ_AHEAD_BYTES_MAX: Final = 128 * 1024
+READ_AHEAD_BLOCKS_MAX: Final = 8
 # A short write on a regular file is rare; more than this many in a row is a broken disk.
 _WRITE_ATTEMPTS_MAX: Final = 1024
 
@@ -268,6 +283,23 @@ class Batch:
     @property
     def size_bytes(self) -> int:
         return sum(len(c.data) for c in self.chunks)
+
+
+class _ReadAhead:
+    """Bytes of a segment file from `offset` on, read at once by `read_record`; the records
+    up to `durable_sequence` in them were whole in the file when they were read."""
+
+    __slots__ = ("data", "durable_sequence", "offset", "segment_id")
+
+    def __init__(self, segment_id: int, offset: int, data: bytes, durable_sequence: int) -> None:
+        self.segment_id = segment_id
+        self.offset = offset
+        self.data = data
+        self.durable_sequence = durable_sequence
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.data)
 
 
 def segment_file_name(segment_id: int) -> str:
@@ -431,20 +463,43 @@ def _record_in_chunks(chunks: list[_Chunk], segment_id: int, offset: int) -> byt
     raise LogCorrupt(f"{segment_file_name(segment_id)}: no pending record at {offset}")
 
 
-def _checked_payload(record: bytes, segment_id: int, offset: int, sequence: int) -> bytes:
-    """The payload of the record whose bytes are `record`, if it holds `sequence` and its
-    CRC is right."""
-    header = _header(record, 0, True)
-    if not isinstance(header, DamageKind):
-        view = memoryview(record)
-        size = header.size
-        if (
-            header.sequence <= sequence < header.sequence + header.count
-            and len(record) == size + header.length
-            and zlib.crc32(view[size:], zlib.crc32(view[4:size])) == header.crc
-        ):
-            return record[size:]
-    raise LogCorrupt(
+def _payload_at(
+    data: bytes, start: int, segment_id: int, offset: int, sequence: int
+) -> bytes | None:
+    """The payload of the record holding `sequence` (a span's, if it is one of its) at
+    `start` of `data` (at `offset` of its segment): None if the record is not whole in
+    `data`, `LogCorrupt` if it is and does not check out (length, CRC, sequence)."""
+    if start < 0:
+        return None
+    header = _header(data, start, True)
+    if header is DamageKind.PARTIAL_RECORD:
+        return None
+    if isinstance(header, DamageKind):
+        raise _unreadable(segment_id, offset, sequence)
+    end = start + header.size + header.length
+    if end > len(data):
+        return None
+    # the CRC covers the header after itself (a span's count too) and the payload: one run
+    # of bytes
+    found = header.sequence
+    if (
+        not found <= sequence < found + header.count
+        or zlib.crc32(memoryview(data)[start + 4 : end]) != header.crc
+    ):
+        raise _unreadable(segment_id, offset, sequence)
+    return data[start + header.size : end]
+
+
+def _checked_payload(data: bytes, segment_id: int, offset: int, sequence: int) -> bytes:
+    """`_payload_at` the start of `data`, which must hold the whole record."""
+    payload = _payload_at(data, 0, segment_id, offset, sequence)
+    if payload is None:
+        raise _unreadable(segment_id, offset, sequence)
+    return payload
+
+
+def _unreadable(segment_id: int, offset: int, sequence: int) -> LogCorrupt:
+    return LogCorrupt(
         f"{segment_file_name(segment_id)} at offset {offset}: record {sequence} does not read back"
     )
 
@@ -515,6 +570,7 @@ class Log:
         self._in_flight = False
         self._flight: Batch | None = None  # the batch `sync_batch` is writing, for `read_record`
         self._read_fds: dict[int, int] = {}  # segment id -> descriptor for `read_record`
+        self._read_ahead: list[_ReadAhead] = []  # oldest first, at most READ_AHEAD_BLOCKS_MAX
         self._failed: BaseException | None = None
         self._closed = False
         # Writer state: touched only by `sync_batch` (possibly on another thread).
@@ -793,34 +849,60 @@ class Log:
     def read_record(self, segment_id: int, offset: int, sequence: int) -> bytes:
         """The payload of one record, by where `append` (or `located_records`) put it.
 
-        A durable record is read from its file with one ``pread``; a newer one from the
-        bytes waiting to be written (pending, or in the batch `sync_batch` is writing on
-        another thread: that batch is taken before the durable sequence is looked at, so
-        the record is in one place or the other). The CRC and sequence are checked:
-        `LogCorrupt` if they do not match.
+        A durable record is read from its file, with the bytes after it (`_ReadAhead`): a
+        record read back is most often followed by the next ones its caller wants, appended
+        after it. A newer one is read from the bytes waiting to be written (pending, or in
+        the batch `sync_batch` is writing on another thread: that batch is taken before the
+        durable sequence is looked at, so the record is in one place or the other). The CRC
+        and sequence are checked: `LogCorrupt` if they do not match.
         """
         flight = self._flight
         if self.span_sequence:
             self._close_span()  # it may be the one asked for: its header says how long it is
         if sequence <= self.durable_sequence:
-            fd = self._read_fds.get(segment_id)
-            if fd is None:
-                self._segment(segment_id)  # KeyError for a segment the log does not have
-                path = self._directory / segment_file_name(segment_id)
-                fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
-            head = os.pread(fd, SPAN_HEADER_BYTES, offset)
-            header = _header(head, 0, True)
-            if isinstance(header, DamageKind):
-                raise LogCorrupt(f"{segment_file_name(segment_id)}: no record at {offset}")
-            size = header.size + header.length
-            if size <= len(head):
-                record = head[:size]
-            else:
-                record = head + os.pread(fd, size - len(head), offset + len(head))
-        else:
-            chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
-            record = _record_in_chunks(chunks, segment_id, offset)
+            return self._read_durable(segment_id, offset, sequence)
+        chunks = [*(flight.chunks if flight is not None else ()), *self._pending]
+        record = _record_in_chunks(chunks, segment_id, offset)
         return _checked_payload(record, segment_id, offset, sequence)
+
+    def _read_durable(self, segment_id: int, offset: int, sequence: int) -> bytes:
+        """A durable record's payload: from a block read before, or read now with the bytes
+        that follow it (one ``pread``)."""
+        blocks = self._read_ahead
+        for block in blocks:
+            if block.segment_id == segment_id and sequence <= block.durable_sequence:
+                start = offset - block.offset
+                payload = _payload_at(block.data, start, segment_id, offset, sequence)
+                if payload is not None:
+                    return payload
+        size_bytes = READ_AHEAD_BYTES_MIN
+        for block in blocks:
+            if block.segment_id == segment_id and block.offset <= offset <= block.end:
+                # the caller reads on past a block: read more at once next time
+                size_bytes = min(2 * len(block.data), READ_AHEAD_BYTES_MAX)
+                blocks.remove(block)
+                break
+        else:
+            if len(blocks) >= READ_AHEAD_BLOCKS_MAX:
+                del blocks[0]
+        fd = self._read_fds.get(segment_id)
+        if fd is None:
+            self._segment(segment_id)  # KeyError for a segment the log does not have
+            path = self._directory / segment_file_name(segment_id)
+            fd = self._read_fds[segment_id] = os.open(path, os.O_RDONLY)
+        # taken before reading: every record up to it is whole in the file by now
+        durable_sequence = self.durable_sequence
+        data = os.pread(fd, size_bytes, offset)
+        header = _header(data, 0, True)
+        if not isinstance(header, DamageKind):
+            wanted = header.size + header.length
+            # a record larger than the block: the rest of it (a length out of bounds is
+            # damage, refused below without reading that much)
+            if len(data) < wanted:
+                data += os.pread(fd, wanted - len(data), offset + len(data))
+        if len(data) <= READ_AHEAD_BYTES_MAX:  # a larger record is not kept
+            blocks.append(_ReadAhead(segment_id, offset, data, durable_sequence))
+        return _checked_payload(data, segment_id, offset, sequence)
 
     def read(self, segment_id: int, sequences: Collection[int]) -> dict[int, bytes]:
         """The payloads of the given records of a sealed, durable segment (a span's under
@@ -900,6 +982,7 @@ class Log:
             fd = self._read_fds.pop(oldest.segment_id, None)
             if fd is not None:
                 os.close(fd)
+            self._read_ahead = [b for b in self._read_ahead if b.segment_id != oldest.segment_id]
             deleted.append(oldest.segment_id)
         return deleted
 
@@ -938,6 +1021,7 @@ class Log:
             for fd in self._read_fds.values():
                 os.close(fd)
             self._read_fds.clear()
+            self._read_ahead.clear()
             os.close(self._directory_fd)
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

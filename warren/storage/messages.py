@@ -40,11 +40,12 @@ import functools
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 __all__ = [
     "FAMILY",
     "RECORD_VERSION",
+    "Contents",
     "Delivered",
     "Enqueued",
     "EnqueuedRun",
@@ -55,6 +56,7 @@ __all__ = [
     "RecoveredMessage",
     "Settled",
     "decode",
+    "decode_contents",
     "decode_messages",
     "encode",
     "encode_delivered",
@@ -89,6 +91,7 @@ _COUNT: Final = struct.Struct("<I")
 _MSG_ID_MAX: Final = 2**64 - 1
 _MSG_IDS_MAX: Final = 2**32 - 1
 _TEXT: Final = "surrogateescape"
+_T = TypeVar("_T")
 
 
 class RecordFormatError(ValueError):
@@ -403,29 +406,31 @@ def _decode_ids(payload: bytes, offset: int) -> tuple[int, ...]:
     return struct.unpack_from(f"<{count}Q", payload, offset)
 
 
-def _decode_enqueued(
-    payload: bytes, offset: int, queue_key: str, contents: bool
-) -> tuple[Enqueued, int]:
+# A message's fixed fields: msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority
+_Fields = tuple[int, int, int, int, int]
+# what `_enqueued` and `_run` make of one message, and where it ends in the payload:
+# (payload, fields, where its route starts, properties length, body size or -1)
+_Make = Callable[[bytes, _Fields, int, int, int], tuple[_T, int]]
+
+
+def _enqueued(payload: bytes, offset: int, make: _Make[_T]) -> _T:
+    """An `Enqueued` record's message from `offset` (where its queue key ends), as `make`
+    makes it."""
     if offset + _ENQUEUED.size + 2 > len(payload):
         raise RecordFormatError("enqueued record is too short")
     msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority, properties_length = (
         _ENQUEUED.unpack_from(payload, offset)
     )
     fields = (msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority)
-    start = offset + _ENQUEUED.size
     # the body is the rest of the record
-    message, size, _end = _message(
-        payload, queue_key, fields, start, properties_length, -1, contents
-    )
-    return message, size
+    return make(payload, fields, offset + _ENQUEUED.size, properties_length, -1)[0]
 
 
-def _decode_run(
-    payload: bytes, offset: int, queue_key: str, contents: bool
-) -> list[tuple[Enqueued, int]]:
-    """An `EnqueuedRun`'s messages, each with its body size."""
+def _run(payload: bytes, offset: int, make: _Make[_T]) -> list[_T]:
+    """An `EnqueuedRun`'s messages from `offset` (where its queue key ends), as `make`
+    makes them."""
     end = len(payload)
-    messages: list[tuple[Enqueued, int]] = []
+    messages: list[_T] = []
     # Every message takes more than its fixed fields, so this bounds the loop.
     for _ in range(end // _RUN_ENTRY.size + 1):
         if offset == end:
@@ -436,35 +441,24 @@ def _decode_run(
             _RUN_ENTRY.unpack_from(payload, offset)
         )
         fields = (msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority)
-        start = offset + _RUN_ENTRY.size
-        message, size, offset = _message(
-            payload, queue_key, fields, start, properties_length, size, contents
-        )
-        messages.append((message, size))
+        message, offset = make(payload, fields, offset + _RUN_ENTRY.size, properties_length, size)
+        messages.append(message)
     if not messages:
         raise RecordFormatError("enqueued run record holds no message")
     return messages
 
 
-def _message(
-    payload: bytes,
-    queue_key: str,
-    fields: tuple[int, int, int, int, int],
-    start: int,
-    properties_length: int,
-    size: int,
-    contents: bool,
-) -> tuple[Enqueued, int, int]:
-    """A message from its fixed `fields` (msg_id, enqueued_at_ms, expires_at_ms,
-    has_expiry, priority) and what follows them from `start`: route, properties, and a
-    body of `size` bytes (-1: the rest of the payload). Returns it, its body size and
-    where it ends."""
-    msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority = fields
+def _bounds(
+    payload: bytes, fields: _Fields, start: int, properties_length: int, size: int
+) -> tuple[int, int, int]:
+    """Where a message's route (from `start`), properties and body (of `size` bytes, -1:
+    the rest of the payload) end; `RecordFormatError` if they do not fit the record or
+    its expiry flag is not one."""
+    _msg_id, _enqueued_at_ms, expires_at_ms, has_expiry, _priority = fields
     if has_expiry > 1 or (not has_expiry and expires_at_ms != 0):
         raise RecordFormatError("enqueued record has an invalid expiry flag")
     end = len(payload)
-    exchange_start = start + 1
-    exchange_end = exchange_start + payload[start]
+    exchange_end = start + 1 + payload[start]
     if exchange_end >= end:
         raise RecordFormatError("enqueued record fields run past its end")
     routing_key_end = exchange_end + 1 + payload[exchange_end]
@@ -472,22 +466,101 @@ def _message(
     body_end = end if size < 0 else properties_end + size
     if properties_end > end or body_end > end:
         raise RecordFormatError("enqueued record fields run past its end")
-    expiry = expires_at_ms if has_expiry else None
-    if not contents:
-        message = Enqueued(queue_key, msg_id, enqueued_at_ms, expiry, priority, "", "", b"", b"")
-        return message, body_end - properties_end, body_end
-    message = Enqueued(
-        queue_key=queue_key,
-        msg_id=msg_id,
-        enqueued_at_ms=enqueued_at_ms,
-        expires_at_ms=expiry,
-        priority=priority,
-        exchange=bytes(payload[exchange_start:exchange_end]).decode("utf-8", _TEXT),
-        routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
-        properties_raw=bytes(payload[routing_key_end:properties_end]),
-        body=bytes(payload[properties_end:body_end]),
+    return routing_key_end, properties_end, body_end
+
+
+def _decode_enqueued(
+    payload: bytes, offset: int, queue_key: str, contents: bool
+) -> tuple[Enqueued, int]:
+    """An `Enqueued` record's message and its body size."""
+    return _enqueued(payload, offset, _whole(queue_key, contents))
+
+
+def _decode_run(
+    payload: bytes, offset: int, queue_key: str, contents: bool
+) -> list[tuple[Enqueued, int]]:
+    """An `EnqueuedRun`'s messages, each with its body size."""
+    return _run(payload, offset, _whole(queue_key, contents))
+
+
+def _whole(queue_key: str, contents: bool) -> _Make[tuple[Enqueued, int]]:
+    """Makes a message of `queue_key` whole (without route, properties and body unless
+    `contents`), with its body size."""
+
+    def make(
+        payload: bytes, fields: _Fields, start: int, properties_length: int, size: int
+    ) -> tuple[tuple[Enqueued, int], int]:
+        routing_key_end, properties_end, body_end = _bounds(
+            payload, fields, start, properties_length, size
+        )
+        msg_id, enqueued_at_ms, expires_at_ms, has_expiry, priority = fields
+        expiry = expires_at_ms if has_expiry else None
+        if not contents:
+            message = Enqueued(
+                queue_key, msg_id, enqueued_at_ms, expiry, priority, "", "", b"", b""
+            )
+            return (message, body_end - properties_end), body_end
+        exchange_end = start + 1 + payload[start]
+        message = Enqueued(
+            queue_key=queue_key,
+            msg_id=msg_id,
+            enqueued_at_ms=enqueued_at_ms,
+            expires_at_ms=expiry,
+            priority=priority,
+            exchange=bytes(payload[start + 1 : exchange_end]).decode("utf-8", _TEXT),
+            routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
+            properties_raw=bytes(payload[routing_key_end:properties_end]),
+            body=bytes(payload[properties_end:body_end]),
+        )
+        return (message, body_end - properties_end), body_end
+
+    return make
+
+
+# exchange, routing key, properties, body, route: a message read back from its record, in the
+# order `warren.amqp.content.Message` takes them
+Contents = tuple[str, str, bytes, bytes, bytes]
+
+
+def decode_contents(payload: bytes, queue_key: str) -> dict[int, Contents]:
+    """The messages in `payload`, by msg_id, which must be an `Enqueued` or `EnqueuedRun`
+    record of `queue_key` (`RecordFormatError` if it is not, or is not valid).
+
+    What reading paged-out messages back needs, and no more (`decode_messages` makes whole
+    records): the record's start is compared as bytes rather than decoded, and each route
+    is handed over as it is stored, its names decoded once per distinct route.
+    """
+    key = _enqueued_key(queue_key)
+    if payload.startswith(key):
+        return dict((_enqueued(payload, len(key), _contents),))
+    key = encode_run_start(queue_key)
+    if payload.startswith(key):
+        return dict(_run(payload, len(key), _contents))
+    raise RecordFormatError(f"log record is not an enqueued record of {queue_key!r}")
+
+
+def _contents(
+    payload: bytes, fields: _Fields, start: int, properties_length: int, size: int
+) -> tuple[tuple[int, Contents], int]:
+    """A message's msg_id and `Contents` (a `_Make`)."""
+    routing_key_end, properties_end, body_end = _bounds(
+        payload, fields, start, properties_length, size
     )
-    return message, body_end - properties_end, body_end
+    route = payload[start:routing_key_end]
+    exchange, routing_key = _route_names(route)
+    properties = payload[routing_key_end:properties_end]
+    body = payload[properties_end:body_end]
+    return (fields[0], (exchange, routing_key, properties, body, route)), body_end
+
+
+@functools.lru_cache(maxsize=4096)
+def _route_names(route: bytes) -> tuple[str, str]:
+    """The exchange and routing key of a route (two shortstrs, checked by the caller)."""
+    exchange_end = 1 + route[0]
+    return (
+        route[1:exchange_end].decode("utf-8", _TEXT),
+        route[exchange_end + 1 :].decode("utf-8", _TEXT),
+    )
 
 
 # --- recovery ------------------------------------------------------------------------------

@@ -21,7 +21,14 @@ from hypothesis.stateful import (
 
 from warren.storage.journal import QueueJournal
 from warren.storage.log import Log
-from warren.storage.messages import Delivered, Enqueued, QueueDeleted, decode
+from warren.storage.messages import (
+    Contents,
+    Delivered,
+    Enqueued,
+    QueueDeleted,
+    decode,
+    encode_route,
+)
 
 SEGMENT_MAX_BYTES = 400  # a handful of records per segment, so everything rolls and retires
 
@@ -30,6 +37,12 @@ Model = dict[str, dict[int, tuple[Enqueued, bool]]]
 
 def message(queue_key: str, msg_id: int, body: bytes = b"body") -> Enqueued:
     return Enqueued(queue_key, msg_id, 1_000 + msg_id, None, 0, "ex", "rk", b"\x00\x00", body)
+
+
+def contents(record: Enqueued) -> Contents:
+    """What `QueueJournal.read` gives back of a message."""
+    route = encode_route(record.exchange, record.routing_key)
+    return (record.exchange, record.routing_key, record.properties_raw, record.body, route)
 
 
 def recovered_as_model(recovered: dict[str, list]) -> Model:  # type: ignore[type-arg]
@@ -185,7 +198,7 @@ class JournalMachine(RuleBasedStateMachine):
             return
         for key, messages in self.model.items():
             for msg_id, (record, _delivered) in messages.items():
-                assert self.journal.read(key, msg_id) == record
+                assert self.journal.read(key, msg_id) == contents(record)
 
 
 JournalMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=100, deadline=None)
@@ -335,13 +348,13 @@ def test_a_run_of_publishes_is_one_record_settled_message_by_message(tmp_path: P
     records = [decode(payload) for _, payload in log.records()]
     assert [type(r).__name__ for r in records] == ["EnqueuedRun", "Settled"]
     assert journal.live_by_segment() == {1: 3}
-    assert journal.read("q", 5) == message("q", 5)
+    assert journal.read("q", 5) == contents(message("q", 5))
     log.close()
     log, _ = Log.open(tmp_path, SEGMENT_MAX_BYTES)
     journal, recovered = QueueJournal.recover(log)
     assert [(m.msg_id, m.sequence) for m in recovered["q"]] == [(1, 1), (3, 3), (5, 5)]
     assert [journal.read("q", msg_id) for msg_id in (1, 3, 5)] == [
-        message("q", msg_id) for msg_id in (1, 3, 5)
+        contents(message("q", msg_id)) for msg_id in (1, 3, 5)
     ]
     log.close()
 
@@ -355,7 +368,33 @@ def test_runs_of_two_queues_read_back_in_any_order_and_more_than_once(tmp_path: 
     log.flush_and_sync()
     for msg_id in (1, 2, 2, 3, 1):
         for key in ("a", "b"):
-            assert journal.read(key, msg_id) == message(
-                key, msg_id, b"%s%d" % (key.encode(), msg_id)
+            assert journal.read(key, msg_id) == contents(
+                message(key, msg_id, b"%s%d" % (key.encode(), msg_id))
             )
+    log.close()
+
+
+def test_a_run_is_read_back_once_and_single_records_a_block_at_a_time(
+    tmp_path: Path, preads: list[int]
+) -> None:
+    """The two read paths together: a run's record is read and decoded once for all its
+    messages (the journal keeps the rest; the run is too large for the log to keep as a
+    block), records of one message each come from blocks of the log (one ``pread``
+    serves many)."""
+    log, _ = Log.open(tmp_path)
+    journal = QueueJournal(log)
+    large = {msg_id: b"%03d" % msg_id * 500 for msg_id in range(1, 101)}  # 150 KiB
+    for msg_id, body in large.items():
+        journal.enqueue(message("run", msg_id, body))
+    for msg_id in range(1, 101):
+        for key in ("a", "b"):  # the queues take turns: a record per message
+            journal.enqueue(message(key, msg_id))
+    log.flush_and_sync()
+    assert len(list(log.records())) == 201
+    for msg_id, body in large.items():
+        assert journal.read("run", msg_id) == contents(message("run", msg_id, body))
+    assert len(preads) == 2  # a block, then the rest of the record
+    for msg_id in range(1, 101):
+        assert journal.read("a", msg_id) == contents(message("a", msg_id))
+    assert len(preads) <= 2 + 4  # blocks of 4, 8, 16 ... KiB
     log.close()

@@ -211,6 +211,107 @@ def test_a_damaged_record_does_not_read_back(tmp_path: Path) -> None:
     log.close()
 
 
+def append_located(log: Log, count: int) -> dict[int, tuple[int, int]]:
+    """Append records `payload_for` the next `count` sequence numbers; where each went."""
+    positions = {}
+    for _ in range(count):
+        sequence = log.append(payload_for(log.next_sequence))
+        positions[sequence] = (log.active_segment_id, log.last_record_offset)
+    return positions
+
+
+def test_a_run_read_back_crosses_segment_ends_with_one_read_per_block(
+    tmp_path: Path, preads: list[int]
+) -> None:
+    log, _ = Log.open(tmp_path, segment_max_bytes=4096)
+    positions = append_located(log, 600)  # records of 16-43 bytes: 5 segments
+    log.flush_and_sync()
+    assert len({segment_id for segment_id, _ in positions.values()}) > 3
+    for sequence, (segment_id, offset) in positions.items():
+        assert log.read_record(segment_id, offset, sequence) == payload_for(sequence)
+    # a segment holds 4 KiB: one block each (the first read takes the minimum block)
+    assert len(preads) == len({segment_id for segment_id, _ in positions.values()})
+    log.close()
+
+
+def test_a_run_with_settled_holes_reads_only_what_is_asked(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    positions = append_located(log, 2000)
+    log.flush_and_sync()
+    asked = [s for s in positions if s % 3 == 0 or s % 7 == 0]  # the rest settled
+    assert all(log.read_record(*positions[s], s) == payload_for(s) for s in asked)
+    # blocks grew while the reads went on, and memory stays bounded
+    blocks = log._read_ahead  # the bound is the point of this test
+    assert len(blocks) <= log_module.READ_AHEAD_BLOCKS_MAX
+    assert all(len(b.data) <= log_module.READ_AHEAD_BYTES_MAX for b in blocks)
+    log.close()
+
+
+@pytest.mark.parametrize("spans", [False, True])
+def test_a_damaged_record_in_a_block_is_refused_and_its_neighbours_read_back(
+    tmp_path: Path, spans: bool
+) -> None:
+    """A record's payload, or a span's count (its CRC covers it too), damaged in the file:
+    that record does not read back under any of its sequence numbers, the rest of the
+    block it was read with does."""
+    log, _ = Log.open(tmp_path)
+    if spans:
+        placed = append_spans_and_records(log, 20)
+    else:
+        located = append_located(log, 50)
+        placed = {s: (*where, payload_for(s)) for s, where in located.items()}
+    log.flush_and_sync()
+    by_offset: dict[int, list[int]] = {}
+    for sequence, (_, offset, _) in placed.items():
+        by_offset.setdefault(offset, []).append(sequence)
+    damaged, refused = [(o, items) for o, items in by_offset.items() if len(items) > spans][4]
+    segment_id = placed[refused[0]][0]
+    with open(tmp_path / segment_file_name(segment_id), "r+b") as segment:
+        segment.seek(damaged + RECORD_HEADER_BYTES)
+        segment.write(b"\x09")
+    for sequence, (segment_id, offset, payload) in placed.items():  # the first reads a block
+        if sequence in refused:
+            with pytest.raises(LogCorrupt, match=f"record {sequence} does not read back"):
+                log.read_record(segment_id, offset, sequence)
+        else:
+            assert log.read_record(segment_id, offset, sequence) == payload
+    log.close()
+
+
+def test_a_block_serves_only_records_durable_when_it_was_read(tmp_path: Path) -> None:
+    """A block read while a sync was writing may hold a torn record past the durable end;
+    that record is read again once durable, never taken from the block."""
+    log, _ = Log.open(tmp_path)
+    positions = append_located(log, 10)
+    log.flush_and_sync()
+    positions |= append_located(log, 10)
+    batch = log.seal()
+    assert batch is not None
+    chunk = batch.chunks[0]
+    torn = bytes(chunk.data[: len(chunk.data) // 2]) + b"\0" * (len(chunk.data) // 2)
+    os.pwrite(log._writer_fd(chunk), torn, chunk.offset)  # the sync, mid-write
+    assert log.read_record(*positions[10], 10) == payload_for(10)  # the block takes the tear
+    log.sync_batch(batch)
+    for sequence in range(11, 21):
+        assert log.read_record(*positions[sequence], sequence) == payload_for(sequence)
+    log.close()
+
+
+def test_a_record_larger_than_a_block_reads_back_whole_and_is_not_kept(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    large = b"L" * (log_module.READ_AHEAD_BYTES_MAX + 1000)
+    log.append(b"small")
+    first = log.last_record_offset
+    log.append(large)
+    offset = log.last_record_offset
+    log.flush_and_sync()
+    assert log.read_record(1, first, 1) == b"small"
+    assert log.read_record(1, offset, 2) == large
+    blocks = log._read_ahead  # what stays in memory is the point
+    assert all(len(b.data) <= log_module.READ_AHEAD_BYTES_MAX for b in blocks)
+    log.close()
+
+
 def test_a_batch_out_of_order_is_refused(tmp_path: Path) -> None:
     log, _ = Log.open(tmp_path)
     log.append(b"a")
@@ -608,6 +709,39 @@ def test_every_sequence_number_of_a_span_reads_it_back(tmp_path: Path) -> None:
     assert log.read_record(1, offset, 1) == log.read_record(1, offset, 2) == b"onetwo"
     with pytest.raises(LogCorrupt):
         log.read_record(1, offset, 3)
+    log.close()
+
+
+def append_spans_and_records(log: Log, count: int) -> dict[int, tuple[int, int, bytes]]:
+    """Append `count` records and spans of three or four items, by turns; where each
+    sequence number went and the payload it reads back as (its span's, for a span)."""
+    placed: dict[int, tuple[int, int, bytes]] = {}
+    for index in range(count):
+        sequence = log.next_sequence
+        if index % 2:
+            log.append(payload_for(sequence))
+            items = [sequence]
+        else:
+            log.append_span(payload_for(sequence))
+            items = [sequence]
+            for _ in range(2 + index % 3 // 2):
+                items.append(log.extend_span(payload_for(log.next_sequence)))
+        payload = b"".join(payload_for(item) for item in items)
+        for item in items:
+            placed[item] = (log.active_segment_id, log.last_record_offset, payload)
+    return placed
+
+
+def test_spans_read_back_from_blocks_under_any_of_their_sequence_numbers(
+    tmp_path: Path, preads: list[int]
+) -> None:
+    log, _ = Log.open(tmp_path)
+    placed = append_spans_and_records(log, 200)
+    log.flush_and_sync()
+    for sequence, (segment_id, offset, payload) in placed.items():
+        assert log.read_record(segment_id, offset, sequence) == payload
+    # blocks of 4, 8, 16 KiB ... cover the segment: a handful of reads, not one a record
+    assert len(preads) <= 6 < len(placed)
     log.close()
 
 

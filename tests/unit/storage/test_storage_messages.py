@@ -23,6 +23,7 @@ from warren.storage.messages import (
     RecoveredMessage,
     Settled,
     decode,
+    decode_contents,
     decode_messages,
     encode,
     encode_enqueued,
@@ -88,6 +89,62 @@ def test_a_cut_record_never_decodes_silently_as_something_else(
     # Only an Enqueued can lose bytes and still parse: its body is the rest of the record.
     assert isinstance(record, Enqueued) and isinstance(decoded, Enqueued)
     assert decoded.body == record.body[: len(decoded.body)]
+
+
+runs = st.builds(
+    lambda queue_key, messages: EnqueuedRun(
+        queue_key, tuple(replace(m, queue_key=queue_key) for m in messages)
+    ),
+    st.text(max_size=40),
+    st.lists(enqueued_records, min_size=1, max_size=5),
+)
+
+
+def contents_of(record: Enqueued | EnqueuedRun) -> dict[int, tuple[str, str, bytes, bytes, bytes]]:
+    """What `decode_contents` should make of a record: each message by msg_id."""
+    messages = record.messages if isinstance(record, EnqueuedRun) else (record,)
+    return {
+        m.msg_id: (
+            m.exchange,
+            m.routing_key,
+            m.properties_raw,
+            m.body,
+            encode_route(m.exchange, m.routing_key),
+        )
+        for m in messages
+    }
+
+
+@given(enqueued_records | runs)
+def test_contents_read_back_are_the_record_s_messages(record: Enqueued | EnqueuedRun) -> None:
+    assert decode_contents(encode(record), record.queue_key) == contents_of(record)
+
+
+@given(records | runs, st.text(max_size=40), st.data())
+def test_contents_come_only_from_that_queue_s_whole_record(
+    record: QueueRecord, queue_key: str, data: st.DataObject
+) -> None:
+    """Another queue's record, another kind, or a cut one: the format error."""
+    payload = encode(record)
+    payload = payload[: data.draw(st.integers(min_value=0, max_value=len(payload)))]
+    if data.draw(st.booleans()):
+        queue_key = record.queue_key
+    try:
+        contents = decode_contents(payload, queue_key)
+    except RecordFormatError:
+        return
+    decoded = decode(payload)  # a cut run may still be a run, of fewer messages
+    assert isinstance(decoded, Enqueued | EnqueuedRun)
+    assert decoded.queue_key == queue_key
+    assert contents == contents_of(decoded)
+
+
+@given(st.binary(max_size=200), st.text(max_size=3))
+def test_decode_contents_returns_or_raises_the_format_error(data: bytes, queue_key: str) -> None:
+    try:
+        decode_contents(data, queue_key)
+    except RecordFormatError:
+        return
 
 
 def test_an_enqueued_record_is_compact() -> None:

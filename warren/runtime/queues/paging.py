@@ -3,9 +3,12 @@
 Theory of operation:
 1. A persistent message in a durable queue is written whole to the log by the
    `QueueJournal`. Once that record is durable, the body the queue holds is a copy: the queue
-   may let it go and read it back (one positioned read, `QueueJournal.read`) when it hands
-   the message out. The queue machine never looks inside `Entry.message`, so the runtime
-   may hold a `PageSlot` or a `PageRef` there instead of the `Message`.
+   may let it go and read it back (`QueueJournal.read`) when it hands the message out. A
+   long queue's records lie one after the other in the log, so the log reads a run of them
+   with one ``pread`` and serves the next ones from that block (`warren.storage.log`,
+   rule 7); each record is still checked as it is read back. The queue machine never
+   looks inside `Entry.message`, so the runtime may hold a `PageSlot` or a `PageRef` there
+   instead of the `Message`.
 2. Which messages (`admit`):
    - a persistent message arriving in a durable queue that already holds
      `queue_resident_messages_max` ready messages or `queue_resident_bytes_max` ready
@@ -117,8 +120,7 @@ def resident(host: QueueHost, entry: Entry) -> Message:
         if found is None:
             key = host.journal_key
             assert key is not None, "paged out to the log, yet the queue is not durable"
-            record = durability.journal.read(key, entry.msg_id)
-            found = Message(record.exchange, record.routing_key, record.properties_raw, record.body)
+            found = Message(*durability.journal.read(key, entry.msg_id))
         message = found
     entry.message = message
     return message
