@@ -246,17 +246,20 @@ def method_frame(channel: int, method: Method) -> bytes:
 # a method frame's start, basic.ack's (or basic.nack's) ids, tag and flags, the frame's end
 _CONFIRM = struct.Struct(">BHIHHQBB")
 _CONFIRM_SIZE: Final = _CONFIRM.size - 8  # the payload: the frame's start and end are 8
+_BASIC: Final = BasicAck.CLASS_ID
+_BASIC_ACK: Final = BasicAck.METHOD_ID
+_BASIC_NACK: Final = BasicNack.METHOD_ID
 
 
 def confirm_frame(channel: int, confirm: Method) -> bytes:
     """A publisher confirm: a basic.ack, or a basic.nack (flags multiple, then requeue)."""
     if type(confirm) is BasicAck:
-        method, flags = 80, int(confirm.multiple)
+        method, flags = _BASIC_ACK, int(confirm.multiple)
     else:
         assert type(confirm) is BasicNack
-        method, flags = 120, int(confirm.multiple) | int(confirm.requeue) << 1
+        method, flags = _BASIC_NACK, int(confirm.multiple) | int(confirm.requeue) << 1
     return _CONFIRM.pack(
-        FRAME_METHOD, channel, _CONFIRM_SIZE, 60, method, confirm.delivery_tag, flags, FRAME_END
+        FRAME_METHOD, channel, _CONFIRM_SIZE, _BASIC, method, confirm.delivery_tag, flags, FRAME_END
     )
 
 
