@@ -857,8 +857,8 @@ class Log:
         and sequence are checked: `LogCorrupt` if they do not match.
         """
         flight = self._flight
-        if self.span_sequence:
-            self._close_span()  # it may be the one asked for: its header says how long it is
+        if self.span_sequence and sequence >= self.span_sequence:
+            self._close_span()  # the one asked for: its header says how long it is
         if sequence <= self.durable_sequence:
             return self._read_durable(segment_id, offset, sequence)
         chunks = [*(flight.chunks if flight is not None else ()), *self._pending]

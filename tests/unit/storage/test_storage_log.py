@@ -712,6 +712,21 @@ def test_every_sequence_number_of_a_span_reads_it_back(tmp_path: Path) -> None:
     log.close()
 
 
+def test_reading_a_record_before_the_open_span_leaves_it_open(tmp_path: Path) -> None:
+    log, _ = Log.open(tmp_path)
+    log.append(b"durable")
+    durable_offset = log.last_record_offset
+    log.flush_and_sync()
+    log.append(b"pending")
+    pending_offset = log.last_record_offset
+    log.append_span(b"a")
+    assert log.read_record(1, durable_offset, 1) == b"durable"
+    assert log.read_record(1, pending_offset, 2) == b"pending"
+    assert log.extend_span(b"b") == 4  # a paged-out body read back does not end a run
+    log.close()
+    assert read_all(tmp_path) == [(1, b"durable"), (2, b"pending"), (3, b"ab")]
+
+
 def append_spans_and_records(log: Log, count: int) -> dict[int, tuple[int, int, bytes]]:
     """Append `count` records and spans of three or four items, by turns; where each
     sequence number went and the payload it reads back as (its span's, for a span)."""
