@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 FLOOR = 10_000  # below this are the registered ports other programs are configured to use
@@ -56,21 +57,22 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def unused_port() -> int:
+def unused_port(avoid: Collection[int] = ()) -> int:
     """A port free on 127.0.0.1 now, outside the ephemeral range (in this process's slice of
-    it), not given before here."""
-    return unused_ports(1)
+    it), not given before here and not in `avoid` (ports taken but maybe not yet bound)."""
+    return unused_ports(1, avoid)
 
 
-def unused_ports(count: int) -> int:
+def unused_ports(count: int, avoid: Collection[int] = ()) -> int:
     """The first of `count` consecutive ports that `unused_port` could each give (a node of
     several workers listens on its cluster port and the `count - 1` after it)."""
     floor, ceiling = _bounds()
     ceiling -= count - 1
+    taken = _given.union(avoid)
     for _ in range(1_000) if ceiling - floor >= 1_000 else ():
         first = random.randrange(floor, ceiling)
         ports = range(first, first + count)
-        if _given.isdisjoint(ports) and all(_bindable(port) for port in ports):
+        if taken.isdisjoint(ports) and all(_bindable(port) for port in ports):
             _given.update(ports)
             return first
     if count > 1:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from warren.cluster.nodes import worker_name
+from warren.runtime import ports
 from warren.runtime.config import Config, ConfigError, load
 from warren.runtime.recovery import DEFINITIONS_FILE
 from warren.runtime.workers.layout import (
@@ -91,6 +92,28 @@ def test_each_worker_is_a_member_of_the_nodes_internal_cluster(tmp_path: Path) -
     assert first.cluster_cookie == second.cluster_cookie == layout.cookie
     assert second.quorum_cluster_size == 1
     assert second.port == config.port  # the AMQP port is shared
+
+
+def test_the_workers_cluster_ports_are_never_the_nodes_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the node's ports are chosen (by the operator, or by a test) but not yet bound when the
+    # layout is drawn: a draw of one put worker 1's cluster listener on the AMQP port, and
+    # worker 0 dialed AMQP for its peer (a CI run of the suite with 2 workers)
+    own = [12_000 + offset for offset in range(5)]
+    config = Config(
+        data_dir=tmp_path,
+        workers=2,
+        port=own[0],
+        ssl_port=own[1],
+        management_port=own[2],
+        management_ssl_port=own[3],
+        cluster_port=own[4],
+    )
+    draws = iter([*own, 12_010, 12_011])
+    monkeypatch.setattr(ports.random, "randrange", lambda _floor, _ceiling: next(draws))
+    monkeypatch.setattr(ports, "_given", set())
+    assert load_or_create(config).cluster_ports == (12_010, 12_011)
 
 
 def test_the_layout_is_kept_and_its_worker_count_enforced(tmp_path: Path) -> None:

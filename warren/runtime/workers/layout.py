@@ -217,7 +217,16 @@ def load_or_create(config: Config) -> Layout:
     path = config.data_dir / LAYOUT_FILE
     if path.exists():
         return read(path)
-    layout = Layout(secrets.token_hex(16), tuple(unused_port() for _ in range(config.workers)))
+    # the node's own ports are chosen but not yet bound (its workers bind them): a draw that
+    # took one would put a worker's cluster listener on the node's AMQP port
+    own = (
+        config.port,
+        config.ssl_port,
+        config.management_port,
+        config.management_ssl_port,
+        config.cluster_port,
+    )
+    layout = Layout(secrets.token_hex(16), tuple(unused_port(own) for _ in range(config.workers)))
     temporary = path.with_suffix(".tmp")
     temporary.write_text(
         json.dumps(
