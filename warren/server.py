@@ -142,17 +142,38 @@ async def start_listeners(
     connections follow their queues to the other workers."""
     loop = asyncio.get_running_loop()
     servers: list[asyncio.Server] = []
-    for listener in listeners:
-        if listener.setting in ("port", "ssl_port"):
-            server = await loop.create_server(
-                (lambda: AmqpConnection(broker)) if worker is None else worker.connection,
-                sock=listener.sock,
-                backlog=1024,
-                ssl=listener.tls,
-            )
-            servers.append(server)
-            log.info("%s listening on %s", listener.label, _address(listener.sock))
+    try:
+        for listener in listeners:
+            if listener.setting in ("port", "ssl_port"):
+                address = _address(listener.sock)
+                try:
+                    server = await loop.create_server(
+                        (lambda: AmqpConnection(broker)) if worker is None else worker.connection,
+                        sock=listener.sock,
+                        backlog=1024,
+                        ssl=listener.tls,
+                    )
+                except OSError as error:  # asyncio's loop: listen(2) failed
+                    raise _cannot_listen(listener, address) from error
+                servers.append(server)
+                if None in server.sockets:  # uvloop closed it, and said nothing
+                    raise _cannot_listen(listener, address)
+                log.info("%s listening on %s", listener.label, address)
+    except StartError:
+        for server in servers:
+            server.close()
+        raise
     return servers
+
+
+def _cannot_listen(listener: Listener, address: str) -> StartError:
+    """Another program took the port between the node's bind and its listen (it bound the
+    port with SO_REUSEADDR too, and listened first)."""
+    flag = "--" + listener.setting.replace("_", "-")
+    return StartError(
+        f"{listener.label} cannot listen on {address}: another program took the port as this"
+        f" node started; stop it, or choose another port with {flag}"
+    )
 
 
 def _address(sock: socket.socket) -> str:
