@@ -16,7 +16,7 @@ Theory of operation:
    before refuses it by its version. Strings are UTF-8 with ``surrogateescape`` (as
    the AMQP codec decodes shortstrs), so any byte string survives. An `Enqueued` keeps the
    exchange and routing key as the two shortstrs that end basic.deliver, so the broker can
-   hand over ``Message.route`` as it is (`encode_enqueued`). An `EnqueuedRun` is the queue
+   hand over ``Message.route`` as it is (`encode_run_entry`). An `EnqueuedRun` is the queue
    key once, then per message the fields of an `Enqueued` with the body's length, the
    route, the properties and the body (`encode_run_start`, `encode_run_entry`). `decode`
    accepts any bytes: it returns a record or raises `RecordFormatError`, nothing else.
@@ -60,7 +60,6 @@ __all__ = [
     "decode_messages",
     "encode",
     "encode_delivered",
-    "encode_enqueued",
     "encode_run_entry",
     "encode_run_start",
     "encode_settled",
@@ -235,16 +234,20 @@ def encode_route(exchange: str, routing_key: str) -> bytes:
 
 
 def _encode_enqueued(record: Enqueued) -> bytes:
+    try:
+        fixed = _ENQUEUED.pack(
+            record.msg_id,
+            record.enqueued_at_ms,
+            0 if record.expires_at_ms is None else record.expires_at_ms,
+            record.expires_at_ms is not None,
+            record.priority,
+            len(record.properties_raw),
+        )
+    except struct.error as error:
+        raise ValueError(f"enqueued record out of range: {error}") from None
     route = encode_route(record.exchange, record.routing_key)
-    return encode_enqueued(
-        record.queue_key,
-        record.msg_id,
-        record.enqueued_at_ms,
-        record.expires_at_ms,
-        record.priority,
-        route,
-        record.properties_raw,
-        record.body,
+    return b"".join(
+        (_enqueued_key(record.queue_key), fixed, route, record.properties_raw, record.body)
     )
 
 
@@ -252,35 +255,6 @@ def _encode_enqueued(record: Enqueued) -> bytes:
 def _enqueued_key(queue_key: str) -> bytes:
     """An `Enqueued` record's start for one queue: the same bytes for all its messages."""
     return _key(_KIND_ENQUEUED, queue_key)
-
-
-def encode_enqueued(
-    queue_key: str,
-    msg_id: int,
-    enqueued_at_ms: int,
-    expires_at_ms: int | None,
-    priority: int,
-    route: bytes,
-    properties_raw: bytes,
-    body: bytes,
-) -> bytes:
-    """An `Enqueued` record from the fields the broker holds, without building one.
-
-    `route` is the exchange and routing key as two AMQP shortstrs (``Message.route``).
-    """
-    _check_route(route)
-    try:
-        fixed = _ENQUEUED.pack(
-            msg_id,
-            enqueued_at_ms,
-            0 if expires_at_ms is None else expires_at_ms,
-            expires_at_ms is not None,
-            priority,
-            len(properties_raw),
-        )
-    except struct.error as error:
-        raise ValueError(f"enqueued record out of range: {error}") from None
-    return b"".join((_enqueued_key(queue_key), fixed, route, properties_raw, body))
 
 
 def _check_route(route: bytes) -> None:
@@ -308,8 +282,9 @@ def encode_run_entry(
     properties_raw: bytes,
     body: bytes,
 ) -> bytes:
-    """One message of an `EnqueuedRun`, from the fields the broker holds (as
-    `encode_enqueued`)."""
+    """One message of an `EnqueuedRun`, from the fields the broker holds, without building
+    an `Enqueued`: `route` is the exchange and routing key as two AMQP shortstrs
+    (``Message.route``)."""
     _check_route(route)
     try:
         fixed = _RUN_ENTRY.pack(

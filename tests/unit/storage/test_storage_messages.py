@@ -26,7 +26,6 @@ from warren.storage.messages import (
     decode_contents,
     decode_messages,
     encode,
-    encode_enqueued,
     encode_route,
     encode_run_entry,
     encode_run_start,
@@ -153,31 +152,10 @@ def test_an_enqueued_record_is_compact() -> None:
     assert len(encode(record)) == 53
 
 
-@given(enqueued_records)
-def test_encoding_from_the_broker_fields_is_the_same_bytes(record: Enqueued) -> None:
-    route = b"".join(
-        bytes((len(raw),)) + raw
-        for raw in (
-            text.encode("utf-8", "surrogateescape")
-            for text in (record.exchange, record.routing_key)
-        )
-    )
-    assert encode_enqueued(
-        record.queue_key,
-        record.msg_id,
-        record.enqueued_at_ms,
-        record.expires_at_ms,
-        record.priority,
-        route,
-        record.properties_raw,
-        record.body,
-    ) == encode(record)
-
-
 @pytest.mark.parametrize("route", [b"", b"\x00", b"\x01a", b"\x00\x02a", b"\x00\x00x"])
 def test_a_route_that_is_not_two_shortstrs_is_refused(route: bytes) -> None:
     with pytest.raises(ValueError, match="route"):
-        encode_enqueued("q", 1, 0, None, 0, route, b"", b"")
+        encode_run_entry(1, 0, None, 0, route, b"", b"")
 
 
 @pytest.mark.parametrize(
