@@ -99,7 +99,8 @@ class Node:
         command += ["--workers", str(self.workers)]
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        timeout_s = START_TIMEOUT_S * self.workers  # each worker is a whole node's start
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise SystemExit(f"warren exited with {self.process.returncode}, see {log_path}")
@@ -108,7 +109,7 @@ class Node:
                     return
             time.sleep(0.05)
         self.kill()
-        raise SystemExit(f"warren did not listen within {START_TIMEOUT_S} s, see {log_path}")
+        raise SystemExit(f"warren did not listen within {timeout_s} s, see {log_path}")
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
