@@ -61,8 +61,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from hypothesis import HealthCheck, settings
 
-from warren.runtime.ports import SLICE_VARIABLE, unused_port
-from warren.runtime.workers.layout import cores, made_for
+from warren.runtime.ports import SLICE_VARIABLE, mark_given, unused_port
+from warren.runtime.workers.layout import LAYOUT_FILE, cores, made_for, read
 
 TEST_URL_ENV = "WARREN_TEST_URL"
 WORKERS_ENV = "WARREN_TEST_WORKERS"  # worker processes of every node started here
@@ -222,6 +222,8 @@ def start_warren(data_dir: Path, **settings: object) -> WarrenServer:
             server.stop()
             pytest.fail(f"warren did not listen within {timeout_s} s:\n{server.log()}")
         time.sleep(0.05)
+    if workers > 1:  # its supervisor drew its workers' cluster ports from this slice
+        mark_given(read(data_dir / LAYOUT_FILE).cluster_ports)
     return server
 
 

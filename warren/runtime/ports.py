@@ -57,6 +57,13 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def mark_given(ports: Collection[int]) -> None:
+    """Never give `ports` here: another process drew them from this one's slice (the
+    supervisor of a node of several workers, its workers' cluster ports), and they may be
+    unbound a while (the node stopped, to start again on them)."""
+    _given.update(ports)
+
+
 def unused_port(avoid: Collection[int] = ()) -> int:
     """A port free on 127.0.0.1 now, outside the ephemeral range (in this process's slice of
     it), not given before here and not in `avoid` (ports taken but maybe not yet bound)."""

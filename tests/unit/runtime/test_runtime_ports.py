@@ -48,3 +48,15 @@ def test_a_slice_that_is_not_i_of_n_is_refused(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv(ports.SLICE_VARIABLE, share)
     with pytest.raises(ValueError, match=ports.SLICE_VARIABLE):
         ports.unused_port()
+
+
+def test_ports_another_process_drew_or_the_caller_avoids_are_never_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a node's supervisor draws its workers' cluster ports from the slice of the suite's
+    # process that started it, and a node's own ports are drawn before they are bound
+    monkeypatch.setattr(ports, "_given", set())
+    ports.mark_given([12_000])
+    draws = iter([12_000, 12_001, 12_002])
+    monkeypatch.setattr(ports.random, "randrange", lambda _floor, _ceiling: next(draws))
+    assert ports.unused_port(avoid=[12_001]) == 12_002
