@@ -31,7 +31,7 @@ from warren.runtime import admin_live
 from warren.runtime.alarms import ResourceMonitor
 from warren.runtime.broker import Broker
 from warren.runtime.cluster.node import ClusterNode
-from warren.runtime.config import Config
+from warren.runtime.config import Config, flag
 from warren.runtime.connection import AmqpConnection
 from warren.runtime.recovery import recover
 from warren.runtime.start import Listener, StartError, bind_listeners, lock_data_dir
@@ -169,10 +169,9 @@ async def start_listeners(
 def _cannot_listen(listener: Listener, address: str) -> StartError:
     """Another program took the port between the node's bind and its listen (it bound the
     port with SO_REUSEADDR too, and listened first)."""
-    flag = "--" + listener.setting.replace("_", "-")
     return StartError(
         f"{listener.label} cannot listen on {address}: another program took the port as this"
-        f" node started; stop it, or choose another port with {flag}"
+        f" node started; stop it, or choose another port with {flag(listener.setting)}"
     )
 
 

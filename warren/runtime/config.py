@@ -223,13 +223,23 @@ def _convert(name: str, value: Any) -> Any:
     return str(value)
 
 
+def flag(name: str) -> str:
+    """Setting `name`'s command-line flag: ``--management-port`` for ``management_port``."""
+    return "--" + name.replace("_", "-")
+
+
+def variable(name: str) -> str:
+    """Setting `name`'s environment variable: ``WARREN_MANAGEMENT_PORT``."""
+    return "WARREN_" + name.upper()
+
+
 def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """The node's settings; raises ConfigError for a file it cannot read or a value that
     does not fit (argparse still exits on flags it does not know)."""
     parser = argparse.ArgumentParser(prog="warren-server", description="Run a Warren node.")
     parser.add_argument("--config", type=Path, help="TOML configuration file")
     for item in fields(Config):
-        parser.add_argument("--" + item.name.replace("_", "-"), help=_HELP[item.name])
+        parser.add_argument(flag(item.name), help=_HELP[item.name])
     args = parser.parse_args(argv)
     environ = os.environ if environ is None else environ
 
@@ -247,12 +257,12 @@ def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             )
         values.update((name, (value, str(config_file))) for name, value in document.items())
     for item in fields(Config):
-        env_name = "WARREN_" + item.name.upper()
+        env_name = variable(item.name)
         if env_name in environ:
             values[item.name] = (environ[env_name], env_name)
-        flag = getattr(args, item.name)
-        if flag is not None:
-            values[item.name] = (flag, "--" + item.name.replace("_", "-"))
+        given = getattr(args, item.name)
+        if given is not None:
+            values[item.name] = (given, flag(item.name))
     converted: dict[str, Any] = {}
     for name, (value, source) in values.items():
         try:

@@ -24,7 +24,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from warren.runtime.config import Config
+from warren.runtime.config import Config, flag, variable
 
 log = logging.getLogger("warren")
 
@@ -71,19 +71,18 @@ def bind_listeners(
                     for sock in _bind(host, port, worker is not None and number < amqp_ports):
                         listeners.append(Listener(label, setting, sock, context))
                 except OSError as error:
-                    flag = "--" + setting.replace("_", "-")
                     if error.errno == errno.EADDRINUSE:
                         raise StartError(
                             f"{label} port {port} on {host} is in use by another program:"
-                            f" stop it, or choose another port with {flag}"
-                            f" (WARREN_{setting.upper()})"
+                            f" stop it, or choose another port with {flag(setting)}"
+                            f" ({variable(setting)})"
                         ) from None
                     if host == "::1" and len(config.bind) > 1:
                         log.warning("%s not listening on [::1]:%s: %s", label, port, error)
                         continue
                     raise StartError(
                         f"cannot listen on {host} port {port} for {label}: {error.strerror};"
-                        f" check --bind and {flag}"
+                        f" check --bind and {flag(setting)}"
                     ) from None
     except BaseException:
         for listener in listeners:
