@@ -475,15 +475,15 @@ def _whole(queue_key: str, contents: bool) -> _Make[tuple[Enqueued, int]]:
                 queue_key, msg_id, enqueued_at_ms, expiry, priority, "", "", b"", b""
             )
             return (message, body_end - properties_end), body_end
-        exchange_end = start + 1 + payload[start]
+        exchange, routing_key = _route_names(bytes(payload[start:routing_key_end]))
         message = Enqueued(
             queue_key=queue_key,
             msg_id=msg_id,
             enqueued_at_ms=enqueued_at_ms,
             expires_at_ms=expiry,
             priority=priority,
-            exchange=bytes(payload[start + 1 : exchange_end]).decode("utf-8", _TEXT),
-            routing_key=bytes(payload[exchange_end + 1 : routing_key_end]).decode("utf-8", _TEXT),
+            exchange=exchange,
+            routing_key=routing_key,
             properties_raw=bytes(payload[routing_key_end:properties_end]),
             body=bytes(payload[properties_end:body_end]),
         )
