@@ -288,23 +288,24 @@ def verdict(records: list[dict[str, Any]], names: list[str]) -> str:
     first, many = names[:2]
     lines = []
     for target in TARGETS:
-        ok = [r for r in records if r["workload"] == target.workload and "error" not in r]
-
-        def median(
-            broker: str, target: Target = target, ok: list[dict[str, Any]] = ok
-        ) -> float | None:
-            of = [r for r in ok if r["broker"] == broker]
-            return _median(
-                [rate(r) if target.metric == "rate" else r.get(target.metric) for r in of]
+        over = first if target.over == "first" else target.over
+        mine, theirs = (
+            _median(
+                [
+                    rate(r) if target.metric == "rate" else r.get(target.metric)
+                    for r in records
+                    if r["workload"] == target.workload
+                    and r["broker"] == broker
+                    and "error" not in r
+                ]
             )
-
-        mine, theirs = median(many), median(first if target.over == "first" else target.over)
+            for broker in (many, over)
+        )
         if mine is None or not theirs:
             continue
         value = mine / theirs
         met = value <= target.bound if target.at_most else value >= target.bound
         what = "p99" if target.at_most else "msg/s"
-        over = first if target.over == "first" else target.over
         sign = "<=" if target.at_most else ">="
         lines.append(
             f"{target.workload} {what} {many} / {over}: {value:.2f}x "
