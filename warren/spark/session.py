@@ -16,8 +16,11 @@ Theory of operation:
    bytecode there): 1.8 s of CPU per worker process instead of 0.6 s from site-packages, and
    a job starts several (the streaming source's, each task's). Without `SPARK_HOME`,
    `build_session` points Spark at a copy of pyspark's own home made of symbolic links,
-   without `python/lib`, so the workers import the installed pyspark instead. A
-   `SPARK_HOME` the user set is left alone.
+   without `python/lib`, so the workers import the installed pyspark instead. The copy is
+   named by pyspark's version, the user and the installation's path, and is remade when a
+   link no longer leads anywhere (a virtual environment deleted and made again at the same
+   path), so two checkouts on one machine never share one. A `SPARK_HOME` the user set is
+   left alone.
 5. The driver's JVM (in local mode also the executor) runs with `JAVA_OPTIONS`: C1 only
    (`-XX:TieredStopAtLevel=1`) and the serial collector. A pipeline job lives seconds to
    minutes, and with the defaults the C2 compiler and the parallel GC threads spent as much
@@ -38,7 +41,9 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -115,15 +120,21 @@ def _check_version(java: str) -> None:
 
 def spark_home_without_zips() -> Path:
     """Rule 4: pyspark's SPARK_HOME, linked entry by entry, without `python/lib` (made once
-    per pyspark version and user, in the temporary directory)."""
+    per pyspark installation and user, in the temporary directory)."""
     installed = Path(pyspark.__file__).parent
-    home = Path(tempfile.gettempdir()) / f"warren-spark-home-{pyspark.__version__}-{os.getuid()}"
-    if home.is_dir():
+    entries = [entry for entry in installed.iterdir() if entry.name != "python"]
+    where = hashlib.sha256(str(installed).encode()).hexdigest()[:12]
+    name = f"warren-spark-home-{pyspark.__version__}-{os.getuid()}-{where}"
+    home = Path(tempfile.gettempdir()) / name
+    if all((home / entry.name).exists() for entry in entries):  # exists() follows the link
         return home
-    building = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
-    for entry in installed.iterdir():
-        if entry.name != "python":
-            (building / entry.name).symlink_to(entry)
+    building = Path(tempfile.mkdtemp(prefix=name + ".", dir=home.parent))
+    for entry in entries:
+        (building / entry.name).symlink_to(entry)
+    stale = building.with_name(building.name + ".stale")
+    with contextlib.suppress(FileNotFoundError):  # a stale copy: set aside, then removed
+        home.rename(stale)
+    shutil.rmtree(stale, ignore_errors=True)
     try:
         building.rename(home)
     except OSError:  # another process made it first
