@@ -81,7 +81,7 @@ def cluster(
     spark_class = str(Path(cluster_env["SPARK_HOME"]) / "bin" / "spark-class")
     port, web_port = unused_port(), unused_port()
     url = f"spark://127.0.0.1:{port}"
-    log = (tmp_path_factory.mktemp("spark-cluster") / "cluster.log").open("wb")
+    log_path = tmp_path_factory.mktemp("spark-cluster") / "cluster.log"
     deploy = "org.apache.spark.deploy"
     commands = [
         [spark_class, f"{deploy}.master.Master", "--host", "127.0.0.1", "--port", str(port)]
@@ -91,26 +91,31 @@ def cluster(
         worker = [spark_class, f"{deploy}.worker.Worker", "--host", "127.0.0.1", "--cores", "1"]
         worker += ["--memory", "1g", "--webui-port", str(unused_port())]
         commands.append([*worker, "--work-dir", str(tmp_path_factory.mktemp("spark-worker")), url])
-    processes = [
-        subprocess.Popen(
-            command, env=cluster_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        for command in commands
-    ]
-    try:
-        deadline = time.monotonic() + START_S
-        while alive_workers(web_port) < 2:
-            assert time.monotonic() < deadline, "the standalone cluster did not come up"
-            assert all(process.poll() is None for process in processes), "a cluster JVM died"
-            time.sleep(0.5)
-        yield Cluster(url, [process.pid for process in processes[1:]])
-    finally:
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            process.wait()
-        log.close()
+    processes: list[subprocess.Popen[bytes]] = []
+    with log_path.open("wb") as log:  # closed however the start fails
+        try:
+            for command in commands:
+                processes.append(
+                    subprocess.Popen(
+                        command,
+                        env=cluster_env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            deadline = time.monotonic() + START_S
+            while alive_workers(web_port) < 2:
+                assert time.monotonic() < deadline, "the standalone cluster did not come up"
+                assert all(process.poll() is None for process in processes), "a cluster JVM died"
+                time.sleep(0.5)
+            yield Cluster(url, [process.pid for process in processes[1:]])
+        finally:
+            for process in processes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+            for process in processes:
+                process.wait()
 
 
 def pipeline(master: str, uri: str, *arguments: str) -> list[str]:
