@@ -107,6 +107,81 @@ def _alarm_settled(server) -> dict:
     return node
 
 
+class Publisher:
+    """A publisher with confirms on pika's SelectConnection, which keeps at most `window`
+    messages unconfirmed, so what waits unread when the node stops reading is small and
+    the test never hangs. (A BlockingConnection's publish returns only once the socket took
+    it all; were the socket's buffers full as the node blocked, a node reading slower than
+    the client writes on a busy machine, it waited for ever. And megabytes left in the
+    socket, read once unblocked, could raise the alarm again.) Its I/O runs only inside
+    `run_until`."""
+
+    def __init__(self, url: str, window: int) -> None:
+        self.window = window
+        self.events: list[str] = []
+        self.unconfirmed: set[int] = set()
+        self.published = 0
+        self.channel = None
+        self.connection = pika.SelectConnection(
+            pika.URLParameters(url), on_open_callback=self._opened
+        )
+        assert self.run_until(lambda: self.channel is not None), "the publisher did not open"
+
+    def _opened(self, connection) -> None:
+        connection.add_on_connection_blocked_callback(lambda *_: self.events.append("blocked"))
+        connection.add_on_connection_unblocked_callback(lambda *_: self.events.append("unblocked"))
+        connection.channel(on_open_callback=self._channel_opened)
+
+    def _channel_opened(self, channel) -> None:
+        channel.confirm_delivery(
+            self._confirmed, callback=lambda _: setattr(self, "channel", channel)
+        )
+
+    def _confirmed(self, frame) -> None:
+        tag = frame.method.delivery_tag
+        if frame.method.multiple:
+            self.unconfirmed = {each for each in self.unconfirmed if each > tag}
+        else:
+            self.unconfirmed.discard(tag)
+
+    def run_until(self, done, timeout: float = 10.0) -> bool:
+        ioloop = self.connection.ioloop
+        deadline = time.monotonic() + timeout
+
+        def check() -> None:
+            if done() or time.monotonic() > deadline:
+                ioloop.stop()
+            else:
+                ioloop.call_later(0.01, check)
+
+        ioloop.call_later(0, check)
+        ioloop.start()
+        return bool(done())
+
+    def publish(self, queue: str, body: bytes) -> None:
+        self.channel.basic_publish("", queue, body)
+        self.published += 1
+        self.unconfirmed.add(self.published)
+
+    def publish_until_blocked(self, queue: str, body: bytes, most: int) -> None:
+        """Publish `body`, at most `window` unconfirmed, until connection.blocked arrives
+        (or `most` went)."""
+
+        def more() -> None:
+            while not self.events and self.published < most and len(self.unconfirmed) < self.window:
+                self.publish(queue, body)
+            if not self.events:
+                self.connection.ioloop.call_later(0.001, more)
+
+        more()
+        self.run_until(lambda: self.events, timeout=60)
+
+    def close(self) -> None:
+        self.connection.close()
+        assert self.run_until(lambda: self.connection.is_closed)
+        self.connection.ioloop.close()  # and the socket pair that wakes it
+
+
 def test_the_memory_alarm_clears_once_the_queues_drained(server_factory):
     """Publish until the watermark (64MiB a worker: the node's memory is all its workers')
     blocks the publisher, drain the queue from another connection: the publisher is
@@ -118,24 +193,12 @@ def test_the_memory_alarm_clears_once_the_queues_drained(server_factory):
     )
     assert _node(server)["mem_limit"] == watermark_mib * 1024**2
     assert _node(server)["mem_alarm"] is False
-    publisher = BlockingConnection(pika.URLParameters(server.broker.url))
-    events: list[str] = []
-    publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
-    publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
-    channel = publisher.channel()
-    channel.queue_declare("big")
-    # small bodies, each followed by a look at the socket: once the node stops reading, a
-    # blocking client's publish waits for the socket, so stop at connection.blocked
-    body = bytes(64 * 1024)
-    for _ in range(4000):
-        channel.basic_publish("", "big", body)
-        publisher.process_data_events(time_limit=0)
-        if events:
-            break
-    deadline = time.monotonic() + 10
-    while not events and time.monotonic() < deadline:
-        publisher.process_data_events(time_limit=0.1)
-    assert events == ["blocked"]
+    publisher = Publisher(server.broker.url, window=32)
+    declared: list[object] = []
+    publisher.channel.queue_declare("big", callback=declared.append)
+    assert publisher.run_until(lambda: declared)
+    publisher.publish_until_blocked("big", bytes(64 * 1024), most=4000)
+    assert publisher.events == ["blocked"]
     assert _alarm_settled(server)["mem_alarm"] is True
     health = _get(server, "healthchecks/node")
     assert health["status"] == "failed"
@@ -144,16 +207,19 @@ def test_the_memory_alarm_clears_once_the_queues_drained(server_factory):
     consuming = consumer.channel()
     while consuming.basic_get("big", auto_ack=True)[0] is not None:
         pass
-    consumer.close()
-    deadline = time.monotonic() + 10
-    while events == ["blocked"] and time.monotonic() < deadline:
-        publisher.process_data_events(time_limit=0.1)
-    assert events == ["blocked", "unblocked"]
+    # As the drain frees memory the alarm may clear and rise again while the node reads the
+    # publishes that waited in the socket; once it read them all the publisher is unblocked.
+    assert publisher.run_until(
+        lambda: not publisher.unconfirmed and publisher.events[-1] == "unblocked"
+    ), publisher.events
+    assert publisher.events == ["blocked", "unblocked"] * (len(publisher.events) // 2)
     node = _alarm_settled(server)
     assert node["mem_alarm"] is False and node["mem_used"] < node["mem_limit"]
-    channel.basic_publish("", "big", b"after")  # the node reads the publisher again
+    publisher.publish("big", b"after")  # the node reads the publisher again
+    assert publisher.run_until(lambda: not publisher.unconfirmed)
     bodies = []
-    while (got := channel.basic_get("big", auto_ack=True))[0] is not None:
+    while (got := consuming.basic_get("big", auto_ack=True))[0] is not None:
         bodies.append(got[2])
-    assert bodies[-1] == b"after"  # behind the megabytes that waited in the socket
+    assert bodies[-1] == b"after"  # behind the publishes that waited in the socket
+    consumer.close()
     publisher.close()
