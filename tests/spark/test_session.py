@@ -3,9 +3,8 @@ JVM."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import tempfile
+from pathlib import Path
 
 import pytest
 
