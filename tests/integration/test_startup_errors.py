@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WarrenServer, node_workers
-from warren.runtime.ports import unused_port
+from warren.runtime.ports import unused_port, unused_ports
 
 pytestmark = pytest.mark.warren_only
 
@@ -36,9 +36,13 @@ def start(data_dir: Path, *flags: str, env: dict[str, str] | None = None) -> tup
 
 @pytest.fixture
 def held_port() -> Iterator[int]:
-    """A port another program listens on."""
-    with socket.create_server(("127.0.0.1", 0)) as other:
-        yield other.getsockname()[1]
+    """A port another program listens on, outside the ephemeral range. The ports after it,
+    where a clustered node's other workers listen (cluster port + i), are free and given to
+    nothing else here: in the ephemeral range an outgoing connection could hold one, and
+    that worker would fail too."""
+    port = unused_ports(node_workers())
+    with socket.create_server(("127.0.0.1", port)):
+        yield port
 
 
 def nothing_listens(port: int) -> bool:
