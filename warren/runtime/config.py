@@ -115,7 +115,10 @@ _HELP = {
         "the cluster's nodes as name=host:port of their cluster listeners, comma separated;"
         " empty: a single node"
     ),
-    "cluster_port": "port of this node's cluster listener (default 25672)",
+    "cluster_port": (
+        "port of this node's cluster listener; in a cluster, worker i of a node of several"
+        " workers listens on it + i (default 25672)"
+    ),
     "cluster_cookie": "shared secret every node of the cluster must have",
     "cluster_submit_timeout": (
         "how long a command waits for a queue's leader (elections), milliseconds"
