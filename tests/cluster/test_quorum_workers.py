@@ -128,15 +128,36 @@ def crossed(cluster: LocalCluster, node: str) -> int:
     return sum({worker: int(count) for worker, count in counts}.values())  # each one's last
 
 
+def terms(cluster: LocalCluster, queues: list[str]) -> dict[str, int]:
+    """Each queue's Raft term, the highest its replicas report: it changes with every
+    election."""
+    return {q: max(int(row["term"]) for row in status(cluster, "warren-a", q)) for q in queues}
+
+
+def led_by(cluster: LocalCluster, queue: str, node: str) -> int:
+    """The term in which `node`'s replica leads `queue`; 0 while it does not."""
+    rows = status(cluster, "warren-a", queue)
+    leading = [row for row in rows if row["role"] == "leader" and row["node"] == node]
+    return max((int(row["term"]) for row in leading), default=0)
+
+
 def test_connections_follow_a_quorum_queue_to_its_nodes_replica(cluster: LocalCluster) -> None:
     queues = declared_with_messages(cluster, "warren-a", 2)  # one on each of a's workers
-    for queue in queues:  # client-local: a's replica leads
-        assert until(lambda q=queue: cluster.queue("warren-a", q)["leader"], bool) == "warren-a"
+    # client-local: a's replica leads, from the term its election began
+    elected = {q: until(lambda q=q: led_by(cluster, q, "warren-a"), bool) for q in queues}
+    assert all(elected.values()), elected
     before = crossed(cluster, "warren-a")
     for queue in queues:  # new connections, wherever the kernel puts them
         publish(cluster, "warren-a", queue, [b"more %d" % number for number in range(30)])
         assert len(drain(cluster, "warren-a", queue, 50)) == 50
-    assert crossed(cluster, "warren-a") == before
+    # Hop-free while a's replica leads. On a busy machine an election may move a leader to
+    # another node meanwhile, and publishes then go to it: they cross by design.
+    after, now = crossed(cluster, "warren-a"), terms(cluster, queues)
+    rows = {
+        q: [(r["member"], r["role"], r["term"]) for r in status(cluster, "warren-a", q)]
+        for q in queues
+    }
+    assert after == before or now != elected, (before, after, elected, rows)
 
 
 def test_replicas_come_back_after_kill_9_of_their_worker_and_of_their_node(
